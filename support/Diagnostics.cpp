@@ -77,6 +77,14 @@ void DiagnosticEngine::note(std::string message, SourceRange range) {
   diags_.back().notes.push_back({std::move(message), range});
 }
 
+void DiagnosticEngine::noteSince(size_t first, const std::string &message, SourceRange range) {
+  for (size_t i = first; i < diags_.size(); ++i) {
+    bool has = false;
+    for (auto &n : diags_[i].notes) has |= n.message == message;
+    if (!has) diags_[i].notes.push_back({message, range});
+  }
+}
+
 void DiagnosticEngine::internalError(std::string what, SourceRange range) {
   report(DiagKind::InternalError, range, {std::move(what)});
 }

@@ -51,6 +51,9 @@ public:
   Diagnostic &report(DiagKind kind, SourceRange range, std::vector<std::string> args = {});
   /// Attaches a note to the most recent diagnostic (no-op if it was dropped).
   void note(std::string message, SourceRange range = {});
+  /// Adds a note to every diagnostic reported since index `first` of diagnostics() (for example
+  /// "in the specialization of `f` for the call at ...").
+  void noteSince(size_t first, const std::string &message, SourceRange range = {});
   /// Reports an internal compiler error.
   void internalError(std::string what, SourceRange range = {});
 
