@@ -184,7 +184,7 @@ TEST_CASE("nesting limits give a diagnostic, not a crash") {
   std::string deep = "x = " + std::string(300, '(') + "1" + std::string(300, ')') + "\n";
   Parsed a(deep);
   CHECK(a.codes() == "E0013 ");
-  std::string unary = "x = " + std::string(5000, '-') + "1\n";
+  std::string unary = "x = " + std::string(5000, '~') + "1\n";
   Parsed b(unary);
   CHECK(b.codes().find("E0013") != std::string::npos);
   std::string chain = "x = 1";
