@@ -42,17 +42,23 @@ public:
   /// Zero. Extents are never negative; 0 is a legal (empty) extent.
   Dim();
   static Dim constant(int64_t value);
-  /// A named positive-integer symbol, e.g. "B".
+  /// A named positive-integer symbol, e.g. "B". A name that is not an identifier
+  /// ([A-Za-z_][A-Za-z0-9_]*) gives an opaque atom of that text instead.
   static Dim symbol(std::string_view name);
   /// An opaque atom identified by its text, e.g. "min(64, D)". Equal texts are the same atom.
+  /// It is distinct from the symbol of the same name and from the atoms Dim builds itself (min,
+  /// max, quotients) of the same text.
   static Dim opaque(std::string_view text);
   /// A fresh unknown extent ("?N"); never equal to any other Dim but itself (copies of it).
   static Dim unknown();
 
   /// Parses the text of a dim string as written in `Tensor["3*D", "D/H", ...]`:
   /// integers, names, + - * / // and parentheses. `/` and `//` both mean exact division.
+  /// Precedence and associativity are Python's (unary minus binds tighter than * and /).
+  /// Integers take Python's '_' separators; a literal beyond int64 gives an overflowed() atom.
+  /// Constants may come out non-integral ("7/2"); whether that is allowed is the caller's call.
   /// Returns nullopt and sets *error (with a 0-based character offset in *errorOffset) on a
-  /// syntax error.
+  /// syntax error, on division by zero, and on nesting deeper than 256 parentheses.
   static std::optional<Dim> parse(std::string_view text, std::string *error = nullptr,
                                   size_t *errorOffset = nullptr);
 
@@ -61,8 +67,12 @@ public:
   Dim operator*(const Dim &o) const;
   /// Exact division: by a monomial (c * product of atoms^k), a Laurent polynomial; otherwise an
   /// opaque atom "(a)/(b)". Division by the zero Dim gives nullopt.
+  /// For a non-monomial divisor, rational and monomial factors common to all terms are taken out
+  /// first, so (B*S + B)/(S + 1) is B, and 2*D/(H + 1) is 2*D times the atom "1/(H + 1)".
   std::optional<Dim> divide(const Dim &o) const;
-  /// min/max of two Dims: folded when both are constants or equal, otherwise an opaque atom.
+  /// min/max of two Dims: folded when both are constants or equal (more generally, when they
+  /// differ by a constant), otherwise an opaque atom "min(64, D)" with the operands in a
+  /// canonical order (constants first), so min(a, b) == min(b, a).
   static Dim min(const Dim &a, const Dim &b);
   static Dim max(const Dim &a, const Dim &b);
 
@@ -82,13 +92,20 @@ public:
   std::vector<std::string> symbols() const;
 
   /// Replaces named symbols by Dims (a call binding the callee's symbols from its arguments).
+  /// Replacement is simultaneous, and the result is normalised again. Unknowns and all opaque
+  /// atoms are kept as they are, including min/max/quotient atoms that mention a replaced symbol
+  /// (min(64, N) with N = 128 stays "min(64, N)").
   Dim substitute(const std::map<std::string, Dim> &env) const;
 
   bool operator==(const Dim &o) const;
   bool operator!=(const Dim &o) const { return !(*this == o); }
   bool operator<(const Dim &o) const; // total order on canonical forms, for use as a map key
 
-  /// Canonical surface text: "3*D", "D/H", "B*S + 1", "?2", "64".
+  /// Canonical surface text: "3*D", "D/H", "B*S + 1", "?2", "64", "0". Negative powers and
+  /// rational coefficients print as a divisor: "D/(H*H)", "D/2", "3*D/(2*H)", "1/H"; a sum with
+  /// fractions prints over a common denominator: "(S + 1)/2". Powers print as repeated products
+  /// up to 16 ("B*B"), beyond that as "B^17". For Dims without unknowns, min/max, such powers or
+  /// Dim::opaque() atoms, parse(str()) gives back an equal Dim.
   std::string str() const;
 
 private:
