@@ -19,6 +19,16 @@ if(NOT ANTLR4_INCLUDE_DIR OR NOT ANTLR4_RUNTIME_LIB)
   message(FATAL_ERROR "tessera: the ANTLR 4 C++ runtime is missing; run tools/setup.sh")
 endif()
 add_library(antlr4_runtime INTERFACE)
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  # The 4.9 runtime's misc/InterpreterDataReader.h does not compile with clang in C++20 mode (it
+  # default-constructs a dfa::Vocabulary, whose default constructor C++20 deletes). Nothing in
+  # Tessera or the generated parser uses it, so clang builds get a copy of the umbrella header
+  # without it, ahead of the original on the include path.
+  file(READ ${ANTLR4_INCLUDE_DIR}/antlr4-runtime.h TSR_ANTLR_UMBRELLA)
+  string(REPLACE "#include \"misc/InterpreterDataReader.h\"" "" TSR_ANTLR_UMBRELLA "${TSR_ANTLR_UMBRELLA}")
+  file(WRITE ${CMAKE_BINARY_DIR}/antlr-shim/antlr4-runtime.h "${TSR_ANTLR_UMBRELLA}")
+  target_include_directories(antlr4_runtime SYSTEM BEFORE INTERFACE ${CMAKE_BINARY_DIR}/antlr-shim)
+endif()
 target_include_directories(antlr4_runtime SYSTEM INTERFACE ${ANTLR4_INCLUDE_DIR})
 target_link_libraries(antlr4_runtime INTERFACE ${ANTLR4_RUNTIME_LIB})
 

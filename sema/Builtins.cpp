@@ -2027,7 +2027,8 @@ TypeRef ruleSchedule(CallSite &s) {
 /// A copy of the receiver schedule with some knobs replaced.
 TypeRef withKnobs(const TypeRef &self, const std::vector<std::pair<std::string, int64_t>> &repl) {
   std::vector<std::pair<std::string, Dim>> knobs = self->knobs;
-  for (auto &[n, v] : repl) {
+  for (auto &[name, v] : repl) {
+    const std::string &n = name; // (clang 14 cannot capture structured bindings)
     auto it = std::find_if(knobs.begin(), knobs.end(), [&](auto &k) { return k.first == n; });
     if (it != knobs.end()) it->second = Dim::constant(v);
     else knobs.push_back({n, Dim::constant(v)});
@@ -2377,7 +2378,8 @@ bool tangentFits(const TypeRef &p, const TypeRef &t) {
   if (p->is(K::Dict)) {
     if (!p->lengthKnown || !t->lengthKnown) return true;
     if (p->fields.size() != t->fields.size()) return false;
-    for (auto &[k, v] : p->fields) {
+    for (auto &[key, v] : p->fields) {
+      const std::string &k = key; // (clang 14 cannot capture structured bindings)
       auto it = std::find_if(t->fields.begin(), t->fields.end(), [&](auto &g) { return g.first == k; });
       if (it == t->fields.end() || !tangentFits(v, it->second)) return false;
     }

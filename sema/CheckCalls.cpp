@@ -177,6 +177,7 @@ TypeRef FunctionChecker::indexTensor(Subscript *s, const TypeRef &base, bool asV
     TypeRef t = expr(e);
     if (t->is(TypeKind::Int) || t->is(TypeKind::Bool)) return t->intValue ? *t->intValue : Dim::unknown();
     if (t->isScalarTensor() && isInteger(t->dtype)) return Dim::unknown();
+    if (t->is(TypeKind::Unknown) && e->kind == Kind::Name) return Dim::opaque(static_cast<Name *>(e)->id);
     if (!t->is(TypeKind::Unknown) && !t->is(TypeKind::None))
       D.report(DiagKind::ArgKind, e->range, {"slicing", "an int", "a slice bound", typeStr(t)});
     return t->is(TypeKind::None) ? std::nullopt : std::optional<Dim>(Dim::unknown());
@@ -456,7 +457,8 @@ TypeRef FunctionChecker::callBuiltin(const TypeRef &callee, Args &args, SourceRa
     for (const Dim &d : r->dims) {
       std::map<std::string, Dim> ones;
       for (const std::string &s : d.symbols()) ones[s] = Dim::constant(1);
-      if (d.hasUnknown() || !d.substitute(ones).isConstant()) {
+      // Unknown parts come from earlier errors or gradual types: not provably run-time.
+      if (!d.hasUnknown() && !d.substitute(ones).isConstant()) {
         D.report(DiagKind::TileShapeNotStatic, at, {shapeStr(r->dims)});
         D.note("a tile's extents are constants, keyword-only parameters or dims of the kernel's tensors; a run-time value such as a program id or a loop counter cannot be one");
         return T::unknown();

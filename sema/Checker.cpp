@@ -329,7 +329,7 @@ void FunctionChecker::checkFor(For *s) {
   // A loop counter is one value per iteration: an opaque size, so that `x[k0:k0 + BN]` has the
   // extent BN.
   if (it->is(TypeKind::Range) && elem->is(TypeKind::Int) && !elem->intValue && s->target->kind == Kind::Name)
-    elem = T::integer(Dim::opaque("loop(" + static_cast<Name *>(s->target)->id + ")"));
+    elem = T::integer(Dim::opaque(static_cast<Name *>(s->target)->id));
   loopBody(s->body, [&] { assign(s->target, elem, s->iter->range); });
   block(s->orelse);
 }
@@ -368,7 +368,11 @@ void FunctionChecker::bind(const std::string &n, const TypeRef &t, SourceRange a
     record(at, n, t);
     return;
   }
-  locals_[n] = {t, at, true};
+  // An int whose value is not known still has one value from here on: give it an opaque size,
+  // so that `x[i:i + BM]` has the extent BM.
+  TypeRef bound = t;
+  if (t->is(TypeKind::Int) && !t->intValue) bound = T::integer(Dim::opaque(n));
+  locals_[n] = {bound, at, true};
   record(at, n, t);
 }
 
@@ -588,8 +592,8 @@ TypeRef FunctionChecker::expr(Expr *e) {
   return t;
 }
 
-std::string FunctionChecker::describeOperand(Expr *e, const TypeRef &t) {
-  std::string what = e->kind == Kind::Name ? static_cast<Name *>(e)->id : "the operand";
+std::string FunctionChecker::describeOperand(Expr *e, const TypeRef &t, bool left) {
+  std::string what = e->kind == Kind::Name ? static_cast<Name *>(e)->id : (left ? "the left operand" : "the right operand");
   return what + " is " + typeStr(t);
 }
 
@@ -822,8 +826,8 @@ TypeRef FunctionChecker::binary(Binary *b) {
   TypeRef r = expr(b->rhs);
   Reporter rep{D, b->range, {}};
   auto withNotes = [&]() {
-    rep.operandNotes.push_back({describeOperand(b->lhs, l), declOf(this, b->lhs, locals_)});
-    rep.operandNotes.push_back({describeOperand(b->rhs, r), declOf(this, b->rhs, locals_)});
+    rep.operandNotes.push_back({describeOperand(b->lhs, l, true), declOf(this, b->lhs, locals_)});
+    rep.operandNotes.push_back({describeOperand(b->rhs, r, false), declOf(this, b->rhs, locals_)});
   };
   if (l->is(TypeKind::Unknown) || r->is(TypeKind::Unknown)) return T::unknown();
   if (b->op == BinOp::MatMul) {
@@ -935,8 +939,8 @@ TypeRef FunctionChecker::compare(Compare *c) {
       r = T::boolean();
     } else {
       Reporter rep{D, c->range, {}};
-      rep.operandNotes.push_back({describeOperand(i == 0 ? c->left : c->comparators[i - 1], left), {}});
-      rep.operandNotes.push_back({describeOperand(c->comparators[i], right), {}});
+      rep.operandNotes.push_back({describeOperand(i == 0 ? c->left : c->comparators[i - 1], left, true), {}});
+      rep.operandNotes.push_back({describeOperand(c->comparators[i], right, false), {}});
       r = elementwise(spelling(op), ElementwiseKind::Comparison, left, right, rep);
     }
     if (r->boolValue && value) value = *value && *r->boolValue; else value.reset();

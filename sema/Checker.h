@@ -91,7 +91,7 @@ private:
   Local *lookupLocal(const std::string &n);
   void collectAssigned(const ast::Block &b, std::unordered_set<std::string> &out);
   void record(SourceRange r, const std::string &name, const TypeRef &t);
-  std::string describeOperand(ast::Expr *e, const TypeRef &t);
+  std::string describeOperand(ast::Expr *e, const TypeRef &t, bool left);
 
   ProgramChecker &pc_;
   ModuleInfo &mod_;

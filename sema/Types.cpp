@@ -55,7 +55,8 @@ TypeRef withDType(const TypeRef &t, DType d, Policies p) { Type c = *t; c.dtype 
 } // namespace T
 
 std::string dimStr(const Dim &d) {
-  if (d.isUnknown()) return "?";
+  // Unknown parts are internal names ("?3"): what the user can act on is that it is not known.
+  if (d.hasUnknown()) return "?";
   if (auto c = d.constantValue()) return std::to_string(*c);
   return "\"" + d.str() + "\"";
 }
