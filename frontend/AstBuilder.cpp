@@ -42,6 +42,7 @@ public:
   Expr *testlistStar(P::Testlist_starContext *c);
   Expr *test(P::TestContext *c);
   bool tooDeep() const { return tooDeepReported_; }
+  void setSyntaxErrors(const frontend::SyntaxErrorStrategy *s) { syntax_ = s; }
 
 private:
   // ---- ranges --------------------------------------------------------------------------
@@ -171,6 +172,7 @@ private:
     }
   }
   void checkTarget(Expr *e, bool allowTuple) {
+    if (syntax_ && syntax_->lineHasError(sm_.file(file_).lineCol(e->range.begin).line)) return;
     switch (e->kind) {
     case Kind::Name: case Kind::Attribute: case Kind::Subscript: case Kind::ErrorExpr: return;
     case Kind::Starred: checkTarget(static_cast<Starred *>(e)->value, false); return;
@@ -862,6 +864,7 @@ private:
   const ParseLimits &limits_;
   const SourceManager &sm_;
   bool tooDeepReported_ = false;
+  const frontend::SyntaxErrorStrategy *syntax_ = nullptr;
 };
 
 Expr *Builder::test(P::TestContext *c) {
@@ -960,7 +963,10 @@ std::unique_ptr<Module> parseModule(const SourceManager &sm, DiagnosticEngine &d
     diags.report(DiagKind::NestingTooDeep, {file, at, at + 1}, {std::to_string(limits.maxExprDepth)});
     return mod;
   }
+  for (auto &[range, headerLine] : run.layout.pendingIndents)
+    if (!run.strategy->lineHasError(headerLine)) diags.report(DiagKind::UnexpectedIndent, range);
   Builder b(*mod->context, diags, run.offsets, file, 0, limits, sm);
+  b.setSyntaxErrors(run.strategy.get());
   mod->body = b.file(tree);
   return mod;
 }

@@ -53,7 +53,11 @@ private:
   }
 
   std::unique_ptr<Token> synth(size_t type, const Token &at, const std::string &text) {
-    auto tok = std::make_unique<antlr4::CommonToken>(type, text);
+    // A synthetic token names the lexer as its source, as real tokens do: ANTLR's error recovery
+    // reads the source of the token it stands at.
+    auto tok = std::make_unique<antlr4::CommonToken>(std::make_pair(static_cast<antlr4::TokenSource *>(&lexer_), lexer_.getInputStream()),
+                                                     type, Token::DEFAULT_CHANNEL, 0, 0);
+    tok->setText(text);
     tok->setLine(at.getLine());
     tok->setCharPositionInLine(at.getCharPositionInLine());
     // A synthetic token occupies no text: it starts where the next real token starts.
@@ -105,6 +109,9 @@ private:
     }
     if (type == TesseraLexer::UNTERMINATED_STRING) {
       diags_.report(DiagKind::UnterminatedString, rangeOf(*t));
+      // The string's closing quote is missing, so whatever brackets it would have closed are
+      // unknown: forget the open ones rather than report them as never closed.
+      brackets_.clear();
       auto *ct = dynamic_cast<antlr4::CommonToken *>(t.get());
       if (ct) ct->setType(TesseraLexer::STRING);
       type = TesseraLexer::STRING;
@@ -168,21 +175,41 @@ private:
       lastErrorLine_ = t.getLine();
       out_.errorLines.insert(t.getLine());
       emitEmptyBlock(t);
+    } else if (col > indents_.back().col && isBlockKeyword(blockKeyword_)) {
+      // `def f(x)` with its `:` missing, then an indented body: the parser reports the missing
+      // `:`; the body is the block it was meant to open.
+      indents_.push_back({col, false});
+      if (!checkIndentDepth(t)) return false;
+      emit(synth(grammar::TesseraParser::INDENT, t, "<indent>"));
+      return true;
     } else if (col > indents_.back().col) {
-      if (oncePerLine(t.getLine())) diags_.report(DiagKind::UnexpectedIndent, rangeOf(t));
+      // Reported after parsing, unless the line before has a syntax error (a block header
+      // missing its `:` makes its body look like an unexpected indent).
+      if (t.getLine() != lastErrorLine_) {
+        out_.pendingIndents.push_back({rangeOf(t), headerLine_});
+        lastErrorLine_ = t.getLine();
+      }
       indents_.push_back({col, true}); // phantom: the lines that follow at this level are fine
       return checkIndentDepth(t);
     }
     while (col < indents_.back().col) {
+      // A column between two levels matches neither: report it and keep the line in the
+      // deeper block, where it most likely belongs.
+      if (indents_.size() > 1 && indents_[indents_.size() - 2].col < col) {
+        if (oncePerLine(t.getLine())) diags_.report(DiagKind::InconsistentDedent, rangeOf(t));
+        return true;
+      }
       bool phantom = indents_.back().phantom;
       indents_.pop_back();
       if (!phantom) emit(synth(grammar::TesseraParser::DEDENT, t, "<dedent>"));
     }
-    if (col != indents_.back().col) {
-      if (oncePerLine(t.getLine())) diags_.report(DiagKind::InconsistentDedent, rangeOf(t));
-      indents_.push_back({col, true});
-    }
     return true;
+  }
+
+  static bool isBlockKeyword(const std::string &w) {
+    static const char *kw[] = {"def", "if", "elif", "else", "for", "while", "with", "class"};
+    for (const char *k : kw) if (w == k) return true;
+    return false;
   }
 
   bool checkIndentDepth(const Token &t) {

@@ -34,6 +34,8 @@ struct LayoutResult {
   bool fatal = false;        // nesting limits exceeded: the parser must not run
   uint32_t suppressAfter = UINT32_MAX; // byte offset after which syntax errors are consequences
   std::unordered_set<size_t> errorLines; // lines with a layout error: the parser's are consequences
+  /// Unexpected indents, with the line before them: reported once the parser has run.
+  std::vector<std::pair<SourceRange, size_t>> pendingIndents;
 };
 
 /// Lexes `input` completely and applies the layout rules.

@@ -48,9 +48,13 @@ static std::string describeType(size_t type, const antlr4::dfa::Vocabulary &voca
 bool SyntaxErrorStrategy::shouldReport(Token *t) {
   SourceRange r = rangeOf(t);
   if (r.begin >= suppressAfter_) return false;
+  // An unexpected end of file after an earlier error is the parser still looking for the rest
+  // of the broken construct.
+  if (t->getType() == antlr4::Token::EOF && !errorLines_.empty()) return false;
   // One syntax error per line: the rest of a broken line is usually a consequence of the first.
   if (t->getLine() == lastLine_ || layoutErrorLines_.count(t->getLine())) return false;
   lastLine_ = t->getLine();
+  errorLines_.insert(t->getLine());
   return true;
 }
 

@@ -15,6 +15,8 @@ public:
         layoutErrorLines_(layout.errorLines) {}
 
   static std::string describe(antlr4::Token *t, const antlr4::dfa::Vocabulary &vocab);
+  /// Lines with a syntax or layout error: what the AST builder finds wrong there is a consequence.
+  bool lineHasError(size_t line) const { return errorLines_.count(line) || layoutErrorLines_.count(line); }
 
 protected:
   void reportNoViableAlternative(antlr4::Parser *p, const antlr4::NoViableAltException &e) override;
@@ -34,6 +36,7 @@ private:
   uint32_t suppressAfter_;
   size_t lastLine_ = 0;
   std::unordered_set<size_t> layoutErrorLines_;
+  std::unordered_set<size_t> errorLines_;
 };
 
 /// The generated parser with a guard on stack use: deeply nested input ends in a diagnostic

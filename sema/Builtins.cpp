@@ -2016,7 +2016,12 @@ TypeRef ruleSchedule(CallSite &s) {
   if (given(w) && !isUnknown(w)) ok &= (warps = knobValue(s, w->type, w->range, "warps", validWarps)).has_value();
   if (given(st) && !isUnknown(st)) ok &= (stages = knobValue(s, st->type, st->range, "stages", validStages)).has_value();
   if (given(v) && !isUnknown(v)) ok &= (vec = knobValue(s, v->type, v->range, "vector", validVector)).has_value();
-  if (!ok || !block || !bk || !warps || !stages) return T::unknown();
+  // A wrong warps, stages or vector was reported; the schedule keeps its default so that the
+  // kernels using it are not also reported as missing their block sizes.
+  if (!warps) warps = 4;
+  if (!stages) stages = 2;
+  (void)ok;
+  if (!block || !bk) return T::unknown();
   std::vector<std::pair<std::string, Dim>> knobs = {
       {"BM", Dim::constant(block->first)}, {"BN", Dim::constant(block->second)}, {"BK", Dim::constant(*bk)},
       {"warps", Dim::constant(*warps)},    {"stages", Dim::constant(*stages)}};
@@ -2408,7 +2413,11 @@ TypeRef ruleJvp(CallSite &s) {
     }
     for (size_t i = 0; i < pe.size(); ++i)
       if (!tangentFits(pe[i], te[i])) {
-        s.diags->report(DiagKind::TangentMismatch, t->range, {typeStr(te[i]), typeStr(pe[i])});
+        // Point at the tangent that is wrong when the tuple is written out.
+        SourceRange at = t->range;
+        if (auto *tup = t->expr ? ast::dyn_cast<ast::Tuple>(t->expr) : nullptr; tup && i < tup->elts.size()) at = tup->elts[i]->range;
+        else if (auto *lst = t->expr ? ast::dyn_cast<ast::List>(t->expr) : nullptr; lst && i < lst->elts.size()) at = lst->elts[i]->range;
+        s.diags->report(DiagKind::TangentMismatch, at, {typeStr(te[i]), typeStr(pe[i])});
         return T::unknown();
       }
   }
@@ -2820,13 +2829,13 @@ bool CallSite::expect(const std::vector<std::string> &positional, size_t require
     bool isPositional = it != positional.end();
     bool isKeywordOnly = std::find(keywordOnly.begin(), keywordOnly.end(), k.keyword) != keywordOnly.end();
     if (!isPositional && !isKeywordOnly) {
-      diags->report(DiagKind::UnknownKeyword, k.range, {name, k.keyword});
+      diags->report(DiagKind::UnknownKeyword, k.keywordRange.valid() ? k.keywordRange : k.range, {name, k.keyword});
       ok = false;
       continue;
     }
     bool byPosition = isPositional && static_cast<size_t>(it - positional.begin()) < args.size();
     if (byPosition || !seen.insert(k.keyword).second) {
-      diags->report(DiagKind::DuplicateArg, k.range, {name, k.keyword});
+      diags->report(DiagKind::DuplicateArg, k.keywordRange.valid() ? k.keywordRange : k.range, {name, k.keyword});
       ok = false;
     }
   }
@@ -2892,15 +2901,28 @@ std::optional<std::vector<int64_t>> CallSite::axes(const ArgInfo *a, std::string
     wrongKind(a, "an int or a tuple of ints", what);
     return std::nullopt;
   }
+  // In compiled code an axis decides the program's shape: a run-time int (an opaque value, such
+  // as a positional parameter or a variable computed at run time) cannot be one. A compile-time
+  // int whose value is not known yet (a keyword-only parameter's symbol) passes.
+  auto runtime = [&](const Type &x) {
+    if (!(context & (InGraph | InKernel)) || !x.intValue || x.intValue->isConstant()) return false;
+    std::map<std::string, Dim> ones;
+    for (auto &sym : x.intValue->symbols()) ones[sym] = Dim::constant(1);
+    return !x.intValue->substitute(ones).isConstant() && !x.intValue->hasUnknown();
+  };
   if (intLike(t)) {
     if (auto v = intConstOf(t)) return std::vector<int64_t>{*v};
+    if (runtime(t)) diags->report(DiagKind::NotCompileTime, a->range, {"`" + std::string(what) + "` of `" + name + "`"});
     return std::nullopt;
   }
   if (!t.lengthKnown) return std::nullopt;
   std::vector<int64_t> out;
   for (auto &e : t.elems) {
     auto v = isUnknown(e) ? std::nullopt : intConstOf(*e);
-    if (!v) return std::nullopt;
+    if (!v) {
+      if (!isUnknown(e) && runtime(*e)) diags->report(DiagKind::NotCompileTime, a->range, {"`" + std::string(what) + "` of `" + name + "`"});
+      return std::nullopt;
+    }
     out.push_back(*v);
   }
   return out;

@@ -23,6 +23,7 @@ struct ArgInfo {
   SourceRange range;
   const ast::Expr *expr = nullptr; // null for synthetic arguments (tree_map's leaves)
   std::string keyword;             // empty for positional arguments
+  SourceRange keywordRange;        // `name=` of a keyword argument (for errors about the name)
 };
 
 class CallSite;

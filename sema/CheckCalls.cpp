@@ -148,8 +148,13 @@ TypeRef FunctionChecker::subscript(Subscript *s) {
 TypeRef FunctionChecker::indexTensor(Subscript *s, const TypeRef &base, bool asView) {
   DiagnosticEngine &D = pc_.P.diags;
   std::string root = base->is(TypeKind::View) ? base->name : (s->value->kind == Kind::Name ? static_cast<Name *>(s->value)->id : "");
+  bool strided = base->is(TypeKind::View) && base->strided;
   auto finish = [&](std::vector<Dim> dims) -> TypeRef {
-    if (asView) return T::view(std::move(dims), base->dtype, root);
+    if (asView) {
+      Type v = *T::view(std::move(dims), base->dtype, root);
+      v.strided = strided;
+      return std::make_shared<const Type>(std::move(v));
+    }
     if (base->is(TypeKind::Tile)) return T::tile(std::move(dims), base->dtype);
     return T::tensor(std::move(dims), base->dtype, base->policies);
   };
@@ -172,14 +177,14 @@ TypeRef FunctionChecker::indexTensor(Subscript *s, const TypeRef &base, bool asV
   }
   std::vector<Dim> out;
   size_t pos = 0;
-  auto intOf = [&](Expr *e) -> std::optional<Dim> {
+  auto intOf = [&](Expr *e, const char *which) -> std::optional<Dim> {
     if (!e) return std::nullopt;
     TypeRef t = expr(e);
     if (t->is(TypeKind::Int) || t->is(TypeKind::Bool)) return t->intValue ? *t->intValue : Dim::unknown();
     if (t->isScalarTensor() && isInteger(t->dtype)) return Dim::unknown();
     if (t->is(TypeKind::Unknown) && e->kind == Kind::Name) return Dim::opaque(static_cast<Name *>(e)->id);
     if (!t->is(TypeKind::Unknown) && !t->is(TypeKind::None))
-      D.report(DiagKind::ArgKind, e->range, {"slicing", "an int", "a slice bound", typeStr(t)});
+      D.report(DiagKind::ArgKind, e->range, {"slice", "an int", which, typeStr(t)});
     return t->is(TypeKind::None) ? std::nullopt : std::optional<Dim>(Dim::unknown());
   };
   for (Expr *i : s->indices) {
@@ -191,14 +196,14 @@ TypeRef FunctionChecker::indexTensor(Subscript *s, const TypeRef &base, bool asV
     }
     if (i->kind == Kind::Slice) {
       auto *sl = static_cast<Slice *>(i);
-      std::optional<Dim> lo = intOf(sl->lower), hi = intOf(sl->upper);
+      std::optional<Dim> lo = intOf(sl->lower, "start"), hi = intOf(sl->upper, "stop");
       std::optional<int64_t> step;
       if (sl->step) {
-        auto st = intOf(sl->step);
+        auto st = intOf(sl->step, "step");
         step = st ? st->constantValue() : std::nullopt;
         if (!step) step = 1;
-        if (*step == 0) { D.report(DiagKind::ArgKind, sl->step->range, {"slicing", "a nonzero step", "the step", "0"}); step = 1; }
-        if (asView && *step != 1) D.report(DiagKind::ViewNotGlobal, sl->step->range, {"load", "a strided slice"});
+        if (*step == 0) { D.report(DiagKind::ArgKind, sl->step->range, {"slice", "a nonzero int", "step", "0"}); step = 1; }
+        if (asView && *step != 1) strided = true;
       }
       out.push_back(sliceExtent(dims[pos], lo, hi, step));
       ++pos;
@@ -326,13 +331,43 @@ TypeRef FunctionChecker::call(Call *c) {
   Args args;
   for (const Arg &a : c->args) {
     TypeRef t = expr(a.value);
+    if (t->is(TypeKind::Module)) {
+      pc_.P.diags.report(DiagKind::ModuleNotValue, a.value->range, {t->module->name});
+      t = T::unknown();
+    }
     switch (a.kind) {
     case ArgKind::Positional: args.positional.push_back({t, a.value->range, a.value, ""}); break;
-    case ArgKind::Keyword: args.keywords.push_back({t, a.value->range, a.value, a.name}); break;
+    case ArgKind::Keyword: {
+      ArgInfo ai{t, a.value->range, a.value, a.name};
+      ai.keywordRange = {a.range.file, a.range.begin, a.value->range.begin > a.range.begin ? a.value->range.begin - 1 : a.range.end};
+      args.keywords.push_back(ai);
+      break;
+    }
     default: args.hasSplat = true; break;
     }
   }
-  return callValue(callee, args, c->range, c->func->range);
+  // A launch's grid is the subscript of the kernel: errors about the grid point at it.
+  gridRange_ = {};
+  if (auto *sub = dyn_cast<Subscript>(c->func); sub && !sub->indices.empty())
+    gridRange_ = sub->indices.front()->range.to(sub->indices.back()->range);
+  SourceRange gridRange = gridRange_;
+  TypeRef r = callValue(callee, args, c->range, c->func->range);
+  gridRange_ = gridRange;
+  // xs.append(v) / xs.extend(vs) on a local list: its length is no longer known, and its
+  // elements may now be v's type too.
+  if (auto *at = dyn_cast<Attribute>(c->func); at && at->value->kind == Kind::Name && (at->attr == "append" || at->attr == "extend" || at->attr == "insert")) {
+    if (Local *l = lookupLocal(static_cast<Name *>(at->value)->id); l && l->type->is(TypeKind::List)) {
+      TypeRef elem = l->type->elem;
+      for (auto &e : l->type->elems) elem = join(elem, e);
+      if (!args.positional.empty()) {
+        const TypeRef &v = args.positional.back().type;
+        if (at->attr == "extend") elem = join(elem, (v->is(TypeKind::List) || v->is(TypeKind::Tuple)) ? (v->elem ? v->elem : (v->elems.empty() ? nullptr : v->elems[0])) : T::unknown());
+        else elem = join(elem, v);
+      }
+      l->type = T::listOf(elem ? elem : T::unknown());
+    }
+  }
+  return r;
 }
 
 TypeRef FunctionChecker::callValue(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange) {
@@ -446,6 +481,12 @@ TypeRef FunctionChecker::callBuiltin(const TypeRef &callee, Args &args, SourceRa
     b->rule(site);
     return T::unknown();
   }
+  if (b->name == "tile.load" || b->name == "tile.store" || b->name == "tile.atomic_add") {
+    if (!site.args.empty() && site.args[0].type->is(TypeKind::View) && site.args[0].type->strided) {
+      D.report(DiagKind::ViewNotGlobal, site.args[0].range, {b->name.substr(5), "a strided slice"});
+      return b->name == "tile.load" ? T::unknown() : T::none();
+    }
+  }
   TypeRef r = b->rule(site);
   if (!r) r = T::unknown();
   if (b->name == "tile.context" && fn_) const_cast<FunctionInfo *>(fn_)->usesContext = true;
@@ -453,7 +494,7 @@ TypeRef FunctionChecker::callBuiltin(const TypeRef &callee, Args &args, SourceRa
   // autotuned knobs, and the dims of the kernel's tensors (a kernel is specialized for each
   // value of a dim that shapes its tiles, as for keyword-only parameters). Program ids, loop
   // counters and other run-time values cannot shape a tile.
-  if (ctx_ == BodyContext::Kernel && r->is(TypeKind::Tile) && fn_) {
+  if (ctx_ == BodyContext::Kernel && r->is(TypeKind::Tile) && fn_ && !specializing_) {
     for (const Dim &d : r->dims) {
       std::map<std::string, Dim> ones;
       for (const std::string &s : d.symbols()) ones[s] = Dim::constant(1);
@@ -503,13 +544,13 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
   for (auto &k : args.keywords) {
     const ParamInfo *p = fn->param(k.keyword);
     if (!p) {
-      D.report(DiagKind::UnknownKeyword, k.range, {fn->name, k.keyword});
+      D.report(DiagKind::UnknownKeyword, k.keywordRange.valid() ? k.keywordRange : k.range, {fn->name, k.keyword});
       if (fn->def) D.note("`" + fn->name + "` is defined here", fn->def->nameRange);
       ok = false;
       continue;
     }
     if (given.count(k.keyword)) {
-      D.report(DiagKind::DuplicateArg, k.range, {fn->name, k.keyword});
+      D.report(DiagKind::DuplicateArg, k.keywordRange.valid() ? k.keywordRange : k.range, {fn->name, k.keyword});
       ok = false;
       continue;
     }
@@ -576,9 +617,9 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
         mismatch("convert it with cast(x, " + std::string(dtypeName(want->dtype)) + ")");
         ok = false;
       }
-      // A specialization sees annotated parameters as declared (in the callee's own symbols,
-      // with its policies: spec 6, the policy governs operations inside the callee).
-      paramTypes.push_back({p.name, want});
+      // A specialization sees annotated parameters with the sizes this call binds (and the
+      // parameter's policies: spec 6, the policy governs operations inside the callee).
+      paramTypes.push_back({p.name, substitute(want, env)});
       continue;
     }
     if (!compatibleScalar(want, got)) { mismatch(""); ok = false; }
@@ -586,16 +627,23 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
   }
   if (!ok) return fn->declaredReturn ? substitute(fn->declaredReturn, env) : T::unknown();
 
+  // Compile-time ints given by keyword bind the symbols of the same name (`heads` in
+  // Tensor["B", "heads", "S", "D/heads"]).
+  for (auto &k : args.keywords) {
+    const ParamInfo *p = fn->param(k.keyword);
+    if (p && p->compileTime() && k.type->is(TypeKind::Int) && k.type->intValue && !env.count(k.keyword))
+      env[k.keyword] = *k.type->intValue;
+  }
   if (grid) {
-    checkGrid(fn, grid, at);
-    if (needSpecialization) pc_.specialize(*fn, paramTypes, at, false);
+    checkGrid(fn, grid, gridRange_.valid() ? gridRange_ : at);
+    if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at);
     return T::none();
   }
   if (fn->declaredReturn) {
-    if (needSpecialization) pc_.specialize(*fn, paramTypes, at, false);
+    if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at);
     return substitute(fn->declaredReturn, env);
   }
-  if (needSpecialization) return pc_.specialize(*fn, paramTypes, at, true);
+  if (needSpecialization) return pc_.specialize(*fn, paramTypes, env, at);
   pc_.ensureChecked(*fn);
   return substitute(fn->inferredReturn ? fn->inferredReturn : T::unknown(), env);
 }
@@ -675,6 +723,14 @@ TypeRef FunctionChecker::callTransform(const TypeRef &callee, Args &args, Source
     TypeRef r = callValue(inner, args, at, calleeRange);
     std::string tname = callee->transform == Transform::Grad ? "grad" : "value_and_grad";
     std::string fname = inner->fn ? inner->fn->name : "the function";
+    if (inner->fn && inner->transform == Transform::None) {
+      if (const FunctionInfo *k = pc_.undifferentiableKernel(*inner->fn)) {
+        D.report(DiagKind::NonDifferentiable, at, {"the kernel `" + k->name + "`, which `" + fname + "` launches"});
+        D.note("give the kernel a gradient with @custom_vjp(fwd=..., bwd=...) on a function that launches it");
+        if (k->def) D.note("the kernel is defined here", k->def->nameRange);
+        return T::unknown();
+      }
+    }
     bool scalar = r->is(TypeKind::Unknown) || r->is(TypeKind::Float) || (r->isScalarTensor() && isFloat(r->dtype)) ||
                   (r->is(TypeKind::Tensor) && !r->rankKnown);
     if (r->is(TypeKind::Tensor) && r->rankKnown && !r->dims.empty() && product(r->dims).isOne()) scalar = true;

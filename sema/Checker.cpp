@@ -66,14 +66,6 @@ void FunctionChecker::block(const Block &b) {
   for (Stmt *s : b) stmt(s);
 }
 
-static std::string_view ctxWord(BodyContext c) {
-  switch (c) {
-  case BodyContext::Graph: return "graph function";
-  case BodyContext::Kernel: return "kernel";
-  default: return "function";
-  }
-}
-
 void FunctionChecker::stmt(Stmt *s) {
   DiagnosticEngine &D = pc_.P.diags;
   switch (s->kind) {
@@ -81,6 +73,16 @@ void FunctionChecker::stmt(Stmt *s) {
   case Kind::Assign: {
     auto *a = static_cast<Assign *>(s);
     TypeRef v = expr(a->value);
+    if (v->is(TypeKind::Module)) {
+      std::string shown = a->value->kind == Kind::Name ? static_cast<Name *>(a->value)->id : v->module->name;
+      D.report(DiagKind::ModuleNotValue, a->value->range, {shown});
+      D.note("use its members, as `" + shown + ".name`");
+      v = T::unknown();
+    }
+    if (v->is(TypeKind::Range) && v->name == "tile.range") {
+      D.report(DiagKind::TileRange, a->value->range);
+      v = T::unknown();
+    }
     for (Expr *t : a->targets) assign(t, v, a->value->range);
     return;
   }
@@ -109,7 +111,9 @@ void FunctionChecker::stmt(Stmt *s) {
           ok = v->dtype == ann->dtype && !(v->rankKnown && ann->rankKnown && shapesProvablyDiffer(v->dims, ann->dims));
         if (!ok) D.report(DiagKind::AssignTypeMismatch, a->value->range, {a->target->kind == Kind::Name ? static_cast<Name *>(a->target)->id : "target", typeStr(ann), typeStr(v)});
       }
-      assign(a->target, ann->is(TypeKind::Unknown) ? v : (v->isPyNumber() && ann->is(TypeKind::Float) ? T::floating() : v), a->value->range);
+      // The name has the declared type from here on (what the user said it is), whatever was
+      // assigned; a mismatch was reported above.
+      assign(a->target, ann->is(TypeKind::Unknown) ? v : (v->isPyNumber() && ann->is(TypeKind::Float) ? T::floating() : (v->kind == ann->kind && !v->is(TypeKind::Tensor) ? v : ann)), a->value->range);
     } else {
       assign(a->target, ann, a->annotation->range);
     }
@@ -133,9 +137,13 @@ void FunctionChecker::stmt(Stmt *s) {
     auto *w = static_cast<With *>(s);
     if (ctx_ == BodyContext::Kernel) D.report(DiagKind::NotInKernel, s->range, {"a `with` block", "placement applies to graph and host code"});
     for (auto &it : w->items) {
-      TypeRef t = expr(it.context);
+      if (ctx_ == BodyContext::Kernel) {
+        DiagnosticEngine::Suppress quiet(D); // the block itself was reported
+        expr(it.context);
+      } else {
+        expr(it.context);
+      }
       if (it.var) assign(it.var, T::unknown(), it.context->range);
-      (void)t;
     }
     block(w->body);
     return;
@@ -156,6 +164,11 @@ void FunctionChecker::stmt(Stmt *s) {
     if (ctx_ == BodyContext::Module) { checkModuleStmt(s); return; }
     D.report(DiagKind::Unsupported, s->range, {"an import inside a function"});
     D.note("import at the top of the module");
+    // Bind the names so that their uses are not reported again.
+    if (auto *imp = dyn_cast<Import>(s))
+      for (auto &a : imp->names) if (!a.path.empty()) locals_[a.asName.empty() ? a.path[0] : a.asName] = {T::unknown(), a.range, true};
+    if (auto *imp = dyn_cast<ImportFrom>(s))
+      for (auto &a : imp->names) if (!a.path.empty()) locals_[a.asName.empty() ? a.path[0] : a.asName] = {T::unknown(), a.range, true};
     return;
   case Kind::Del: D.report(DiagKind::Unsupported, s->range, {"`del`"}); return;
   case Kind::Raise: D.report(DiagKind::Unsupported, s->range, {"`raise`"}); D.note("use `assert condition, message` to stop with an error"); return;
@@ -177,8 +190,21 @@ void FunctionChecker::checkReturn(Return *s) {
   }
   if (prepassDepth_ > 0) return;
   sawReturn_ = true;
+  if (returnType_ && s->value && !t->is(TypeKind::Unknown) && !returnType_->is(TypeKind::Unknown) && !returnType_->is(TypeKind::None)) {
+    bool differ = returnType_->kind != t->kind && !(returnType_->isPyNumber() && t->isPyNumber());
+    if (!differ && t->is(TypeKind::Tuple) && t->lengthKnown && returnType_->lengthKnown) differ = t->elems.size() != returnType_->elems.size();
+    if (differ) {
+      D.report(DiagKind::InconsistentReturn, s->value->range, {fn_ ? fn_->name : "function", typeStr(t), typeStr(returnType_)});
+      return;
+    }
+  }
   if (fn_ && fn_->declaredReturn && s->value && !t->is(TypeKind::Unknown)) {
-    const TypeRef &want = fn_->declaredReturn;
+    TypeRef want = fn_->declaredReturn;
+    if (!env_.empty() && want->is(TypeKind::Tensor)) {
+      std::vector<Dim> dims;
+      for (const Dim &d : want->dims) dims.push_back(d.substitute(env_));
+      want = T::withDims(want, dims);
+    }
     bool ok = true;
     if (want->is(TypeKind::Tensor)) {
       if (t->is(TypeKind::Tensor)) {
@@ -348,6 +374,11 @@ void FunctionChecker::checkWhile(While *s) {
 
 void FunctionChecker::bind(const std::string &n, const TypeRef &t, SourceRange at) {
   DiagnosticEngine &D = pc_.P.diags;
+  if (prepassDepth_ == 0 && !inLambda_) {
+    const BuiltinInfo *b = findBuiltin(n);
+    if (b && !b->isNamespace && !mod_.isStdlib && record_ && !locals_.count(n) && !(ctx_ == BodyContext::Module && mod_.globals.count(n)))
+      D.report(DiagKind::ShadowedBuiltin, at, {n});
+  }
   if (ctx_ == BodyContext::Module) {
     auto it = mod_.globals.find(n);
     if (it != mod_.globals.end() && it->second.kind == Symbol::Kind::Constant && it->second.type && it->second.decl != at) {
@@ -356,8 +387,15 @@ void FunctionChecker::bind(const std::string &n, const TypeRef &t, SourceRange a
       return;
     }
     if (it != mod_.globals.end() && it->second.kind != Symbol::Kind::Constant) {
-      D.report(DiagKind::Redefinition, at, {n});
-      D.note("first defined here", it->second.decl);
+      // Functions are collected before the module's statements run: report whichever of the
+      // two comes second in the file.
+      if (it->second.kind == Symbol::Kind::Function && it->second.decl.begin > at.begin) {
+        D.report(DiagKind::Redefinition, it->second.decl, {n});
+        D.note("first defined here", at);
+      } else {
+        D.report(DiagKind::Redefinition, at, {n});
+        D.note("first defined here", it->second.decl);
+      }
       return;
     }
     Symbol sym;
@@ -463,6 +501,24 @@ void FunctionChecker::assign(Expr *target, const TypeRef &v, SourceRange valueRa
 
 // ---- module level ----------------------------------------------------------------------------
 
+// An import of a name that a `def` of this module also defines: one of them is a mistake.
+// Functions are collected first, so report whichever comes second in the file.
+bool FunctionChecker::redefinesFunction(const std::string &name, SourceRange importRange) {
+  auto it = mod_.globals.find(name);
+  if (it == mod_.globals.end() || it->second.kind != Symbol::Kind::Function || !it->second.fn ||
+      it->second.fn->module != &mod_)
+    return false;
+  DiagnosticEngine &D = pc_.P.diags;
+  if (it->second.decl.begin > importRange.begin) {
+    D.report(DiagKind::Redefinition, it->second.decl, {name});
+    D.note("first defined here, by the import", importRange);
+  } else {
+    D.report(DiagKind::Redefinition, importRange, {name});
+    D.note("first defined here", it->second.decl);
+  }
+  return true;
+}
+
 void FunctionChecker::checkModuleStmt(Stmt *s) {
   DiagnosticEngine &D = pc_.P.diags;
   switch (s->kind) {
@@ -470,6 +526,7 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
   case Kind::Import: {
     auto *imp = static_cast<Import *>(s);
     for (auto &a : imp->names) {
+      if (a.path.empty()) continue; // a syntax error, already reported
       if (a.path.size() == 1 && a.path[0] == "tessera") {
         Symbol sym;
         sym.kind = Symbol::Kind::Builtin;
@@ -480,9 +537,11 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
       }
       ModuleInfo *m = pc_.loadModule(a.path, "", a.range, &mod_);
       if (!m) continue;
+      if (redefinesFunction(a.asName.empty() ? a.path[0] : a.asName, a.range)) continue;
       Symbol sym;
       sym.kind = Symbol::Kind::Module;
       sym.decl = a.range;
+      sym.imported = true;
       if (!a.asName.empty()) {
         sym.type = T::module(m);
         mod_.globals[a.asName] = sym;
@@ -497,6 +556,7 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
   }
   case Kind::ImportFrom: {
     auto *imp = static_cast<ImportFrom *>(s);
+    if (imp->module.path.empty()) return; // a syntax error, already reported
     if (imp->module.path.size() == 1 && imp->module.path[0] == "tessera") {
       for (auto &a : imp->names) {
         const BuiltinInfo *b = a.path.empty() ? nullptr : findBuiltin(a.path[0]);
@@ -538,11 +598,14 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
           sym.type = T::module(sm);
         }
       }
-      if (!sym.type) {
+      if (!sym.type && sym.kind != Symbol::Kind::Function) {
         D.report(DiagKind::NameNotInModule, a.range, {m->name, n});
         continue;
       }
+      if (redefinesFunction(a.asName.empty() ? n : a.asName, a.range)) continue;
       sym.decl = a.range;
+      sym.imported = true;
+      sym.used = false;
       mod_.globals[a.asName.empty() ? n : a.asName] = sym;
     }
     return;
@@ -550,6 +613,16 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
   case Kind::Assign: {
     auto *a = static_cast<Assign *>(s);
     TypeRef v = expr(a->value);
+    if (v->is(TypeKind::Module)) {
+      std::string shown = a->value->kind == Kind::Name ? static_cast<Name *>(a->value)->id : v->module->name;
+      D.report(DiagKind::ModuleNotValue, a->value->range, {shown});
+      D.note("use its members, as `" + shown + ".name`");
+      v = T::unknown();
+    }
+    if (v->is(TypeKind::Range) && v->name == "tile.range") {
+      D.report(DiagKind::TileRange, a->value->range);
+      v = T::unknown();
+    }
     for (Expr *t : a->targets) {
       if (t->kind != Kind::Name) {
         D.report(DiagKind::Unsupported, t->range, {"unpacking at module level"});
@@ -746,6 +819,7 @@ TypeRef FunctionChecker::name(Name *n) {
   }
   auto g = mod_.globals.find(id);
   if (g != mod_.globals.end()) {
+    g->second.used = true;
     if (record_) pc_.P.definitions[n] = g->second.decl;
     if (g->second.kind == Symbol::Kind::Function) return T::function(g->second.fn);
     return g->second.type ? g->second.type : T::unknown();
@@ -753,9 +827,9 @@ TypeRef FunctionChecker::name(Name *n) {
   if (auto d = dtypeFromName(id)) return T::dtypeVal(*d);
   if (id == "INF") return T::floating(INFINITY);
   if (id == "NAN") return T::floating(NAN);
+  if (id == "gpu") return T::opaque("gpu list");
   if (const BuiltinInfo *b = findBuiltin(id)) return T::builtin(b);
   if (id == "Tensor") return T::opaque("Tensor");
-  if (id == "gpu") return T::opaque("gpu list");
   D.report(DiagKind::UndefinedName, n->range, {id});
   // One report per name and function: later uses resolve to Unknown silently.
   locals_[id] = {T::unknown(), n->range, true};

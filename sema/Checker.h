@@ -38,11 +38,19 @@ public:
 
   /// Module level: checks one statement of the top level (constants, imports, definitions).
   void checkModuleStmt(ast::Stmt *s);
+  bool redefinesFunction(const std::string &name, SourceRange importRange);
   /// Evaluates an expression in this scope (decorator arguments, annotations' dtypes).
   TypeRef expr(ast::Expr *e);
   /// The type of a lambda called with arguments (grid lambdas, tree_map's functions).
   TypeRef callLambda(const ast::Lambda *l, const std::vector<TypeRef> &args, SourceRange at);
 
+  /// Makes this check a specialization: the callee's symbols have the values a call bound them
+  /// to (`env`), in the body and in the declared return type.
+  void setSpecialization(const std::map<std::string, Dim> &env) {
+    specializing_ = true;
+    env_ = env;
+    for (auto &[k, v] : env) symbolValues_[k] = T::integer(v);
+  }
   BodyContext context() const { return ctx_; }
   const FunctionInfo *function() const { return fn_; }
   void setParent(FunctionChecker *p) { parent_ = p; }
@@ -107,6 +115,9 @@ private:
   int loopDepth_ = 0;
   int prepassDepth_ = 0;
   bool inLambda_ = false;
+  bool specializing_ = false;
+  SourceRange gridRange_; // the grid of the launch being checked
+  std::map<std::string, Dim> env_;
 };
 
 /// Drives the check of a whole program: modules, signatures, bodies and specializations.
@@ -126,10 +137,16 @@ public:
   /// The return type of a call of `fn` whose parameters have the given types; checks a
   /// specialization when the call's types say more than the signature.
   TypeRef specialize(FunctionInfo &fn, const std::vector<std::pair<std::string, TypeRef>> &params,
-                     SourceRange callSite, bool needed);
+                     const std::map<std::string, Dim> &env, SourceRange callSite);
+  /// The first kernel without a custom VJP that `fn` launches, directly or through the functions
+  /// it calls (autodiff cannot differentiate it, spec 8); null if none.
+  const FunctionInfo *undifferentiableKernel(const FunctionInfo &fn);
+  /// Reports imports that nothing uses (W0124), for the modules of the user's program.
+  void reportUnusedImports();
   TypeRef annotationType(ast::Expr *e, FunctionInfo *fn, ModuleInfo &m, std::vector<std::string> *symbols);
 
   std::vector<std::string> loadingStack; // module names being loaded, for cycle messages
+  bool scheduleBroken = false;            // the function being analyzed has an invalid schedule
   std::vector<FunctionChecker *> checkerStack;
   int specializationDepth = 0;
 

@@ -562,7 +562,7 @@ public:
       skipWs();
       if (result && !atEnd()) {
         if (peek() == ')')
-          fail(pos_, "unmatched ')'");
+          fail(pos_, "unmatched `)`");
         else
           failAfterOperand("expected an operator");
         result.reset();
@@ -629,7 +629,7 @@ private:
       char c = peek();
       if (c == '*') {
         if (peek(1) == '*')
-          return fail(pos_, "'**' is not allowed in a dimension");
+          return fail(pos_, "`**` is not allowed in a dimension");
         ++pos_;
         auto rhs = unary();
         if (!rhs)
@@ -723,7 +723,7 @@ private:
   std::optional<Dim> primary() {
     skipWs();
     if (atEnd())
-      return fail(pos_, "expected a number, a name or '('");
+      return fail(pos_, "expected a number, a name or `(`");
     char c = peek();
     size_t start = pos_;
     if (isDigit(c))
@@ -754,21 +754,21 @@ private:
         return std::nullopt;
       skipWs();
       if (peek() != ')')
-        return atEnd() ? fail(pos_, "expected ')'")
-                       : failAfterOperand("expected an operator or ')'");
+        return atEnd() ? fail(pos_, "expected `)`")
+                       : failAfterOperand("expected an operator or `)`");
       ++pos_;
       --depth_;
       return v;
     }
     if (c == ')' || c == '*' || c == '/' || c == ',')
-      return fail(pos_, "expected a number, a name or '('");
+      return fail(pos_, "expected a number, a name or `(`");
     return failUnexpected();
   }
 
   std::nullopt_t failUnexpected() {
     char c = peek();
     if (c > ' ' && c < 0x7f)
-      return fail(pos_, std::string("unexpected character '") + c + "'");
+      return fail(pos_, std::string("unexpected character `") + c + "`");
     return fail(pos_, "unexpected character");
   }
 
@@ -816,14 +816,14 @@ private:
       return std::nullopt;
     skipWs();
     if (peek() != ',')
-      return fail(pos_, "expected ','");
+      return fail(pos_, "expected `,`");
     ++pos_;
     auto b = expr();
     if (!b)
       return std::nullopt;
     skipWs();
     if (peek() != ')')
-      return fail(pos_, "expected ')'");
+      return fail(pos_, "expected `)`");
     ++pos_;
     --depth_;
     return isMin ? Dim::min(*a, *b) : Dim::max(*a, *b);

@@ -25,6 +25,58 @@ std::string_view functionKindWord(FunctionKind k) {
   return "function";
 }
 
+// Whether every path through a block ends in `return` (or `raise`, which is reported apart).
+static bool alwaysReturns(const Block &b) {
+  if (b.empty()) return false;
+  Stmt *last = b.back();
+  switch (last->kind) {
+  case Kind::Return: case Kind::Raise: return true;
+  case Kind::If: {
+    auto *i = static_cast<If *>(last);
+    return alwaysReturns(i->body) && alwaysReturns(i->orelse);
+  }
+  case Kind::With: return alwaysReturns(static_cast<With *>(last)->body);
+  case Kind::While: {
+    auto *w = static_cast<While *>(last);
+    auto *t = dyn_cast<BoolLit>(w->test);
+    return t && t->value; // `while True:` ends only through a return
+  }
+  default: return false;
+  }
+}
+
+// The range of an autotune space entry `NAME=[...]` (or of the decorator if not found).
+static SourceRange spaceEntryRange(const FunctionInfo &fn, const std::string &name) {
+  for (auto &d : fn.def->decorators) {
+    for (auto &a : d.args) {
+      auto *c = dyn_cast<Call>(a.value);
+      if (c) for (auto &e : c->args) if (e.kind == ArgKind::Keyword && e.name == name) return e.range;
+      if (auto *dd = dyn_cast<Dict>(a.value))
+        for (size_t i = 0; i < dd->keys.size(); ++i)
+          if (auto *k = dyn_cast<StrLit>(dd->keys[i]); k && k->value == name) return k->range;
+    }
+    if (d.dotted().find("autotune") != std::string::npos) return d.range;
+  }
+  return fn.def->nameRange;
+}
+
+// The range of the string `name` in an autotune key list (or of the decorator).
+static SourceRange keyEntryRange(const FunctionInfo &fn, const std::string &name) {
+  for (auto &d : fn.def->decorators) {
+    if (d.dotted().find("autotune") == std::string::npos) continue;
+    for (auto &a : d.args) {
+      if (a.kind != ArgKind::Keyword || a.name != "key") continue;
+      std::vector<Expr *> elts;
+      if (auto *l = dyn_cast<List>(a.value)) elts = l->elts;
+      if (auto *t = dyn_cast<Tuple>(a.value)) elts = t->elts;
+      for (Expr *e : elts)
+        if (auto *s = dyn_cast<StrLit>(e); s && s->value == name) return s->range;
+    }
+    return d.range;
+  }
+  return fn.def->nameRange;
+}
+
 static BodyContext bodyContextOf(const FunctionInfo &fn) {
   switch (fn.kind) {
   case FunctionKind::Graph: return BodyContext::Graph;
@@ -164,6 +216,13 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
     // A dtype, maybe with policies: bf16, BF16A (a module alias), bf16 @accum(f32), ts.bf16.
     if (x->kind != Kind::Name && x->kind != Kind::Binary && x->kind != Kind::Attribute) return std::nullopt;
     if (auto *b = dyn_cast<Binary>(x); b && b->op != BinOp::MatMul) return std::nullopt;
+    if (auto *at = dyn_cast<Attribute>(x)) {
+      // Only `ts.bf16` (an alias of the tessera module) names a dtype through an attribute.
+      auto *base = dyn_cast<Name>(at->value);
+      auto g = base ? m.globals.find(base->id) : m.globals.end();
+      if (g == m.globals.end() || !g->second.type || !g->second.type->is(TypeKind::Opaque) || g->second.type->name != "tessera")
+        return std::nullopt;
+    }
     if (auto *n = dyn_cast<Name>(x)) {
       bool known = dtypeFromName(n->id).has_value();
       auto g = m.globals.find(n->id);
@@ -203,9 +262,19 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
         dt = (*d)->dtype;
         pol = (*d)->policies;
         items.pop_back();
+      } else if (auto *n = dyn_cast<Name>(items.back())) {
+        // A name in the last position that is neither a dtype nor an int constant is a
+        // misspelt dtype (`fp8`, `float`), not a dimension.
+        auto g = m.globals.find(n->id);
+        bool intConst = g != m.globals.end() && g->second.type && g->second.type->is(TypeKind::Int);
+        if (!intConst) {
+          D.report(DiagKind::UnknownDType, n->range, {n->id});
+          return T::unknown();
+        }
       }
     }
     std::vector<Dim> dims;
+    size_t errorsBefore = D.errorCount();
     for (Expr *it : items) {
       if (auto *str = dyn_cast<StrLit>(it)) {
         std::string err;
@@ -227,10 +296,11 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
         if (i->value < 0) D.report(DiagKind::NegativeDim, it->range, {std::to_string(i->value)});
         dims.push_back(Dim::constant(i->value));
       } else if (auto *n = dyn_cast<Name>(it)) {
-        TypeRef t = scope.expr(n);
+        auto g = m.globals.find(n->id);
+        TypeRef t = g != m.globals.end() && g->second.type ? g->second.type : T::unknown();
         if (t->is(TypeKind::Int) && t->intValue && t->intValue->constantValue()) dims.push_back(*t->intValue);
         else {
-          D.report(DiagKind::InvalidDim, it->range, {"`" + n->id + "`", "a dimension is a string such as \"B\" or \"3*D\", or an integer"});
+          D.report(DiagKind::InvalidDim, it->range, {"`" + n->id + "`", "a dimension is a string such as \"" + n->id + "\" or \"3*D\", or an integer"});
           dims.push_back(Dim::unknown());
         }
       } else if (it->kind == Kind::EllipsisLit) {
@@ -246,6 +316,9 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
       }
     }
     if (dims.size() > 16) D.report(DiagKind::InvalidAnnotation, e->range, {"a tensor has at most 16 dimensions"});
+    // A wrong annotation was reported; checking values against the rest of it would only report
+    // the same mistake again.
+    if (D.errorCount() > errorsBefore) return T::unknown();
     return T::tensor(std::move(dims), dt, pol);
   }
   if (s && (head == "tuple" || head == "list" || head == "dict")) return T::unknown();
@@ -255,12 +328,14 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
 
 void ProgramChecker::analyzeDecorators(FunctionInfo &fn) {
   DiagnosticEngine &D = P.diags;
+  scheduleBroken = false;
   ModuleInfo &m = *fn.module;
   FunctionChecker scope(*this, m, nullptr, BodyContext::Module, false);
   const Decorator *kindDecorator = nullptr;
   auto setKind = [&](FunctionKind k, const Decorator &d) {
     if (kindDecorator) {
       D.report(DiagKind::DecoratorConflict, d.range, {d.dotted(), kindDecorator->dotted()});
+      fn.broken = true; // which rules the body follows is unknown: checking it would only add noise
       return;
     }
     kindDecorator = &d;
@@ -333,7 +408,11 @@ void ProgramChecker::analyzeDecorators(FunctionInfo &fn) {
       } else {
         TypeRef t = scope.expr(d.args[0].value);
         if (t->is(TypeKind::Schedule)) fn.schedule = t;
-        else if (!t->is(TypeKind::Unknown)) D.report(DiagKind::ScheduleKnob, d.args[0].value->range, {"expected a Schedule, not " + typeStr(t)});
+        else {
+          if (!t->is(TypeKind::Unknown)) D.report(DiagKind::ScheduleKnob, d.args[0].value->range, {"expected a Schedule, not " + typeStr(t)});
+          fn.schedule = T::schedule({}); // reported: its knobs are not also reported as missing
+          scheduleBroken = true;
+        }
       }
     } else if (name == "custom_vjp") {
       fn.customVjp = true;
@@ -364,6 +443,7 @@ void ProgramChecker::analyzeSignature(FunctionInfo &fn) {
     if (!seen.insert(p.name).second) D.report(DiagKind::DuplicateParam, p.nameRange, {p.name});
     if (p.kind == ParamKind::VarArgs || p.kind == ParamKind::VarKeywords) {
       D.report(DiagKind::Unsupported, p.range, {"a variadic parameter (`*args`, `**kwargs`)"});
+      fn.variadicNames.push_back(p.name);
       continue;
     }
     if (p.kind == ParamKind::Positional) {
@@ -389,7 +469,7 @@ void ProgramChecker::analyzeSignature(FunctionInfo &fn) {
   if (fn.kind == FunctionKind::Kernel) {
     static const std::set<std::string> knobs = {"warps", "stages", "vector", "num_warps", "num_stages"};
     for (auto &p : fn.params) {
-      if (!p.compileTime() || p.defaultType) continue;
+      if (!p.compileTime() || p.defaultType || scheduleBroken) continue;
       bool covered = false;
       for (auto &[k, v] : fn.space) covered |= k == p.name;
       if (fn.schedule) for (auto &[k, v] : fn.schedule->knobs) covered |= k == p.name;
@@ -399,12 +479,7 @@ void ProgramChecker::analyzeSignature(FunctionInfo &fn) {
       bool ok = std::find(fn.symbols.begin(), fn.symbols.end(), k) != fn.symbols.end();
       const ParamInfo *p = fn.param(k);
       ok |= p && p->compileTime();
-      if (!ok) {
-        for (auto &d : fn.def->decorators) {
-          if (d.dotted().find("autotune") == std::string::npos) continue;
-          D.report(DiagKind::AutotuneKey, d.range, {k});
-        }
-      }
+      if (!ok) D.report(DiagKind::AutotuneKey, keyEntryRange(fn, k), {k});
     }
     if (fn.def->returns && fn.declaredReturn && !fn.declaredReturn->is(TypeKind::None))
       D.report(DiagKind::KernelReturn, fn.def->returns->range);
@@ -445,14 +520,24 @@ static void bindParams(FunctionChecker &fc, const FunctionInfo &fn, const std::u
         t = T::unknown();
       }
     }
-    // An int parameter that the body never reassigns names a size: `M` in `zeros((M, K))`.
-    if (t->is(TypeKind::Int) && !t->intValue && !(reassigned && reassigned->count(p.name))) t = T::integer(Dim::symbol(p.name));
+    // An int parameter that the body never reassigns names a size: `M` in `zeros((M, K))`. A
+    // positional int of a kernel or graph function is a run-time scalar (like saxpy's alpha):
+    // it may size a tensor, but not a tile, an axis or anything else compiled into the program.
+    if (t->is(TypeKind::Int) && !t->intValue && !(reassigned && reassigned->count(p.name))) {
+      bool runtimeScalar = (fn.kind == FunctionKind::Kernel || fn.kind == FunctionKind::Graph) && !p.compileTime();
+      t = T::integer(runtimeScalar ? Dim::opaque(p.name) : Dim::symbol(p.name));
+    }
     fc.bindParam(p.name, t, p.range);
   }
 }
 
 void ProgramChecker::ensureChecked(FunctionInfo &fn) {
   if (fn.checked || fn.checking) return;
+  if (fn.broken) {
+    fn.checked = true;
+    fn.inferredReturn = T::unknown();
+    return;
+  }
   fn.checking = true;
   FunctionChecker fc(*this, *fn.module, &fn, bodyContextOf(fn), !fn.module->isStdlib);
   std::unordered_set<std::string> assigned;
@@ -470,12 +555,23 @@ void ProgramChecker::ensureChecked(FunctionInfo &fn) {
     walk(fn.def->body);
   }
   bindParams(fc, fn, &assigned);
+  for (auto &n : fn.variadicNames) fc.bindParam(n, T::unknown(), fn.def->nameRange);
   checkerStack.push_back(&fc);
   fc.checkBody(fn.def->body);
   checkerStack.pop_back();
   fn.inferredReturn = fc.sawReturn() ? fc.returnType() : T::none();
-  if (fn.declaredReturn && !fn.declaredReturn->is(TypeKind::None) && !fc.sawReturn() && fn.kind != FunctionKind::Kernel)
+  if (fn.declaredReturn && !fn.declaredReturn->is(TypeKind::None) && fn.kind != FunctionKind::Kernel && !alwaysReturns(fn.def->body))
     P.diags.report(DiagKind::MissingReturn, fn.def->nameRange, {fn.name, typeStr(fn.declaredReturn)});
+  // The autotune space names keyword-only parameters or schedule knobs, unless the kernel reads
+  // its configuration through tile.context().
+  if (fn.kind == FunctionKind::Kernel && fn.autotune && !fn.usesContext) {
+    static const std::set<std::string> knobs = {"warps", "stages", "vector", "num_warps", "num_stages"};
+    for (auto &[k, v] : fn.space) {
+      const ParamInfo *p = fn.param(k);
+      if ((p && p->compileTime()) || knobs.count(k)) continue;
+      P.diags.report(DiagKind::AutotuneSpace, spaceEntryRange(fn, k), {k, fn.name});
+    }
+  }
   fn.checking = false;
   fn.checked = true;
 }
@@ -490,9 +586,11 @@ static std::string typeKey(const TypeRef &t) {
 }
 
 TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair<std::string, TypeRef>> &params,
-                                   SourceRange callSite, bool needed) {
+                                   const std::map<std::string, Dim> &env, SourceRange callSite) {
+  if (fn.broken) return T::unknown();
   std::string key;
   for (auto &[n, t] : params) key += n + ":" + typeKey(t) + ";";
+  for (auto &[n, d] : env) key += n + "=" + d.str() + ";";
   auto it = fn.specializations.find(key);
   if (it != fn.specializations.end()) return it->second;
   if (specializationDepth > 12 || fn.specializations.size() >= 64) {
@@ -501,9 +599,22 @@ TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair
   }
   fn.specializations[key] = T::unknown(); // recursion: a call of itself is Unknown
   fn.specializationOrder.push_back(key);
+  {
+    std::string text;
+    for (auto &[n, t] : params) {
+      text += (text.empty() ? "" : ", ") + n + ": ";
+      if (t->strValue) text += "\"" + *t->strValue + "\"";
+      else if (t->boolValue) text += *t->boolValue ? "True" : "False";
+      else if (t->is(TypeKind::Int) && t->intValue && t->intValue->isConstant()) text += t->intValue->str();
+      else text += typeStr(t);
+    }
+    fn.specializationText[key] = text;
+  }
   ++specializationDepth;
   size_t first = P.diags.diagnostics().size();
   FunctionChecker fc(*this, *fn.module, &fn, bodyContextOf(fn), false);
+  fc.setSpecialization(env);
+  for (auto &n : fn.variadicNames) fc.bindParam(n, T::unknown(), fn.def->nameRange);
   for (auto &[n, t] : params) {
     const ParamInfo *p = fn.param(n);
     // An int parameter with no known value still names its size, as in the generic check.
@@ -518,11 +629,60 @@ TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair
   fn.specializations[key] = r;
   if (P.diags.diagnostics().size() > first && callSite.valid())
     P.diags.noteSince(first, "in `" + fn.name + "` as called here", callSite);
-  (void)needed;
   return r;
 }
 
 static std::unique_ptr<Program> checkFrom(std::unique_ptr<Program> P, ProgramChecker &pc, ModuleInfo *m);
+
+const FunctionInfo *ProgramChecker::undifferentiableKernel(const FunctionInfo &root) {
+  std::set<const FunctionInfo *> seen;
+  std::function<const FunctionInfo *(const FunctionInfo &)> visit = [&](const FunctionInfo &fn) -> const FunctionInfo * {
+    if (!seen.insert(&fn).second || fn.customVjp || !fn.def) return nullptr;
+    const FunctionInfo *found = nullptr;
+    // Resolve a callee expression (`f`, `kernels.f`, `k[grid]`) to a function of the program.
+    auto resolve = [&](Expr *e) -> const FunctionInfo * {
+      if (auto *s = dyn_cast<Subscript>(e)) e = s->value;
+      const ModuleInfo *m = fn.module;
+      std::string name;
+      if (auto *n = dyn_cast<Name>(e)) name = n->id;
+      else if (auto *a = dyn_cast<Attribute>(e); a && a->value->kind == Kind::Name) {
+        auto g = m->globals.find(static_cast<Name *>(a->value)->id);
+        if (g == m->globals.end() || !g->second.type || !g->second.type->is(TypeKind::Module)) return nullptr;
+        m = g->second.type->module;
+        name = a->attr;
+      }
+      if (name.empty()) return nullptr;
+      auto g = m->globals.find(name);
+      return g != m->globals.end() && g->second.kind == Symbol::Kind::Function ? g->second.fn : nullptr;
+    };
+    std::function<void(Node *)> walk = [&](Node *n) {
+      if (found) return;
+      if (auto *c = dyn_cast<Call>(n)) {
+        if (const FunctionInfo *callee = resolve(c->func)) {
+          if (callee->kind == FunctionKind::Kernel && c->func->kind == Kind::Subscript) found = callee;
+          else if (callee->kind != FunctionKind::Kernel) found = visit(*callee);
+        }
+      }
+      if (!found) forEachChild(n, walk);
+    };
+    for (Stmt *s : fn.def->body) walk(s);
+    return found;
+  };
+  return visit(root);
+}
+
+void ProgramChecker::reportUnusedImports() {
+  // Only the program's own module: the modules it imports are checked as its dependencies, and
+  // their warnings are theirs to fix.
+  for (auto &m : P.modules) {
+    if (m.get() != P.main || !m->ast) continue;
+    std::vector<std::pair<SourceRange, std::string>> unused;
+    for (auto &[name, sym] : m->globals)
+      if (sym.imported && !sym.used) unused.push_back({sym.decl, name});
+    std::sort(unused.begin(), unused.end(), [](auto &a, auto &b) { return a.first.begin < b.first.begin; });
+    for (auto &[r, n] : unused) P.diags.report(DiagKind::UnusedImportName, r, {n});
+  }
+}
 
 std::unique_ptr<Program> checkProgram(SourceManager &sm, DiagnosticEngine &diags, const std::string &path,
                                       const CheckOptions &options) {
@@ -565,6 +725,7 @@ static std::unique_ptr<Program> checkFrom(std::unique_ptr<Program> P, ProgramChe
     ModuleInfo &mod = *P->modules[i];
     for (auto &fn : mod.functions) pc.ensureChecked(*fn);
   }
+  pc.reportUnusedImports();
   return P;
 }
 
@@ -612,7 +773,7 @@ void printTypes(std::ostream &os, const Program &p) {
       }
       for (auto &k : fn->specializationOrder) {
         auto it = fn->specializations.find(k);
-        os << "    specialization (" << k << ") -> " << typeStr(it->second) << "\n";
+        os << "    specialization (" << fn->specializationText.at(k) << ") -> " << typeStr(it->second) << "\n";
       }
     }
   }

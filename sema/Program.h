@@ -51,12 +51,15 @@ struct FunctionInfo {
   std::vector<std::string> autotuneKey;
   TypeRef schedule;                      // @kernel.schedule(...)
   bool usesContext = false;              // calls tile.context()
+  bool broken = false;                   // its decorators are contradictory: the body is not checked
+  std::vector<std::string> variadicNames; // *args / **kwargs (rejected; bound so uses are quiet)
 
   // Checking state.
   bool checking = false, checked = false;
   TypeRef inferredReturn;                // of the generic check
   std::map<std::string, TypeRef> specializations; // argument-type signature -> return type
   std::vector<std::string> specializationOrder;
+  std::map<std::string, std::string> specializationText; // key -> "x: Tensor[...], act: \"relu\""
 
   size_t positionalCount() const {
     size_t n = 0;
@@ -74,6 +77,8 @@ struct Symbol {
   TypeRef type;
   SourceRange decl;
   const FunctionInfo *fn = nullptr;
+  bool imported = false;      // bound by an import statement
+  mutable bool used = false;  // referred to by the module's code
 };
 
 struct ModuleInfo {

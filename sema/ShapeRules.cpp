@@ -215,6 +215,13 @@ TypeRef elementwise(std::string_view op, ElementwiseKind kind, const TypeRef &a,
     if (!p) return T::unknown();
     dt = *p;
   }
+  // Arithmetic on two bools has no meaning users agree on (NumPy gives logical or for +, an
+  // error for -): ask for a cast. Bool with a number promotes as the lattice says.
+  auto isBool = [](const Type &t) { return t.kind == TypeKind::Bool || (t.isTensorLike() && t.dtype == DType::Bool); };
+  if ((kind == ElementwiseKind::Arithmetic || kind == ElementwiseKind::TrueDivide) && isBool(x) && isBool(y)) {
+    r.diags.report(DiagKind::BoolArithmetic, r.range);
+    return T::unknown();
+  }
   if (kind == ElementwiseKind::Bitwise && isFloat(dt)) {
     r.diags.report(DiagKind::IntegerOnly, r.range, {"operator `" + std::string(op) + "`", std::string(dtypeName(dt))});
     return T::unknown();
@@ -271,7 +278,11 @@ TypeRef matmul(const TypeRef &a, const TypeRef &b, const Reporter &r) {
   DType dt;
   if (x.dtype == y.dtype) dt = x.dtype;
   else if (isFp8(x.dtype) && isFp8(y.dtype)) dt = DType::F32;
-  else {
+  else if (isFp8(x.dtype) || isFp8(y.dtype)) {
+    // fp8 operands are fine in a matrix product; mixing one with another dtype is not.
+    r.diags.report(DiagKind::NoPromotion, r.range, {std::string(dtypeName(x.dtype)), std::string(dtypeName(y.dtype))});
+    return T::unknown();
+  } else {
     auto p = arithmeticDType(x.dtype, y.dtype, r);
     if (!p) return T::unknown();
     dt = *p;
@@ -369,6 +380,8 @@ Dim sliceExtent(const Dim &n, const std::optional<Dim> &lower, const std::option
     if (auto c = ext.constantValue(); c && *c < 0) ext = Dim::constant(0);
     if (s == 1) return ext;
     if (auto c = ext.constantValue()) return Dim::constant((*c + s - 1) / s);
+    // An extent that the step divides exactly (2*BLOCK by 2) stays a polynomial.
+    if (auto q = ext.divide(Dim::constant(s)); q && q->str().find('/') == std::string::npos) return *q;
     return Dim::opaque("ceil((" + ext.str() + ")/" + std::to_string(s) + ")");
   }
   // Negative steps: x[::-1] keeps n elements; other forms with known constants fold.

@@ -92,7 +92,8 @@ struct Type {
   Transform transform = Transform::None;
   std::vector<int> argnums;  // for Grad / ValueAndGrad
   TypeRef inner;             // the function a transform wraps; a pullback's primal result
-  std::string name;          // builtin name ("tile.load"), Opaque's description
+  std::string name;          // builtin name ("tile.load"), Opaque's description, a View's tensor
+  bool strided = false;      // a View with a step other than 1 (tile operations reject it)
 
   // Config and Schedule: named integer knobs (BM, BN, warps, ...).
   std::vector<std::pair<std::string, Dim>> knobs;

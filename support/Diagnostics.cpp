@@ -43,6 +43,17 @@ Diagnostic &DiagnosticEngine::report(DiagKind kind, SourceRange range, std::vect
     return dropped_;
   }
   if (sev == Severity::Warning && werror_) sev = Severity::Error;
+  // What the checker finds wrong on a line the parser could not read is a consequence of the
+  // syntax error there, not a second mistake.
+  if (range.valid() && sm_.has(range.file)) {
+    uint32_t line = sm_.file(range.file).lineCol(range.begin).line;
+    bool syntax = diagCode(kind).substr(0, 3) == "E00";
+    if (syntax) syntaxLines_.insert({range.file, line});
+    else if (sev != Severity::Fatal && syntaxLines_.count({range.file, line})) {
+      lastDropped_ = true;
+      return dropped_;
+    }
+  }
   if (sev == Severity::Error || sev == Severity::Fatal) {
     ++errors_;
     if (sev == Severity::Fatal) fatal_ = true;

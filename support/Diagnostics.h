@@ -10,6 +10,7 @@
 #include "support/Source.h"
 
 #include <functional>
+#include <set>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -89,6 +90,8 @@ private:
   size_t errors_ = 0, warnings_ = 0, maxErrors_ = 50;
   bool fatal_ = false, werror_ = false, saidTooMany_ = false;
   int suppress_ = 0;
+  // Lines with a lexical or syntax error (E00xx): later errors there are its consequences.
+  std::set<std::pair<FileId, uint32_t>> syntaxLines_;
 };
 
 } // namespace tsr

@@ -142,7 +142,7 @@ TEST_CASE("parse errors") {
   auto e = parseError("3*");
   REQUIRE(e);
   CHECK(e->offset == 2);
-  CHECK(e->message == "expected a number, a name or '('");
+  CHECK(e->message == "expected a number, a name or `(`");
 
   e = parseError("D/0");
   REQUIRE(e);
@@ -173,23 +173,23 @@ TEST_CASE("parse errors") {
   const Case cases[] = {
       {"", 0, "empty dimension"},
       {"   ", 3, "empty dimension"},
-      {"(3", 2, "expected ')'"},
-      {"(3 4)", 3, "expected an operator or ')'"},
-      {"3)", 1, "unmatched ')'"},
+      {"(3", 2, "expected `)`"},
+      {"(3 4)", 3, "expected an operator or `)`"},
+      {"3)", 1, "unmatched `)`"},
       {"3 4", 2, "expected an operator"},
-      {"D$", 1, "unexpected character '$'"},
-      {"?1", 0, "unexpected character '?'"},
+      {"D$", 1, "unexpected character `$`"},
+      {"?1", 0, "unexpected character `?`"},
       {"D?1", 1, "expected an operator"},
-      {"(D$)", 2, "unexpected character '$'"},
+      {"(D$)", 2, "unexpected character `$`"},
       {"1__0", 0, "invalid integer literal"},
       {"10_", 0, "invalid integer literal"},
       {"3D", 0, "invalid integer literal"},
-      {"2**3", 1, "'**' is not allowed in a dimension"},
+      {"2**3", 1, "`**` is not allowed in a dimension"},
       {"D^2", 1, "expected an operator"},
       {"min(D, 3)", 3, "expected an operator"},
-      {"*D", 0, "expected a number, a name or '('"},
-      {"()", 1, "expected a number, a name or '('"},
-      {"D///H", 3, "expected a number, a name or '('"},
+      {"*D", 0, "expected a number, a name or `(`"},
+      {"()", 1, "expected a number, a name or `(`"},
+      {"D///H", 3, "expected a number, a name or `(`"},
       {"D\x01", 1, "unexpected character"},
   };
   for (const Case &c : cases) {
