@@ -23,4 +23,4 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p "$BUILD/artifacts"
 "$BUILD/tests/fuzz/fuzz_frontend" -artifact_prefix="$BUILD/artifacts/" -max_total_time="$SECONDS_TO_RUN" -timeout=10 -rss_limit_mb=4096 \
   -max_len=4096 -print_final_stats=1 "$corpus" 2>&1 | tail -n 25
-echo "fuzz: 1 passed, 0 failed (no crash, hang or sanitizer report in ${SECONDS_TO_RUN} s)"
+echo "fuzz: no crash, hang or sanitizer report in ${SECONDS_TO_RUN} s"
