@@ -43,6 +43,7 @@ public:
   Expr *test(P::TestContext *c);
   bool tooDeep() const { return tooDeepReported_; }
   void setSyntaxErrors(const frontend::SyntaxErrorStrategy *s) { syntax_ = s; }
+  void setTokens(antlr4::TokenStream *t) { tokens_ = t; }
 
 private:
   // ---- ranges --------------------------------------------------------------------------
@@ -63,6 +64,21 @@ private:
     SourceRange b = range(c->getStart());
     Token *stop = c->getStop();
     if (!stop || stop->getTokenIndex() < c->getStart()->getTokenIndex()) return b;
+    // A block ends with layout tokens (NEWLINE, DEDENT) that stand where the next statement
+    // starts: the range ends at the last token the user wrote.
+    if (tokens_) {
+      size_t i = stop->getTokenIndex();
+      size_t first = c->getStart()->getTokenIndex();
+      while (i > first) {
+        Token *t = tokens_->get(i);
+        size_t ty = t->getType();
+        bool layout = ty == P::NEWLINE || ty == P::INDENT || ty == P::DEDENT || ty == Token::EOF ||
+                      t->getChannel() != Token::DEFAULT_CHANNEL;
+        if (!layout) break;
+        --i;
+      }
+      stop = tokens_->get(i);
+    }
     SourceRange e = range(stop);
     return {file_, b.begin, std::max(b.end, e.end)};
   }
@@ -823,7 +839,13 @@ private:
       FStringPart part;
       std::string exprText = body.substr(start, j - start);
       SourceRange er{file_, base + static_cast<uint32_t>(start), base + static_cast<uint32_t>(j)};
-      if (exprText.find_first_not_of(" \t") == std::string::npos) {
+      size_t lastNonSpace = exprText.find_last_not_of(" \t");
+      bool selfDoc = lastNonSpace != std::string::npos && exprText[lastNonSpace] == '=' &&
+                     (lastNonSpace == 0 || std::strchr("=!<>", exprText[lastNonSpace - 1]) == nullptr);
+      if (selfDoc) {
+        diags_.report(DiagKind::InvalidFString, er, {"`{expr=}` (printing the expression with its value) is not supported; write `expr={expr}`"});
+        part.expr = error(er);
+      } else if (exprText.find_first_not_of(" \t") == std::string::npos) {
         diags_.report(DiagKind::InvalidFString, er.begin == er.end ? SourceRange{file_, er.begin - 1, er.end + 1} : er, {"empty expression in `{}`"});
         part.expr = error(er);
       } else {
@@ -865,6 +887,7 @@ private:
   const SourceManager &sm_;
   bool tooDeepReported_ = false;
   const frontend::SyntaxErrorStrategy *syntax_ = nullptr;
+  antlr4::TokenStream *tokens_ = nullptr;
 };
 
 Expr *Builder::test(P::TestContext *c) {
@@ -967,6 +990,7 @@ std::unique_ptr<Module> parseModule(const SourceManager &sm, DiagnosticEngine &d
     if (!run.strategy->lineHasError(headerLine)) diags.report(DiagKind::UnexpectedIndent, range);
   Builder b(*mod->context, diags, run.offsets, file, 0, limits, sm);
   b.setSyntaxErrors(run.strategy.get());
+  b.setTokens(run.stream.get());
   mod->body = b.file(tree);
   return mod;
 }

@@ -213,7 +213,7 @@ private:
   }
 
   bool checkIndentDepth(const Token &t) {
-    if (indents_.size() > limits_.maxIndentDepth) {
+    if (indents_.size() - 1 > limits_.maxIndentDepth) { // the stack holds the top level too
       diags_.report(DiagKind::NestingTooDeep, rangeOf(t), {std::to_string(limits_.maxIndentDepth)});
       out_.fatal = true;
       return false;

@@ -634,16 +634,17 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
     if (p && p->compileTime() && k.type->is(TypeKind::Int) && k.type->intValue && !env.count(k.keyword))
       env[k.keyword] = *k.type->intValue;
   }
+  if (fn->kind == FunctionKind::Inline) needSpecialization = true; // checked in each caller's context
   if (grid) {
     checkGrid(fn, grid, gridRange_.valid() ? gridRange_ : at);
-    if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at);
+    if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at, ctx_);
     return T::none();
   }
   if (fn->declaredReturn) {
-    if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at);
+    if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at, ctx_);
     return substitute(fn->declaredReturn, env);
   }
-  if (needSpecialization) return pc_.specialize(*fn, paramTypes, env, at);
+  if (needSpecialization) return pc_.specialize(*fn, paramTypes, env, at, ctx_);
   pc_.ensureChecked(*fn);
   return substitute(fn->inferredReturn ? fn->inferredReturn : T::unknown(), env);
 }

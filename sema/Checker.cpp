@@ -16,7 +16,7 @@ FunctionChecker::FunctionChecker(ProgramChecker &pc, ModuleInfo &mod, const Func
 }
 
 void FunctionChecker::record(SourceRange r, const std::string &name, const TypeRef &t) {
-  if (record_ && !inLambda_ && prepassDepth_ == 0) pc_.P.bindings.push_back({r, name, t, fn_});
+  if (record_ && !inLambda_ && prepassDepth_ == 0 && !noRecord_) pc_.P.bindings.push_back({r, name, t, fn_});
 }
 
 void FunctionChecker::bindParam(const std::string &name, TypeRef type, SourceRange decl) {
@@ -172,7 +172,7 @@ void FunctionChecker::stmt(Stmt *s) {
     return;
   case Kind::Del: D.report(DiagKind::Unsupported, s->range, {"`del`"}); return;
   case Kind::Raise: D.report(DiagKind::Unsupported, s->range, {"`raise`"}); D.note("use `assert condition, message` to stop with an error"); return;
-  case Kind::Global: D.report(DiagKind::Unsupported, s->range, {"`global` and `nonlocal`"}); D.note("module-level names are constants; pass values as arguments and return results"); return;
+  case Kind::Global: D.report(DiagKind::Unsupported, s->range, {"`global` (or `nonlocal`)"}); D.note("module-level names are constants; pass values as arguments and return results"); return;
   default: return;
   }
 }
@@ -184,7 +184,7 @@ void FunctionChecker::checkReturn(Return *s) {
     return;
   }
   TypeRef t = s->value ? expr(s->value) : T::none();
-  if (ctx_ == BodyContext::Kernel && s->value && !t->is(TypeKind::None)) {
+  if (ctx_ == BodyContext::Kernel && fn_ && fn_->kind == FunctionKind::Kernel && s->value && !t->is(TypeKind::None)) {
     D.report(DiagKind::KernelReturn, s->value->range);
     return;
   }
@@ -343,9 +343,15 @@ void FunctionChecker::checkFor(For *s) {
   if ((ctx_ == BodyContext::Graph || (fn_ && fn_->kind == FunctionKind::Inline)) && it->is(TypeKind::Tuple) &&
       it->lengthKnown && it->elems.size() <= 16 && s->target->kind == Kind::Name) {
     ++loopDepth_;
+    bool first = true;
     for (auto &e : it->elems) {
+      // Bindings are listed once (for the first element), not once per unrolled iteration.
+      bool saved = noRecord_;
+      noRecord_ = noRecord_ || !first;
       assign(s->target, e, s->iter->range);
       block(s->body);
+      noRecord_ = saved;
+      first = false;
     }
     --loopDepth_;
     block(s->orelse);
@@ -840,6 +846,8 @@ TypeRef FunctionChecker::policyType(Binary *b, const TypeRef &lhs) {
   DiagnosticEngine &D = pc_.P.diags;
   Policies p = lhs->policies;
   Expr *rhs = b->rhs;
+  // Errors about a policy point at it as written, `@` included.
+  SourceRange prange = b->opRange.valid() ? b->opRange.to(rhs->range) : rhs->range;
   std::string pname;
   std::vector<Expr *> args;
   if (auto *n = dyn_cast<Name>(rhs)) pname = n->id;
@@ -847,25 +855,25 @@ TypeRef FunctionChecker::policyType(Binary *b, const TypeRef &lhs) {
     pname = static_cast<Name *>(c->func)->id;
     for (auto &a : c->args) args.push_back(a.value);
   } else {
-    D.report(DiagKind::InvalidPolicy, rhs->range, {"expected a policy such as @accum(f32) after the dtype"});
+    D.report(DiagKind::InvalidPolicy, prange, {"expected a policy such as @accum(f32) after the dtype"});
     return lhs;
   }
   auto dup = [&](bool present) {
-    if (present) D.report(DiagKind::DuplicatePolicy, rhs->range, {pname});
+    if (present) D.report(DiagKind::DuplicatePolicy, prange, {pname});
     return present;
   };
   auto fits = [&](std::optional<std::string> why) {
-    if (why) D.report(DiagKind::InvalidPolicy, rhs->range, {*why});
+    if (why) D.report(DiagKind::InvalidPolicy, prange, {*why});
     return !why;
   };
   if (pname == "accum") {
-    if (args.size() != 1) { D.report(DiagKind::InvalidPolicy, rhs->range, {"@accum takes one dtype, as in @accum(f32)"}); return lhs; }
+    if (args.size() != 1) { D.report(DiagKind::InvalidPolicy, prange, {"@accum takes one dtype, as in @accum(f32)"}); return lhs; }
     TypeRef a = expr(args[0]);
     if (!a->is(TypeKind::DTypeVal)) { D.report(DiagKind::InvalidPolicy, args[0]->range, {"@accum takes a dtype, not " + typeStr(a)}); return lhs; }
     if (dup(p.accum.has_value())) return lhs;
     if (fits(checkAccumPolicy(lhs->dtype, a->dtype))) p.accum = a->dtype;
   } else if (pname == "loss_scale") {
-    if (args.size() != 1) { D.report(DiagKind::InvalidPolicy, rhs->range, {"@loss_scale takes one number, as in @loss_scale(1024.0)"}); return lhs; }
+    if (args.size() != 1) { D.report(DiagKind::InvalidPolicy, prange, {"@loss_scale takes one number, as in @loss_scale(1024.0)"}); return lhs; }
     TypeRef a = expr(args[0]);
     std::optional<double> v = a->floatValue;
     if (!v && a->intValue && a->intValue->constantValue()) v = static_cast<double>(*a->intValue->constantValue());
@@ -879,7 +887,7 @@ TypeRef FunctionChecker::policyType(Binary *b, const TypeRef &lhs) {
     if (dup(p.saturate)) return lhs;
     if (fits(checkSaturatePolicy(lhs->dtype))) p.saturate = true;
   } else {
-    D.report(DiagKind::UnknownPolicy, rhs->range, {pname});
+    D.report(DiagKind::UnknownPolicy, prange, {pname});
     return lhs;
   }
   return T::dtypeVal(lhs->dtype, p);

@@ -10,6 +10,7 @@
 #include "sema/Builtins.h"
 #include "sema/Program.h"
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -116,6 +117,7 @@ private:
   int prepassDepth_ = 0;
   bool inLambda_ = false;
   bool specializing_ = false;
+  bool noRecord_ = false; // inside the second and later copies of an unrolled loop
   SourceRange gridRange_; // the grid of the launch being checked
   std::map<std::string, Dim> env_;
 };
@@ -137,7 +139,8 @@ public:
   /// The return type of a call of `fn` whose parameters have the given types; checks a
   /// specialization when the call's types say more than the signature.
   TypeRef specialize(FunctionInfo &fn, const std::vector<std::pair<std::string, TypeRef>> &params,
-                     const std::map<std::string, Dim> &env, SourceRange callSite);
+                     const std::map<std::string, Dim> &env, SourceRange callSite,
+                     std::optional<BodyContext> callerContext = std::nullopt);
   /// The first kernel without a custom VJP that `fn` launches, directly or through the functions
   /// it calls (autodiff cannot differentiate it, spec 8); null if none.
   const FunctionInfo *undifferentiableKernel(const FunctionInfo &fn);

@@ -539,6 +539,12 @@ void ProgramChecker::ensureChecked(FunctionInfo &fn) {
     return;
   }
   fn.checking = true;
+  // The generic check does not depend on who asked for it first (maybe a loop's silent first
+  // pass): its diagnostics are always reported. An inline helper's body is checked in the
+  // context of each caller instead (its specializations), so its generic check is silent.
+  DiagnosticEngine::Unsuppress loud(P.diags);
+  std::optional<DiagnosticEngine::Suppress> quietInline;
+  if (fn.kind == FunctionKind::Inline) quietInline.emplace(P.diags);
   FunctionChecker fc(*this, *fn.module, &fn, bodyContextOf(fn), !fn.module->isStdlib);
   std::unordered_set<std::string> assigned;
   {
@@ -576,8 +582,21 @@ void ProgramChecker::ensureChecked(FunctionInfo &fn) {
   fn.checked = true;
 }
 
+// A specialization's cache key: the type with every compile-time value in it, nested ones too
+// (`sizes: tuple[int, int]` with (8, 16) and with ("B", "S") are different specializations).
 static std::string typeKey(const TypeRef &t) {
-  std::string s = typeStr(t);
+  std::string s;
+  if ((t->is(TypeKind::Tuple) || t->is(TypeKind::List)) && t->lengthKnown) {
+    s = t->is(TypeKind::Tuple) ? "tuple(" : "list(";
+    for (auto &e : t->elems) s += typeKey(e) + ",";
+    return s + ")";
+  }
+  if (t->is(TypeKind::Dict) && t->lengthKnown) {
+    s = "dict(";
+    for (auto &[k, v] : t->fields) s += k + ":" + typeKey(v) + ",";
+    return s + ")";
+  }
+  s = typeStr(t);
   if (t->intValue) s += "=" + t->intValue->str();
   if (t->boolValue) s += *t->boolValue ? "=True" : "=False";
   if (t->strValue) s += "=\"" + *t->strValue + "\"";
@@ -586,9 +605,15 @@ static std::string typeKey(const TypeRef &t) {
 }
 
 TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair<std::string, TypeRef>> &params,
-                                   const std::map<std::string, Dim> &env, SourceRange callSite) {
+                                   const std::map<std::string, Dim> &env, SourceRange callSite,
+                                   std::optional<BodyContext> callerContext) {
   if (fn.broken) return T::unknown();
-  std::string key;
+  // An inline helper takes its caller's rules (spec 3: "what its caller may contain").
+  BodyContext ctx = fn.kind == FunctionKind::Inline && callerContext ? *callerContext : bodyContextOf(fn);
+  // Under a silent pass (a loop's first look) the argument types are provisional: check, but
+  // do not remember the result, so that the real pass checks it again and reports.
+  bool provisional = P.diags.suppressed();
+  std::string key = "ctx" + std::to_string(static_cast<int>(ctx)) + ";";
   for (auto &[n, t] : params) key += n + ":" + typeKey(t) + ";";
   for (auto &[n, d] : env) key += n + "=" + d.str() + ";";
   auto it = fn.specializations.find(key);
@@ -606,13 +631,14 @@ TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair
       if (t->strValue) text += "\"" + *t->strValue + "\"";
       else if (t->boolValue) text += *t->boolValue ? "True" : "False";
       else if (t->is(TypeKind::Int) && t->intValue && t->intValue->isConstant()) text += t->intValue->str();
+      else if (t->floatValue) { std::ostringstream fs; fs << *t->floatValue; text += fs.str(); }
       else text += typeStr(t);
     }
     fn.specializationText[key] = text;
   }
   ++specializationDepth;
   size_t first = P.diags.diagnostics().size();
-  FunctionChecker fc(*this, *fn.module, &fn, bodyContextOf(fn), false);
+  FunctionChecker fc(*this, *fn.module, &fn, ctx, false);
   fc.setSpecialization(env);
   for (auto &n : fn.variadicNames) fc.bindParam(n, T::unknown(), fn.def->nameRange);
   for (auto &[n, t] : params) {
@@ -627,6 +653,11 @@ TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair
   --specializationDepth;
   TypeRef r = fc.sawReturn() ? fc.returnType() : T::none();
   fn.specializations[key] = r;
+  if (provisional) {
+    fn.specializations.erase(key);
+    fn.specializationOrder.pop_back();
+    fn.specializationText.erase(key);
+  }
   if (P.diags.diagnostics().size() > first && callSite.valid())
     P.diags.noteSince(first, "in `" + fn.name + "` as called here", callSite);
   return r;

@@ -77,7 +77,19 @@ public:
     DiagnosticEngine &e_;
   };
 
-  /// Renders all diagnostics in the order reported, as spec section 12 shows them.
+  /// Lifts a Suppress for a check that does not depend on the suppressed context (a callee's
+  /// own generic check, run the first time it is needed).
+  class Unsuppress {
+  public:
+    explicit Unsuppress(DiagnosticEngine &e) : e_(e), saved_(e.suppress_) { e_.suppress_ = 0; }
+    ~Unsuppress() { e_.suppress_ = saved_; }
+  private:
+    DiagnosticEngine &e_;
+    int saved_;
+  };
+  bool suppressed() const { return suppress_ > 0; }
+
+  /// Renders all diagnostics sorted by position (file, then offset), as spec section 12 shows them.
   void render(std::ostream &os) const;
   void render(std::ostream &os, const Diagnostic &d) const;
   const SourceManager &sources() const { return sm_; }
