@@ -1,0 +1,311 @@
+// Result types of Graph IR ops (spec sections 5 and 6, as the checker applies them). The checker
+// has already rejected user errors, so a failure here is an internal error of lowering or of a
+// pass; messages say what is inconsistent for the engineer who reads them.
+#include "ir/IR.h"
+
+#include <algorithm>
+
+namespace tsr::ir {
+
+namespace {
+
+using Result = std::variant<std::vector<Type>, std::string>;
+
+std::string shapeText(const std::vector<Dim> &d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + d[i].str();
+  return s + "]";
+}
+
+std::optional<std::vector<Dim>> broadcast(const std::vector<Dim> &a, const std::vector<Dim> &b) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<Dim> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Dim *x = i < n - a.size() ? nullptr : &a[i - (n - a.size())];
+    const Dim *y = i < n - b.size() ? nullptr : &b[i - (n - b.size())];
+    if (!x) out[i] = *y;
+    else if (!y) out[i] = *x;
+    else if (*x == *y || y->isOne()) out[i] = *x;
+    else if (x->isOne()) out[i] = *y;
+    else if (x->hasUnknown()) out[i] = *y;
+    else if (y->hasUnknown()) out[i] = *x;
+    else {
+      auto cx = x->constantValue(), cy = y->constantValue();
+      if (cx && cy) return std::nullopt; // two different constants
+      out[i] = *x; // symbolic: equal by the checker's rules (a run-time guard checks it)
+    }
+  }
+  return out;
+}
+
+const std::vector<int64_t> *intsAttr(const std::vector<Attr> &attrs, std::string_view n) {
+  for (auto &a : attrs) if (a.name == n) return std::get_if<std::vector<int64_t>>(&a.value);
+  return nullptr;
+}
+const std::vector<Dim> *dimsAttr(const std::vector<Attr> &attrs, std::string_view n) {
+  for (auto &a : attrs) if (a.name == n) return std::get_if<std::vector<Dim>>(&a.value);
+  return nullptr;
+}
+std::optional<int64_t> intAttr(const std::vector<Attr> &attrs, std::string_view n) {
+  for (auto &a : attrs) if (a.name == n) if (auto *v = std::get_if<int64_t>(&a.value)) return *v;
+  return std::nullopt;
+}
+std::optional<bool> boolAttr(const std::vector<Attr> &attrs, std::string_view n) {
+  for (auto &a : attrs) if (a.name == n) if (auto *v = std::get_if<bool>(&a.value)) return *v;
+  return std::nullopt;
+}
+const DTypeAttr *dtypeAttr(const std::vector<Attr> &attrs, std::string_view n) {
+  for (auto &a : attrs) if (a.name == n) return std::get_if<DTypeAttr>(&a.value);
+  return nullptr;
+}
+
+Dim product(const std::vector<Dim> &d) {
+  Dim p = Dim::constant(1);
+  for (auto &x : d) p = p * x;
+  return p;
+}
+
+std::optional<size_t> axisOf(int64_t a, size_t rank) {
+  int64_t r = static_cast<int64_t>(rank);
+  if (a < -r || a >= r) return std::nullopt;
+  return static_cast<size_t>(a < 0 ? a + r : a);
+}
+
+bool floatMath(OpKind k) {
+  switch (k) {
+  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Sqrt:
+  case OpKind::Rsqrt: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::Silu:
+  case OpKind::Sin: case OpKind::Cos: case OpKind::Erf:
+    return true;
+  default:
+    return false;
+  }
+}
+
+Result unary(OpKind k, const Type &x) {
+  if (x.isKey()) return std::string("a key is not a number");
+  Type t = x;
+  if (floatMath(k) && !isFloat(t.dtype)) {
+    t.dtype = DType::F32;
+    t.policies = {};
+  }
+  return std::vector<Type>{t};
+}
+
+Result binary(OpKind k, OpClass c, const Type &a, const Type &b) {
+  if (a.isKey() || b.isKey()) return std::string("a key is not a number");
+  auto dims = broadcast(a.dims, b.dims);
+  if (!dims) return "shapes " + shapeText(a.dims) + " and " + shapeText(b.dims) + " do not broadcast";
+  std::optional<DType> dt = a.dtype == b.dtype ? std::optional<DType>(a.dtype) : promote(a.dtype, b.dtype);
+  if (!dt) return std::string("dtypes ") + std::string(dtypeName(a.dtype)) + " and " + std::string(dtypeName(b.dtype)) + " do not promote";
+  Policies p = a.policies;
+  if (!b.policies.empty()) {
+    if (!p.accum) p.accum = b.policies.accum;
+    if (!p.lossScale) p.lossScale = b.policies.lossScale;
+    p.stochasticRound |= b.policies.stochasticRound;
+    p.saturate |= b.policies.saturate;
+  }
+  if (c == OpClass::Compare) return std::vector<Type>{Type::tensor(std::move(*dims), DType::Bool)};
+  DType r = *dt;
+  if (k == OpKind::Div && !isFloat(r)) r = DType::F32;
+  return std::vector<Type>{Type::tensor(std::move(*dims), r, p)};
+}
+
+} // namespace
+
+Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::vector<Attr> &attrs) {
+  auto arity = [&](size_t n) -> std::optional<std::string> {
+    if (ops.size() != n) return std::string(opSpelling(kind)) + " takes " + std::to_string(n) + " operand(s), not " + std::to_string(ops.size());
+    return std::nullopt;
+  };
+  OpClass c = opClass(kind);
+  switch (c) {
+  case OpClass::Unary:
+    if (auto e = arity(1)) return *e;
+    return unary(kind, *ops[0]);
+  case OpClass::Binary: case OpClass::Compare:
+    if (auto e = arity(2)) return *e;
+    return binary(kind, c, *ops[0], *ops[1]);
+  case OpClass::Ternary: {
+    if (auto e = arity(3)) return *e;
+    if (ops[0]->dtype != DType::Bool) return std::string("where needs a bool condition");
+    Result ab = binary(OpKind::Add, OpClass::Binary, *ops[1], *ops[2]);
+    if (auto *err = std::get_if<std::string>(&ab)) return *err;
+    Type t = std::get<std::vector<Type>>(ab)[0];
+    auto dims = broadcast(ops[0]->dims, t.dims);
+    if (!dims) return std::string("where: the condition does not broadcast");
+    t.dims = *dims;
+    return std::vector<Type>{t};
+  }
+  case OpClass::Reduce: {
+    if (auto e = arity(1)) return *e;
+    const Type &x = *ops[0];
+    const std::vector<int64_t> *axes = intsAttr(attrs, "axes");
+    bool keep = boolAttr(attrs, "keepdims").value_or(false);
+    std::vector<bool> drop(x.rank(), axes == nullptr);
+    if (axes)
+      for (int64_t a : *axes) {
+        auto n = axisOf(a, x.rank());
+        if (!n) return "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(x.rank());
+        drop[*n] = true;
+      }
+    std::vector<Dim> out;
+    for (size_t i = 0; i < x.rank(); ++i) {
+      if (!drop[i]) out.push_back(x.dims[i]);
+      else if (keep) out.push_back(Dim::constant(1));
+    }
+    DType dt = (kind == OpKind::ArgMax || kind == OpKind::ArgMin) ? DType::I64 : x.dtype;
+    return std::vector<Type>{Type::tensor(std::move(out), dt, kind == OpKind::ArgMax || kind == OpKind::ArgMin ? Policies{} : x.policies)};
+  }
+  case OpClass::Special: break;
+  }
+  switch (kind) {
+  case OpKind::Cast: {
+    if (auto e = arity(1)) return *e;
+    const DTypeAttr *d = dtypeAttr(attrs, "dtype");
+    if (!d) return std::string("cast needs a dtype attribute");
+    return std::vector<Type>{Type::tensor(ops[0]->dims, d->dtype, d->policies)};
+  }
+  case OpKind::MatMul: {
+    if (auto e = arity(2)) return *e;
+    const Type &a = *ops[0], &b = *ops[1];
+    if (a.rank() == 0 || b.rank() == 0) return std::string("matmul of a scalar");
+    std::vector<Dim> x = a.dims, y = b.dims;
+    bool xv = x.size() == 1, yv = y.size() == 1;
+    if (xv) x.insert(x.begin(), Dim::constant(1));
+    if (yv) y.push_back(Dim::constant(1));
+    const Dim &k1 = x.back(), &k2 = y[y.size() - 2];
+    if (k1 != k2 && k1.constantValue() && k2.constantValue()) return "matmul inner dims " + k1.str() + " and " + k2.str() + " differ";
+    auto batch = broadcast(std::vector<Dim>(x.begin(), x.end() - 2), std::vector<Dim>(y.begin(), y.end() - 2));
+    if (!batch) return std::string("matmul batch dims do not broadcast");
+    std::vector<Dim> out = *batch;
+    if (!xv) out.push_back(x[x.size() - 2]);
+    if (!yv) out.push_back(y.back());
+    DType dt = a.dtype;
+    if (a.dtype != b.dtype) {
+      if (isFp8(a.dtype) && isFp8(b.dtype)) dt = DType::F32;
+      else if (auto p = promote(a.dtype, b.dtype)) dt = *p;
+      else return std::string("matmul operand dtypes do not promote");
+    }
+    if (isFp8(dt)) dt = DType::F32;
+    Policies p = a.policies.empty() ? b.policies : a.policies;
+    return std::vector<Type>{Type::tensor(std::move(out), dt, p)};
+  }
+  case OpKind::Reshape: case OpKind::BroadcastTo: {
+    if (auto e = arity(1)) return *e;
+    const std::vector<Dim> *shape = dimsAttr(attrs, "shape");
+    if (!shape) return std::string(opSpelling(kind)) + " needs a shape attribute";
+    const Type &x = *ops[0];
+    if (kind == OpKind::Reshape) {
+      Dim a = product(x.dims), b = product(*shape);
+      if (a != b && a.constantValue() && b.constantValue()) return "reshape changes the element count: " + a.str() + " vs " + b.str();
+    } else {
+      if (shape->size() < x.rank()) return std::string("broadcast_to cannot drop dims");
+      for (size_t i = 0; i < x.rank(); ++i) {
+        const Dim &d = x.dims[i], &t = (*shape)[shape->size() - x.rank() + i];
+        if (d != t && !d.isOne() && d.constantValue() && t.constantValue()) return "broadcast_to: " + d.str() + " does not stretch to " + t.str();
+      }
+    }
+    return std::vector<Type>{Type::tensor(*shape, x.dtype, x.policies)};
+  }
+  case OpKind::Transpose: {
+    if (auto e = arity(1)) return *e;
+    const std::vector<int64_t> *perm = intsAttr(attrs, "perm");
+    const Type &x = *ops[0];
+    if (!perm || perm->size() != x.rank()) return std::string("transpose needs a perm of the operand's rank");
+    std::vector<bool> seen(x.rank(), false);
+    std::vector<Dim> out;
+    for (int64_t p : *perm) {
+      if (p < 0 || static_cast<size_t>(p) >= x.rank() || seen[p]) return std::string("transpose perm is not a permutation");
+      seen[p] = true;
+      out.push_back(x.dims[p]);
+    }
+    return std::vector<Type>{Type::tensor(std::move(out), x.dtype, x.policies)};
+  }
+  case OpKind::Slice: {
+    if (auto e = arity(1)) return *e;
+    const std::vector<Dim> *start = dimsAttr(attrs, "start"), *stop = dimsAttr(attrs, "stop");
+    const std::vector<int64_t> *step = intsAttr(attrs, "step");
+    const Type &x = *ops[0];
+    if (!start || !stop || !step || start->size() != x.rank() || stop->size() != x.rank() || step->size() != x.rank())
+      return std::string("slice needs start, stop and step for every axis");
+    std::vector<Dim> out;
+    for (size_t i = 0; i < x.rank(); ++i) {
+      if ((*step)[i] <= 0) return std::string("slice steps are positive (lowering reverses with other ops)");
+      Dim ext = (*stop)[i] - (*start)[i];
+      if ((*step)[i] != 1) {
+        if (auto c = ext.constantValue()) ext = Dim::constant((*c + (*step)[i] - 1) / (*step)[i]);
+        else if (auto q = ext.divide(Dim::constant((*step)[i]))) ext = *q;
+      }
+      out.push_back(ext);
+    }
+    return std::vector<Type>{Type::tensor(std::move(out), x.dtype, x.policies)};
+  }
+  case OpKind::Concat: {
+    if (ops.empty()) return std::string("concat needs operands");
+    auto axis = intAttr(attrs, "axis");
+    if (!axis) return std::string("concat needs an axis");
+    auto ax = axisOf(*axis, ops[0]->rank());
+    if (!ax) return std::string("concat axis out of range");
+    std::vector<Dim> out = ops[0]->dims;
+    DType dt = ops[0]->dtype;
+    for (size_t i = 1; i < ops.size(); ++i) {
+      if (ops[i]->rank() != out.size()) return std::string("concat operands differ in rank");
+      out[*ax] = out[*ax] + ops[i]->dims[*ax];
+      if (ops[i]->dtype != dt) {
+        auto p = promote(dt, ops[i]->dtype);
+        if (!p) return std::string("concat dtypes do not promote");
+        dt = *p;
+      }
+    }
+    return std::vector<Type>{Type::tensor(std::move(out), dt, ops[0]->policies)};
+  }
+  case OpKind::Gather: {
+    if (auto e = arity(2)) return *e;
+    if (ops[0]->rank() != ops[1]->rank()) return std::string("gather indices must have the operand's rank");
+    return std::vector<Type>{Type::tensor(ops[1]->dims, ops[0]->dtype, ops[0]->policies)};
+  }
+  case OpKind::Take: {
+    if (auto e = arity(2)) return *e;
+    auto axis = intAttr(attrs, "axis");
+    auto ax = axis ? axisOf(*axis, ops[0]->rank()) : std::nullopt;
+    if (!ax) return std::string("take needs an axis in range");
+    std::vector<Dim> out(ops[0]->dims.begin(), ops[0]->dims.begin() + *ax);
+    out.insert(out.end(), ops[1]->dims.begin(), ops[1]->dims.end());
+    out.insert(out.end(), ops[0]->dims.begin() + *ax + 1, ops[0]->dims.end());
+    return std::vector<Type>{Type::tensor(std::move(out), ops[0]->dtype, ops[0]->policies)};
+  }
+  case OpKind::Constant: case OpKind::Iota: {
+    if (auto e = arity(0)) return *e;
+    const std::vector<Dim> *shape = dimsAttr(attrs, "shape");
+    const DTypeAttr *d = dtypeAttr(attrs, "dtype");
+    if (!shape || !d) return std::string(opSpelling(kind)) + " needs shape and dtype attributes";
+    if (kind == OpKind::Iota) {
+      auto axis = intAttr(attrs, "axis");
+      if (!axis || !axisOf(*axis, shape->size())) return std::string("iota needs an axis in range");
+    } else if (!(attrs.size() >= 1)) {
+      return std::string("constant needs a value");
+    }
+    return std::vector<Type>{Type::tensor(*shape, d->dtype, d->policies)};
+  }
+  case OpKind::RandomBits: case OpKind::RandomNormal: case OpKind::RandomUniform: {
+    if (ops.empty() || !ops[0]->isKey()) return std::string(opSpelling(kind)) + " takes a key first";
+    const std::vector<Dim> *shape = dimsAttr(attrs, "shape");
+    if (!shape) return std::string(opSpelling(kind)) + " needs a shape";
+    const DTypeAttr *d = dtypeAttr(attrs, "dtype");
+    DType dt = kind == OpKind::RandomBits ? DType::I64 : (d ? d->dtype : DType::F32);
+    return std::vector<Type>{Type::tensor(*shape, dt)};
+  }
+  case OpKind::KeySplit: {
+    if (auto e = arity(1)) return *e;
+    if (!ops[0]->isKey()) return std::string("key_split takes a key");
+    return std::vector<Type>{Type::key()};
+  }
+  case OpKind::KernelCall:
+    return std::string("kernel_call has explicit result types");
+  default:
+    return std::string("no type rule for ") + std::string(opSpelling(kind));
+  }
+}
+
+} // namespace tsr::ir

@@ -1,0 +1,35 @@
+// The Graph IR pipeline, as a list.
+#include "ir/passes/Pipeline.h"
+
+#include "ir/Verifier.h"
+
+namespace tsr::ir {
+
+namespace {
+struct Pass {
+  const char *name;
+  bool (*run)(Graph &);
+};
+constexpr Pass kPasses[] = {
+    {"simplify", simplify},
+    {"cse", eliminateCommonSubexpressions},
+    {"dce", eliminateDeadCode},
+};
+} // namespace
+
+void runGraphPipeline(Graph &g, bool verifyEach) {
+  for (int round = 0; round < 8; ++round) {
+    bool changed = false;
+    for (const Pass &p : kPasses) {
+      changed |= p.run(g);
+      if (verifyEach) {
+        auto errors = verify(g);
+        if (!errors.empty()) throw IRError{std::string("after pass ") + p.name + ": " + errors.front()};
+      }
+    }
+    if (!changed) break;
+  }
+  g.renumber();
+}
+
+} // namespace tsr::ir
