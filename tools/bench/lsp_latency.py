@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Language-server latency (issue: fresh diagnostics for a 5,000-line file within 300 ms of an
+edit). Generates the module with gen_module.py, opens it in `tsr lsp`, then 20 times: makes one
+incremental edit and measures the time until the publishDiagnostics of that version arrives.
+Prints each sample and the median. Not a test: numbers on shared machines are noisy.
+
+usage: tools/bench/lsp_latency.py [TSR] [LINES] [--debounce-ms N]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lsp"))
+from lspclient import Client, file_uri  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tsr", nargs="?", default=os.path.join(ROOT, "build-lsp", "tools", "tsr", "tsr"))
+    ap.add_argument("lines", nargs="?", type=int, default=5000)
+    ap.add_argument("--debounce-ms", type=int, default=None, help="the server's debounce (default: its own)")
+    ap.add_argument("--samples", type=int, default=20)
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "big.tsr")
+        with open(path, "w") as f:
+            subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench", "gen_module.py"), str(args.lines)],
+                           stdout=f, check=True)
+        text = open(path).read()
+        lines = text.split("\n")
+        print(f"module: {len(lines)} lines, {len(text)} bytes")
+        argv = [args.tsr, "lsp"] + ([f"--debounce-ms={args.debounce_ms}"] if args.debounce_ms is not None else [])
+        c = Client(argv)
+        c.initialize()
+        uri = file_uri(path)
+        t0 = time.perf_counter()
+        c.open(uri, text, 1)
+        d = c.diagnostics(uri, 1, timeout=60)
+        print(f"open -> diagnostics: {(time.perf_counter() - t0) * 1000:.0f} ms, {len(d['diagnostics'])} diagnostics")
+        # The edits alternate between introducing and removing an error in the middle of the file,
+        # so that every published version differs from the last.
+        target = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].strip().startswith("h = nn.layer_norm(x)"))
+        col = lines[target].index("x)")
+        samples = []
+        version = 1
+        for i in range(args.samples):
+            version += 1
+            new = "y" if i % 2 == 0 else "x"  # `y` is undefined there: one error, then none
+            t = time.perf_counter()
+            c.change(uri, version, [{"range": {"start": {"line": target, "character": col},
+                                               "end": {"line": target, "character": col + 1}}, "text": new}])
+            d = c.diagnostics(uri, version, timeout=60)
+            ms = (time.perf_counter() - t) * 1000
+            if d is None:
+                print("no diagnostics for version", version)
+                return 1
+            samples.append(ms)
+            print(f"edit {i + 1:2}: {ms:6.1f} ms, {len(d['diagnostics'])} diagnostics")
+            time.sleep(0.05)
+        status = c.call("tessera/status")["result"]
+        c.close()
+        print(f"server: last check {status['lastCheckMs']:.1f} ms, VmRSS {status['vmRssKb']} kB")
+        print(f"edit -> publishDiagnostics: median {statistics.median(samples):.1f} ms of {len(samples)} "
+              f"(min {min(samples):.1f}, max {max(samples):.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
