@@ -10,6 +10,9 @@ using Clock = std::chrono::steady_clock;
 
 CheckWorker::CheckWorker(sema::CheckOptions options, std::chrono::milliseconds debounce, Fetch fetch, Done done)
     : options_(std::move(options)), fetch_(std::move(fetch)), done_(std::move(done)), debounce_(debounce) {
+  options_.parse = [this](const SourceManager &sm, DiagnosticEngine &diags, FileId file, const std::string &name) {
+    return cache_.parse(sm, diags, file, name);
+  };
   // The checker recurses over the user's program; it gets the stack tsrc gives it.
   thread_ = std::thread([this] { runWithLargeStack(size_t(512) << 20, [this] { loop(); return 0; }); });
 }
@@ -27,6 +30,15 @@ void CheckWorker::schedule(const std::string &uri, bool immediate) {
 void CheckWorker::setDebounce(std::chrono::milliseconds d) {
   std::lock_guard<std::mutex> lock(mu_);
   debounce_ = d;
+}
+
+void CheckWorker::forget(const std::string &uri) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    forget_.push_back(uri);
+    due_.erase(uri);
+  }
+  cv_.notify_one();
 }
 
 void CheckWorker::stop() {
@@ -48,6 +60,12 @@ void CheckWorker::loop() {
   bool trimmed = true;
   for (;;) {
     if (stop_) return;
+    if (!forget_.empty()) {
+      for (auto &u : forget_) cache_.forget(u);
+      forget_.clear();
+      trimmed = false;
+      continue;
+    }
     if (due_.empty()) {
       // Idle for a second: give the memory freed by past checks back to the system, so that the
       // footprint follows the live documents rather than their history. Not after every check:
@@ -78,7 +96,9 @@ void CheckWorker::loop() {
     double ms = 0;
     if (auto in = fetch_(uri)) {
       ran = true;
+      cache_.beginCheck(uri);
       std::shared_ptr<Analysis> a = analyze(in->uri, in->path, std::move(in->text), in->version, options_);
+      cache_.endCheck();
       ms = a->checkMs;
       published = done_(std::move(a));
     }
@@ -87,6 +107,7 @@ void CheckWorker::loop() {
     ++stats_.checks;
     if (!published) ++stats_.superseded;
     stats_.lastMs = ms;
+    stats_.parse = cache_.stats();
     trimmed = false;
   }
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "lsp/Analysis.h"
+#include "lsp/ParseCache.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -36,6 +37,8 @@ public:
   /// `immediate`: a newly opened document, a saved import).
   void schedule(const std::string &uri, bool immediate = false);
   void setDebounce(std::chrono::milliseconds d);
+  /// Releases what the checks of a closed document kept (its parsed statements).
+  void forget(const std::string &uri);
   /// Finishes the check in progress (its result is dropped) and stops the thread.
   void stop();
 
@@ -43,6 +46,7 @@ public:
     uint64_t checks = 0;     // checks run
     uint64_t superseded = 0; // results dropped because the document had changed
     double lastMs = 0;       // duration of the last check
+    ParseCache::Stats parse; // statements parsed and reused
   };
   Stats stats();
 
@@ -56,6 +60,8 @@ private:
   std::condition_variable cv_;
   std::chrono::milliseconds debounce_;
   std::map<std::string, std::chrono::steady_clock::time_point> due_;
+  std::vector<std::string> forget_;
+  ParseCache cache_; // the checker thread's alone
   bool stop_ = false;
   Stats stats_;
   std::thread thread_;

@@ -239,6 +239,8 @@ private:
       auto s = worker_->stats();
       std::lock_guard<std::mutex> lock(mu_);
       reply(id, {{"checks", s.checks}, {"superseded", s.superseded}, {"lastCheckMs", s.lastMs},
+                 {"parsedStatements", s.parse.parsed}, {"reusedStatements", s.parse.reused},
+                 {"tailParses", s.parse.wholeTail}, {"cachedStatements", s.parse.entries},
                  {"published", published_}, {"openDocuments", docs_.all().size()}, {"vmRssKb", vmRssKb()}});
       return;
     }
@@ -298,6 +300,7 @@ private:
         std::lock_guard<std::mutex> lock(mu_);
         if (!docs_.close(uri)) return;
         analyses_.erase(uri);
+        worker_->forget(uri);
         takeDeferred(uri, waiting);
         notify("textDocument/publishDiagnostics", {{"uri", uri}, {"diagnostics", Json::array()}});
       }

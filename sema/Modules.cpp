@@ -172,7 +172,7 @@ ModuleInfo *ProgramChecker::adoptFile(FileId id, const std::string &key, const s
   m->path = key;
   m->isStdlib = isStdlib;
   P.modules.push_back(std::move(owned));
-  m->ast = parseModule(P.sm, P.diags, id, name);
+  m->ast = P.options.parse ? P.options.parse(P.sm, P.diags, id, name) : parseModule(P.sm, P.diags, id, name);
   loadingStack.push_back(name);
   checkModule(*m);
   loadingStack.pop_back();

@@ -102,6 +102,10 @@ struct BindingRecord {
 struct CheckOptions {
   std::vector<std::string> searchPath; // TESSERA_PATH folders
   std::string stdlibDir;               // the installed stdlib
+  /// Builds the syntax tree of a file in the source manager; parseModule when unset. (The
+  /// language server reuses the trees of the text that did not change between two checks.)
+  std::function<std::unique_ptr<ast::Module>(const SourceManager &, DiagnosticEngine &, FileId,
+                                             const std::string &moduleName)> parse;
 };
 
 class Program {
