@@ -260,6 +260,13 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     }
     return std::vector<Type>{Type::tensor(std::move(out), dt, ops[0]->policies)};
   }
+  case OpKind::Reverse: {
+    if (auto e = arity(1)) return *e;
+    const std::vector<int64_t> *axes = intsAttr(attrs, "axes");
+    if (!axes) return std::string("reverse needs axes");
+    for (int64_t a : *axes) if (!axisOf(a, ops[0]->rank())) return std::string("reverse axis out of range");
+    return std::vector<Type>{*ops[0]};
+  }
   case OpKind::Gather: {
     if (auto e = arity(2)) return *e;
     if (ops[0]->rank() != ops[1]->rank()) return std::string("gather indices must have the operand's rank");
@@ -295,6 +302,12 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     const DTypeAttr *d = dtypeAttr(attrs, "dtype");
     DType dt = kind == OpKind::RandomBits ? DType::I64 : (d ? d->dtype : DType::F32);
     return std::vector<Type>{Type::tensor(*shape, dt)};
+  }
+  case OpKind::DimValue: {
+    if (auto e = arity(0)) return *e;
+    const std::vector<Dim> *d = dimsAttr(attrs, "dim");
+    if (!d || d->size() != 1) return std::string("dim_value needs one dim");
+    return std::vector<Type>{Type::tensor({}, DType::I64)};
   }
   case OpKind::KeySplit: {
     if (auto e = arity(1)) return *e;

@@ -141,7 +141,7 @@ public:
     if (c == '%' || c == '@') {
       get();
       t.kind = c == '%' ? Tok::Local : Tok::Global;
-      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '.')) t.text += get();
+      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '.' || s_[i_] == '$')) t.text += get();
       if (t.text.empty() && c == '@') { t.kind = Tok::Punct; t.text = "@"; }
       return t;
     }

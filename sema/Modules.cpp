@@ -635,6 +635,7 @@ TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair
       else text += typeStr(t);
     }
     fn.specializationText[key] = text;
+    fn.specializationParams[key] = params;
   }
   ++specializationDepth;
   size_t first = P.diags.diagnostics().size();
@@ -657,6 +658,7 @@ TypeRef ProgramChecker::specialize(FunctionInfo &fn, const std::vector<std::pair
     fn.specializations.erase(key);
     fn.specializationOrder.pop_back();
     fn.specializationText.erase(key);
+    fn.specializationParams.erase(key);
   }
   if (P.diags.diagnostics().size() > first && callSite.valid())
     P.diags.noteSince(first, "in `" + fn.name + "` as called here", callSite);

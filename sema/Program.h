@@ -60,6 +60,7 @@ struct FunctionInfo {
   std::map<std::string, TypeRef> specializations; // argument-type signature -> return type
   std::vector<std::string> specializationOrder;
   std::map<std::string, std::string> specializationText; // key -> "x: Tensor[...], act: \"relu\""
+  std::map<std::string, std::vector<std::pair<std::string, TypeRef>>> specializationParams; // key -> parameter types
 
   size_t positionalCount() const {
     size_t n = 0;

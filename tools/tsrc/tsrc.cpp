@@ -3,11 +3,15 @@
 // Exit codes (spec 13): 0 success, 1 user error (diagnostics printed), 2 usage error,
 // 70 internal compiler error.
 #include "frontend/Parser.h"
+#include "ir/Text.h"
+#include "ir/Verifier.h"
+#include "ir/lower/LowerGraph.h"
 #include "sema/Program.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -47,9 +51,12 @@ int main(int argc, char **argv) {
   app.add_option("-o,--output", output, "where to write the compiled bundle");
   app.add_option("--emit", emit, "print a form of the program instead of compiling it:\n"
                                  "  ast    the syntax tree, with source ranges\n"
-                                 "  types  every function's signature and every binding's inferred type")
-      ->check(CLI::IsMember({"ast", "types"}));
+                                 "  types  every function's signature and every binding's inferred type\n"
+                                 "  graph  the Graph IR of each graph function (and of each specialization)")
+      ->check(CLI::IsMember({"ast", "types", "graph"}));
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
+  bool readGraph = false;
+  app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
   app.add_option("--max-errors", maxErrors, "stop reporting after this many errors (default 50)")->check(CLI::Range(1, 100000));
   try {
     app.parse(argc, argv);
@@ -57,8 +64,30 @@ int main(int argc, char **argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  if (readGraph) {
+    std::ifstream in(file);
+    if (!in) {
+      std::cerr << "tsrc: cannot open `" << file << "`\n";
+      return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      auto m = ir::parseModuleText(text.str());
+      for (auto &g : m->graphs)
+        for (auto &problem : ir::verify(*g)) {
+          std::cerr << file << ": graph @" << g->name << ": " << problem << "\n";
+          return 1;
+        }
+      ir::printModule(std::cout, *m);
+      return 0;
+    } catch (const ir::IRError &e) {
+      std::cerr << file << ":" << e.message << "\n";
+      return 1;
+    }
+  }
   if (!check && emit.empty()) {
-    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types\n";
+    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph\n";
     return 2;
   }
   return runWithLargeStack(512u << 20, [&]() -> int {
@@ -78,6 +107,10 @@ int main(int argc, char **argv) {
         opts.searchPath = searchPath();
         auto program = sema::checkProgram(sm, diags, file, opts);
         if (emit == "types" && !diags.hasErrors()) sema::printTypes(std::cout, *program);
+        if (emit == "graph" && !diags.hasErrors()) {
+          auto graphs = ir::lowerProgram(*program, diags);
+          if (!diags.hasErrors()) ir::printModule(std::cout, *graphs);
+        }
       }
     } catch (const std::exception &e) {
       diags.internalError(e.what());

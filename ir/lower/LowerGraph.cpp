@@ -1,0 +1,1306 @@
+#include "ir/lower/LowerGraph.h"
+
+#include "ir/passes/Pipeline.h"
+#include "sema/Builtins.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace tsr::ir {
+
+using namespace tsr::ast;
+using sema::FunctionInfo;
+using sema::FunctionKind;
+using sema::ModuleInfo;
+using sema::TypeKind;
+using sema::TypeRef;
+
+namespace {
+
+// ---- compile-time values ----------------------------------------------------------------------
+
+struct LV;
+using LVRef = std::shared_ptr<const LV>;
+
+struct LV {
+  enum class K : uint8_t { None, Bool, Int, Float, Str, DType, Tensor, Key, Tuple, List, Dict, Function, Builtin, Module, Lambda };
+  K kind = K::None;
+  bool b = false;
+  Dim i;                    // Int: a size, constant or symbolic
+  double f = 0;
+  std::string s;
+  DTypeAttr dt{DType::F32, {}};
+  Value *v = nullptr;       // Tensor, Key; an Int that is a run-time value has it too
+  std::vector<LVRef> elems;
+  std::vector<std::pair<std::string, LVRef>> fields;
+  const FunctionInfo *fn = nullptr;
+  const sema::BuiltinInfo *builtin = nullptr;
+  LVRef self;               // a method's receiver
+  const ModuleInfo *module = nullptr;
+  const Lambda *lambda = nullptr;
+};
+
+LVRef mk(LV v) { return std::make_shared<const LV>(std::move(v)); }
+LVRef none() { return mk({}); }
+LVRef boolean(bool b) { LV v; v.kind = LV::K::Bool; v.b = b; return mk(v); }
+LVRef integer(Dim d, Value *rt = nullptr) { LV v; v.kind = LV::K::Int; v.i = std::move(d); v.v = rt; return mk(v); }
+LVRef floating(double f) { LV v; v.kind = LV::K::Float; v.f = f; return mk(v); }
+LVRef str(std::string s) { LV v; v.kind = LV::K::Str; v.s = std::move(s); return mk(v); }
+LVRef tensor(Value *x) { LV v; v.kind = x->type.isKey() ? LV::K::Key : LV::K::Tensor; v.v = x; return mk(v); }
+LVRef tuple(std::vector<LVRef> e, bool list = false) { LV v; v.kind = list ? LV::K::List : LV::K::Tuple; v.elems = std::move(e); return mk(v); }
+
+struct Returned {
+  LVRef value;
+};
+
+class Lowering {
+public:
+  Lowering(Module &m, const sema::Program &p, Graph &g) : m_(m), p_(p), g_(g) {}
+
+  LVRef callFunction(const FunctionInfo &fn, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
+    if (++depth_ > 64) throw CompileError{"recursion deeper than 64 calls", at};
+    std::map<std::string, LVRef> env;
+    size_t ai = 0;
+    for (const Param &prm : fn.def->params) {
+      LVRef v;
+      auto kw = kwargs.find(prm.name);
+      if (prm.kind == ParamKind::Positional && ai < args.size()) v = args[ai++];
+      else if (kw != kwargs.end()) v = kw->second;
+      else if (prm.defaultValue) v = evalIn(*fn.module, prm.defaultValue);
+      else throw CompileError{"a call without the argument `" + prm.name + "`", at};
+      env[prm.name] = v;
+    }
+    // The callee's symbolic dims are the sizes its arguments have.
+    for (const Param &prm : fn.def->params) {
+      auto *sub = prm.annotation ? dyn_cast<Subscript>(prm.annotation) : nullptr;
+      const LVRef &v = env[prm.name];
+      if (!sub || v->kind != LV::K::Tensor) continue;
+      size_t d = 0;
+      for (Expr *it : sub->indices) {
+        auto *s = dyn_cast<StrLit>(it);
+        if (s && d < v->v->type.dims.size()) {
+          auto dim = Dim::parse(s->value);
+          if (dim && dim->isSymbol() && !env.count(s->value)) env[s->value] = integer(v->v->type.dims[d]);
+        }
+        if (it->kind == Kind::StrLit || it->kind == Kind::IntLit) ++d;
+      }
+    }
+    Frame frame{&fn, fn.module, std::move(env)};
+    frames_.push_back(&frame);
+    LVRef result = none();
+    try {
+      block(fn.def->body);
+    } catch (Returned &r) {
+      result = r.value;
+    }
+    frames_.pop_back();
+    --depth_;
+    return result;
+  }
+
+private:
+  struct Frame {
+    const FunctionInfo *fn;
+    const ModuleInfo *module;
+    std::map<std::string, LVRef> env;
+  };
+
+  Loc loc(SourceRange r) {
+    if (!r.valid() || !p_.sm.has(r.file)) return {};
+    const SourceFile &f = p_.sm.file(r.file);
+    LineCol lc = f.lineCol(r.begin);
+    // Locations in the standard library read `stdlib/nn.tsr`, wherever it is installed, so
+    // that printed graphs are the same on every machine.
+    std::string path = f.path();
+    const std::string &std = p_.options.stdlibDir;
+    if (!std.empty() && path.rfind(std, 0) == 0) {
+      std::string rest = path.substr(std.size());
+      while (!rest.empty() && rest[0] == '/') rest.erase(0, 1);
+      path = "stdlib/" + rest;
+    }
+    return {m_.fileIndex(path), lc.line, lc.column};
+  }
+
+  [[noreturn]] void unsupported(const std::string &what, SourceRange r) { throw CompileError{what, r}; }
+
+  Value *op(OpKind k, std::vector<Value *> operands, std::vector<Attr> attrs, SourceRange at) {
+    try {
+      return g_.add(k, std::move(operands), std::move(attrs), loc(at));
+    } catch (IRError &e) {
+      // The checker accepted this program, so this is a bug of lowering: an internal error.
+      throw CompileError{"internal: " + e.message, at};
+    }
+  }
+
+  // ---- values to tensors --------------------------------------------------------------------
+
+  Value *constant(double value, DType dt, SourceRange at) {
+    AttrValue v = isFloat(dt) ? AttrValue(value) : (dt == DType::Bool ? AttrValue(value != 0) : AttrValue(static_cast<int64_t>(value)));
+    return op(OpKind::Constant, {}, {{"value", v}, {"shape", std::vector<Dim>{}}, {"dtype", DTypeAttr{dt, {}}}}, at);
+  }
+
+  // A Python number beside a tensor of dtype `other` (weak typing, spec 6).
+  Value *asTensor(const LVRef &x, std::optional<DType> other, SourceRange at) {
+    switch (x->kind) {
+    case LV::K::Tensor: return x->v;
+    case LV::K::Bool: return constant(x->b ? 1 : 0, other ? promoteWithWeak(*other, WeakScalar::Bool) : DType::Bool, at);
+    case LV::K::Float: return constant(x->f, other ? promoteWithWeak(*other, WeakScalar::Float) : DType::F32, at);
+    case LV::K::Int: {
+      DType dt = other ? promoteWithWeak(*other, WeakScalar::Int) : DType::I32;
+      if (auto c = x->i.constantValue()) return constant(static_cast<double>(*c), dt, at);
+      Value *v = x->v ? x->v : op(OpKind::DimValue, {}, {{"dim", std::vector<Dim>{x->i}}}, at);
+      if (v->type.dtype != dt) v = op(OpKind::Cast, {v}, {{"dtype", DTypeAttr{dt, {}}}}, at);
+      return v;
+    }
+    default: unsupported("a " + kindName(x) + " used as a tensor", at);
+    }
+  }
+
+  static std::string kindName(const LVRef &x) {
+    static const char *names[] = {"None", "bool", "int", "float", "str", "dtype", "tensor", "key", "tuple", "list", "dict", "function", "builtin", "module", "lambda"};
+    return names[static_cast<int>(x->kind)];
+  }
+
+  static bool isNumber(const LVRef &x) { return x->kind == LV::K::Int || x->kind == LV::K::Float || x->kind == LV::K::Bool; }
+
+  std::optional<int64_t> constInt(const LVRef &x) {
+    if (x->kind == LV::K::Int) return x->i.constantValue();
+    if (x->kind == LV::K::Bool) return x->b ? 1 : 0;
+    return std::nullopt;
+  }
+  Dim dimOf(const LVRef &x, SourceRange at) {
+    if (x->kind == LV::K::Int) return x->i;
+    if (x->kind == LV::K::Bool) return Dim::constant(x->b);
+    unsupported("a " + kindName(x) + " used as a size", at);
+  }
+  std::vector<Dim> shapeOf(const LVRef &x, SourceRange at) {
+    if (x->kind == LV::K::Tuple || x->kind == LV::K::List) {
+      std::vector<Dim> out;
+      for (auto &e : x->elems) out.push_back(dimOf(e, at));
+      return out;
+    }
+    return {dimOf(x, at)};
+  }
+  std::vector<int64_t> intsOf(const LVRef &x, SourceRange at) {
+    std::vector<int64_t> out;
+    for (const Dim &d : shapeOf(x, at)) {
+      auto c = d.constantValue();
+      if (!c) unsupported("a run-time axis", at);
+      out.push_back(*c);
+    }
+    return out;
+  }
+  bool truthy(const LVRef &x, SourceRange at) {
+    switch (x->kind) {
+    case LV::K::None: return false;
+    case LV::K::Bool: return x->b;
+    case LV::K::Int: if (auto c = x->i.constantValue()) return *c != 0; break;
+    case LV::K::Float: return x->f != 0;
+    case LV::K::Str: return !x->s.empty();
+    case LV::K::Tuple: case LV::K::List: return !x->elems.empty();
+    case LV::K::Dict: return !x->fields.empty();
+    default: break;
+    }
+    unsupported("a condition whose value is known only at run time", at);
+  }
+
+  // ---- statements -------------------------------------------------------------------------
+
+  std::map<std::string, LVRef> &env() { return frames_.back()->env; }
+
+  void block(const Block &b) {
+    for (Stmt *s : b) stmt(s);
+  }
+
+  void assign(Expr *target, const LVRef &v, SourceRange at) {
+    if (auto *n = dyn_cast<Name>(target)) { env()[n->id] = v; return; }
+    if (target->kind == Kind::Tuple || target->kind == Kind::List) {
+      const auto &elts = target->kind == Kind::Tuple ? static_cast<Tuple *>(target)->elts : static_cast<List *>(target)->elts;
+      std::vector<LVRef> parts;
+      if (v->kind == LV::K::Tuple || v->kind == LV::K::List) parts = v->elems;
+      else if (v->kind == LV::K::Tensor && !v->v->type.dims.empty() && v->v->type.dims[0].constantValue()) {
+        int64_t n = *v->v->type.dims[0].constantValue();
+        for (int64_t i = 0; i < n; ++i) parts.push_back(tensor(index0(v->v, i, at)));
+      } else unsupported("unpacking a " + kindName(v), at);
+      if (parts.size() != elts.size()) unsupported("unpacking with starred targets", at);
+      for (size_t i = 0; i < elts.size(); ++i) assign(elts[i], parts[i], at);
+      return;
+    }
+    if (auto *s = dyn_cast<Subscript>(target); s && s->value->kind == Kind::Name && s->indices.size() == 1) {
+      auto &slot = env()[static_cast<Name *>(s->value)->id];
+      LVRef key = expr(s->indices[0]);
+      if (slot && slot->kind == LV::K::Dict && key->kind == LV::K::Str) {
+        LV d = *slot;
+        bool found = false;
+        for (auto &f : d.fields) if (f.first == key->s) { f.second = v; found = true; }
+        if (!found) d.fields.push_back({key->s, v});
+        slot = mk(d);
+        return;
+      }
+    }
+    unsupported("this assignment target in a graph function", target->range);
+  }
+
+  void stmt(Stmt *s) {
+    switch (s->kind) {
+    case Kind::ExprStmt: expr(static_cast<ExprStmt *>(s)->expr); return;
+    case Kind::Assign: {
+      auto *a = static_cast<Assign *>(s);
+      LVRef v = expr(a->value);
+      for (Expr *t : a->targets) assign(t, v, a->value->range);
+      return;
+    }
+    case Kind::AnnAssign: {
+      auto *a = static_cast<AnnAssign *>(s);
+      if (a->value) assign(a->target, expr(a->value), a->value->range);
+      return;
+    }
+    case Kind::AugAssign: {
+      auto *a = static_cast<AugAssign *>(s);
+      LVRef cur = expr(a->target), v = expr(a->value);
+      assign(a->target, binary(a->op, cur, v, s->range), s->range);
+      return;
+    }
+    case Kind::Return: {
+      auto *r = static_cast<Return *>(s);
+      throw Returned{r->value ? expr(r->value) : none()};
+    }
+    case Kind::Pass: return;
+    case Kind::If: {
+      auto *i = static_cast<If *>(s);
+      block(truthy(expr(i->test), i->test->range) ? i->body : i->orelse);
+      return;
+    }
+    case Kind::For: {
+      auto *f = static_cast<For *>(s);
+      LVRef it = expr(f->iter);
+      std::vector<LVRef> items = iterate(it, f->iter->range);
+      if (items.size() > 4096) unsupported("a loop of more than 4096 iterations (graph loops are unrolled)", f->iter->range);
+      for (auto &x : items) {
+        assign(f->target, x, f->iter->range);
+        block(f->body);
+      }
+      block(f->orelse);
+      return;
+    }
+    case Kind::Assert: {
+      auto *a = static_cast<Assert *>(s);
+      LVRef t = expr(a->test);
+      if (t->kind == LV::K::Bool && !t->b) throw CompileError{"an assertion that fails at compile time", a->test->range};
+      return;
+    }
+    case Kind::With: {
+      for (Stmt *b : static_cast<With *>(s)->body) stmt(b);
+      return;
+    }
+    default: unsupported("this statement in a graph function", s->range);
+    }
+  }
+
+  std::vector<LVRef> iterate(const LVRef &it, SourceRange at) {
+    if (it->kind == LV::K::Tuple || it->kind == LV::K::List) return it->elems;
+    if (it->kind == LV::K::Dict) {
+      std::vector<LVRef> out;
+      for (auto &f : it->fields) out.push_back(str(f.first));
+      return out;
+    }
+    unsupported("a loop over a " + kindName(it), at);
+  }
+
+  // ---- expressions ------------------------------------------------------------------------
+
+  LVRef evalIn(const ModuleInfo &mod, Expr *e) {
+    Frame frame{nullptr, &mod, {}};
+    frames_.push_back(&frame);
+    LVRef v = expr(e);
+    frames_.pop_back();
+    return v;
+  }
+
+  LVRef lookup(const std::string &id, SourceRange at) {
+    Frame &f = *frames_.back();
+    auto it = f.env.find(id);
+    if (it != f.env.end()) return it->second;
+    auto g = f.module->globals.find(id);
+    if (g != f.module->globals.end()) {
+      const sema::Symbol &sym = g->second;
+      if (sym.kind == sema::Symbol::Kind::Function) { LV v; v.kind = LV::K::Function; v.fn = sym.fn; return mk(v); }
+      if (sym.kind == sema::Symbol::Kind::Module && sym.type && sym.type->module) { LV v; v.kind = LV::K::Module; v.module = sym.type->module; return mk(v); }
+      if (sym.type) {
+        // A module constant: its value is its type's compile-time value.
+        const sema::Type &t = *sym.type;
+        if (t.is(TypeKind::Int) && t.intValue) return integer(*t.intValue);
+        if (t.is(TypeKind::Float) && t.floatValue) return floating(*t.floatValue);
+        if (t.is(TypeKind::Bool) && t.boolValue) return boolean(*t.boolValue);
+        if (t.is(TypeKind::Str) && t.strValue) return str(*t.strValue);
+        if (t.is(TypeKind::DTypeVal)) { LV v; v.kind = LV::K::DType; v.dt = {t.dtype, t.policies}; return mk(v); }
+      }
+      unsupported("the module constant `" + id + "`", at);
+    }
+    if (auto d = dtypeFromName(id)) { LV v; v.kind = LV::K::DType; v.dt = {*d, {}}; return mk(v); }
+    if (id == "INF") return floating(INFINITY);
+    if (id == "NAN") return floating(NAN);
+    if (const sema::BuiltinInfo *b = sema::findBuiltin(id)) { LV v; v.kind = LV::K::Builtin; v.builtin = b; return mk(v); }
+    unsupported("the name `" + id + "`", at);
+  }
+
+  LVRef expr(Expr *e) {
+    switch (e->kind) {
+    case Kind::Name: return lookup(static_cast<Name *>(e)->id, e->range);
+    case Kind::IntLit: return integer(Dim::constant(static_cast<IntLit *>(e)->value));
+    case Kind::FloatLit: return floating(static_cast<FloatLit *>(e)->value);
+    case Kind::StrLit: return str(static_cast<StrLit *>(e)->value);
+    case Kind::BoolLit: return boolean(static_cast<BoolLit *>(e)->value);
+    case Kind::NoneLit: return none();
+    case Kind::Tuple: case Kind::List: {
+      const auto &elts = e->kind == Kind::Tuple ? static_cast<Tuple *>(e)->elts : static_cast<List *>(e)->elts;
+      std::vector<LVRef> out;
+      for (Expr *x : elts) out.push_back(expr(x));
+      return tuple(std::move(out), e->kind == Kind::List);
+    }
+    case Kind::Dict: {
+      auto *d = static_cast<Dict *>(e);
+      LV v;
+      v.kind = LV::K::Dict;
+      for (size_t i = 0; i < d->values.size(); ++i) {
+        if (!d->keys[i]) unsupported("`**` in a dict", e->range);
+        LVRef k = expr(d->keys[i]);
+        if (k->kind != LV::K::Str) unsupported("a dict with non-string keys", d->keys[i]->range);
+        v.fields.push_back({k->s, expr(d->values[i])});
+      }
+      return mk(v);
+    }
+    case Kind::Unary: {
+      auto *u = static_cast<Unary *>(e);
+      LVRef x = expr(u->operand);
+      if (u->op == UnaryOp::Not) return boolean(!truthy(x, u->operand->range));
+      if (u->op == UnaryOp::Pos) return x;
+      if (x->kind == LV::K::Int && u->op == UnaryOp::Neg) return integer(Dim::constant(0) - x->i);
+      if (x->kind == LV::K::Float && u->op == UnaryOp::Neg) return floating(-x->f);
+      if (x->kind != LV::K::Tensor) unsupported("this unary operator on a " + kindName(x), e->range);
+      return tensor(op(u->op == UnaryOp::Neg ? OpKind::Neg : OpKind::Not, {x->v}, {}, e->range));
+    }
+    case Kind::Binary: {
+      auto *b = static_cast<Binary *>(e);
+      return binary(b->op, expr(b->lhs), expr(b->rhs), e->range);
+    }
+    case Kind::BoolOp: {
+      auto *b = static_cast<BoolOp *>(e);
+      LVRef last;
+      for (Expr *x : b->values) {
+        last = expr(x);
+        bool t = truthy(last, x->range);
+        if (b->isAnd ? !t : t) return last;
+      }
+      return last;
+    }
+    case Kind::Compare: return compare(static_cast<Compare *>(e));
+    case Kind::IfExp: {
+      auto *x = static_cast<IfExp *>(e);
+      return truthy(expr(x->test), x->test->range) ? expr(x->body) : expr(x->orelse);
+    }
+    case Kind::Lambda: { LV v; v.kind = LV::K::Lambda; v.lambda = static_cast<Lambda *>(e); return mk(v); }
+    case Kind::Call: return call(static_cast<Call *>(e));
+    case Kind::Subscript: return subscript(static_cast<Subscript *>(e));
+    case Kind::Attribute: return attribute(static_cast<Attribute *>(e));
+    default: unsupported("this expression in a graph function", e->range);
+    }
+  }
+
+  LVRef numberOp(BinOp op, const LVRef &a, const LVRef &b, SourceRange at) {
+    bool anyFloat = a->kind == LV::K::Float || b->kind == LV::K::Float;
+    if (!anyFloat) {
+      const Dim x = dimOf(a, at), y = dimOf(b, at);
+      auto cx = x.constantValue(), cy = y.constantValue();
+      switch (op) {
+      case BinOp::Add: return integer(x + y);
+      case BinOp::Sub: return integer(x - y);
+      case BinOp::Mul: return integer(x * y);
+      case BinOp::FloorDiv:
+        if (cx && cy && *cy != 0) { int64_t q = *cx / *cy; if ((*cx % *cy != 0) && ((*cx < 0) != (*cy < 0))) --q; return integer(Dim::constant(q)); }
+        if (auto q = x.divide(y)) return integer(*q);
+        break;
+      case BinOp::Mod:
+        if (cx && cy && *cy != 0) { int64_t r = *cx % *cy; if (r != 0 && ((r < 0) != (*cy < 0))) r += *cy; return integer(Dim::constant(r)); }
+        break;
+      case BinOp::Div:
+        if (cx && cy && *cy != 0) return floating(static_cast<double>(*cx) / static_cast<double>(*cy));
+        break;
+      case BinOp::Pow:
+        if (cx && cy && *cy >= 0) { int64_t r = 1; for (int64_t k = 0; k < *cy; ++k) r *= *cx; return integer(Dim::constant(r)); }
+        break;
+      default: break;
+      }
+      unsupported("this arithmetic on sizes known only at run time", at);
+    }
+    auto num = [&](const LVRef &x) -> double {
+      if (x->kind == LV::K::Float) return x->f;
+      if (auto c = constInt(x)) return static_cast<double>(*c);
+      unsupported("arithmetic mixing a run-time size and a float", at);
+    };
+    double x = num(a), y = num(b);
+    switch (op) {
+    case BinOp::Add: return floating(x + y);
+    case BinOp::Sub: return floating(x - y);
+    case BinOp::Mul: return floating(x * y);
+    case BinOp::Div: return floating(x / y);
+    case BinOp::Pow: return floating(std::pow(x, y));
+    case BinOp::FloorDiv: return floating(std::floor(x / y));
+    case BinOp::Mod: return floating(x - std::floor(x / y) * y);
+    default: unsupported("this operator on floats", at);
+    }
+  }
+
+  LVRef binary(BinOp bop, const LVRef &a, const LVRef &b, SourceRange at) {
+    if ((a->kind == LV::K::Tuple || a->kind == LV::K::List) && bop == BinOp::Add && b->kind == a->kind) {
+      std::vector<LVRef> es = a->elems;
+      es.insert(es.end(), b->elems.begin(), b->elems.end());
+      return tuple(es, a->kind == LV::K::List);
+    }
+    if (a->kind == LV::K::Str && b->kind == LV::K::Str && bop == BinOp::Add) return str(a->s + b->s);
+    if (isNumber(a) && isNumber(b)) return numberOp(bop, a, b, at);
+    if (a->kind != LV::K::Tensor && b->kind != LV::K::Tensor) unsupported("this operator on a " + kindName(a) + " and a " + kindName(b), at);
+    std::optional<DType> other;
+    if (a->kind == LV::K::Tensor && b->kind != LV::K::Tensor) other = a->v->type.dtype;
+    if (b->kind == LV::K::Tensor && a->kind != LV::K::Tensor) other = b->v->type.dtype;
+    Value *x = asTensor(a, other, at), *y = asTensor(b, other, at);
+    if (bop == BinOp::MatMul) return tensor(op(OpKind::MatMul, {x, y}, {}, at));
+    static const std::map<BinOp, OpKind> kinds = {
+        {BinOp::Add, OpKind::Add}, {BinOp::Sub, OpKind::Sub}, {BinOp::Mul, OpKind::Mul}, {BinOp::Div, OpKind::Div},
+        {BinOp::FloorDiv, OpKind::FloorDiv}, {BinOp::Mod, OpKind::Mod}, {BinOp::Pow, OpKind::Pow},
+        {BinOp::BitAnd, OpKind::And}, {BinOp::BitOr, OpKind::Or}, {BinOp::BitXor, OpKind::Xor},
+        {BinOp::LShift, OpKind::Shl}, {BinOp::RShift, OpKind::Shr}};
+    return tensor(op(kinds.at(bop), {x, y}, {}, at));
+  }
+
+  LVRef compare(Compare *c) {
+    LVRef left = expr(c->left);
+    LVRef result;
+    for (size_t i = 0; i < c->ops.size(); ++i) {
+      LVRef right = expr(c->comparators[i]);
+      CmpOp o = c->ops[i];
+      LVRef r;
+      if (o == CmpOp::Is || o == CmpOp::IsNot || ((o == CmpOp::Eq || o == CmpOp::Ne) && (left->kind == LV::K::None || right->kind == LV::K::None))) {
+        bool same = left->kind == LV::K::None && right->kind == LV::K::None;
+        r = boolean((o == CmpOp::Is || o == CmpOp::Eq) ? same : !same);
+      } else if (left->kind == LV::K::Str || right->kind == LV::K::Str) {
+        bool eq = left->kind == right->kind && left->s == right->s;
+        r = boolean(o == CmpOp::Ne ? !eq : eq);
+      } else if (left->kind == LV::K::DType && right->kind == LV::K::DType) {
+        bool eq = left->dt.dtype == right->dt.dtype;
+        r = boolean(o == CmpOp::Ne ? !eq : eq);
+      } else if (isNumber(left) && isNumber(right)) {
+        auto num = [&](const LVRef &x) -> std::optional<double> {
+          if (x->kind == LV::K::Float) return x->f;
+          if (auto v = constInt(x)) return static_cast<double>(*v);
+          return std::nullopt;
+        };
+        auto x = num(left), y = num(right);
+        if (!x || !y) {
+          if ((o == CmpOp::Eq || o == CmpOp::Ne) && left->kind == LV::K::Int && right->kind == LV::K::Int && left->i == right->i)
+            r = boolean(o == CmpOp::Eq);
+          else unsupported("a comparison of sizes known only at run time", c->range);
+        } else {
+          bool v = o == CmpOp::Lt ? *x < *y : o == CmpOp::Le ? *x <= *y : o == CmpOp::Gt ? *x > *y : o == CmpOp::Ge ? *x >= *y : o == CmpOp::Eq ? *x == *y : *x != *y;
+          r = boolean(v);
+        }
+      } else {
+        static const std::map<CmpOp, OpKind> kinds = {{CmpOp::Lt, OpKind::Lt}, {CmpOp::Le, OpKind::Le}, {CmpOp::Gt, OpKind::Gt},
+                                                      {CmpOp::Ge, OpKind::Ge}, {CmpOp::Eq, OpKind::Eq}, {CmpOp::Ne, OpKind::Ne}};
+        auto k = kinds.find(o);
+        if (k == kinds.end()) unsupported("this comparison on tensors", c->range);
+        std::optional<DType> other = left->kind == LV::K::Tensor ? std::optional<DType>(left->v->type.dtype)
+                                   : right->kind == LV::K::Tensor ? std::optional<DType>(right->v->type.dtype) : std::nullopt;
+        r = tensor(op(k->second, {asTensor(left, other, c->range), asTensor(right, other, c->range)}, {}, c->range));
+      }
+      if (c->ops.size() > 1 && r->kind != LV::K::Bool) unsupported("a chained comparison of tensors", c->range);
+      if (result && result->kind == LV::K::Bool && !result->b) return result;
+      result = r;
+      left = right;
+    }
+    return result;
+  }
+
+  Value *index0(Value *x, int64_t i, SourceRange at) {
+    // x[i] along the first axis: a slice of one, then the axis dropped.
+    std::vector<Dim> start(x->type.rank(), Dim::constant(0)), stop = x->type.dims;
+    std::vector<int64_t> step(x->type.rank(), 1);
+    start[0] = Dim::constant(i);
+    stop[0] = Dim::constant(i + 1);
+    Value *s = op(OpKind::Slice, {x}, {{"start", start}, {"stop", stop}, {"step", step}}, at);
+    std::vector<Dim> shape(x->type.dims.begin() + 1, x->type.dims.end());
+    return op(OpKind::Reshape, {s}, {{"shape", shape}}, at);
+  }
+
+  LVRef subscript(Subscript *s) {
+    LVRef base = expr(s->value);
+    if (base->kind == LV::K::Tuple || base->kind == LV::K::List) {
+      if (s->indices.size() == 1 && s->indices[0]->kind == Kind::Slice) {
+        auto *sl = static_cast<Slice *>(s->indices[0]);
+        int64_t n = static_cast<int64_t>(base->elems.size());
+        auto bound = [&](Expr *e, int64_t dflt) -> int64_t {
+          if (!e) return dflt;
+          auto c = constInt(expr(e));
+          if (!c) unsupported("a run-time slice of a tuple", e->range);
+          int64_t v = *c < 0 ? *c + n : *c;
+          return std::clamp<int64_t>(v, 0, n);
+        };
+        int64_t lo = bound(sl->lower, 0), hi = bound(sl->upper, n);
+        std::vector<LVRef> out;
+        for (int64_t i = lo; i < hi; ++i) out.push_back(base->elems[i]);
+        return tuple(out, base->kind == LV::K::List);
+      }
+      auto c = constInt(expr(s->indices[0]));
+      if (!c) unsupported("a run-time index into a tuple", s->range);
+      int64_t n = static_cast<int64_t>(base->elems.size()), i = *c < 0 ? *c + n : *c;
+      if (i < 0 || i >= n) throw CompileError{"internal: tuple index out of range", s->range};
+      return base->elems[i];
+    }
+    if (base->kind == LV::K::Dict) {
+      LVRef k = expr(s->indices[0]);
+      for (auto &f : base->fields) if (k->kind == LV::K::Str && f.first == k->s) return f.second;
+      unsupported("a dict lookup with a key not in the dict", s->range);
+    }
+    if (base->kind != LV::K::Tensor) unsupported("indexing a " + kindName(base), s->range);
+    return tensor(indexTensor(base->v, s));
+  }
+
+  // Basic indexing: ints, slices (positive steps), None and `...`, lowered to slice + reshape.
+  Value *indexTensor(Value *x, Subscript *s) {
+    const auto &dims = x->type.dims;
+    size_t consuming = 0;
+    for (Expr *i : s->indices) if (i->kind != Kind::NoneLit && i->kind != Kind::EllipsisLit) ++consuming;
+    std::vector<Dim> start, stop, out;
+    std::vector<int64_t> step, reversed;
+    size_t pos = 0;
+    for (Expr *i : s->indices) {
+      if (i->kind == Kind::NoneLit) { out.push_back(Dim::constant(1)); continue; }
+      if (i->kind == Kind::EllipsisLit) {
+        for (size_t k = 0; k < dims.size() - consuming; ++k, ++pos) {
+          start.push_back(Dim::constant(0)); stop.push_back(dims[pos]); step.push_back(1); out.push_back(dims[pos]);
+        }
+        continue;
+      }
+      if (pos >= dims.size()) throw CompileError{"internal: too many indices", s->range};
+      const Dim &n = dims[pos];
+      auto resolve = [&](const Dim &v) -> Dim {
+        auto c = v.constantValue();
+        if (c && *c < 0) return n + v;
+        if (c && n.constantValue()) return Dim::constant(std::min(*c, *n.constantValue()));
+        return v;
+      };
+      if (auto *sl = dyn_cast<Slice>(i)) {
+        int64_t st = 1;
+        if (sl->step) {
+          auto c = constInt(expr(sl->step));
+          if (!c || *c == 0) unsupported("a slice with a run-time step", sl->range);
+          if (*c < 0) {
+            // x[::-k]: the axis reversed, then every k-th element.
+            if (sl->lower || sl->upper) unsupported("a slice with bounds and a negative step", sl->range);
+            reversed.push_back(static_cast<int64_t>(pos));
+            st = -*c;
+          } else {
+            st = *c;
+          }
+        }
+        Dim lo = sl->lower ? resolve(dimOf(expr(sl->lower), sl->range)) : Dim::constant(0);
+        Dim hi = sl->upper ? resolve(dimOf(expr(sl->upper), sl->range)) : n;
+        start.push_back(lo); stop.push_back(hi); step.push_back(st);
+        Dim ext = hi - lo;
+        if (st != 1) {
+          if (auto c = ext.constantValue()) ext = Dim::constant((*c + st - 1) / st);
+          else if (auto q = ext.divide(Dim::constant(st))) ext = *q;
+        }
+        out.push_back(ext);
+        ++pos;
+        continue;
+      }
+      LVRef idx = expr(i);
+      if (idx->kind == LV::K::Tensor) unsupported("indexing with a tensor (use gather)", i->range);
+      Dim at = resolve(dimOf(idx, i->range));
+      start.push_back(at); stop.push_back(at + Dim::constant(1)); step.push_back(1);
+      ++pos;
+    }
+    for (; pos < dims.size(); ++pos) {
+      start.push_back(Dim::constant(0)); stop.push_back(dims[pos]); step.push_back(1); out.push_back(dims[pos]);
+    }
+    bool whole = true;
+    for (size_t k = 0; k < dims.size(); ++k)
+      whole &= start[k] == Dim::constant(0) && stop[k] == dims[k] && step[k] == 1;
+    if (!reversed.empty()) x = op(OpKind::Reverse, {x}, {{"axes", reversed}}, s->range);
+    Value *v = whole ? x : op(OpKind::Slice, {x}, {{"start", start}, {"stop", stop}, {"step", step}}, s->range);
+    if (v->type.dims != out) v = op(OpKind::Reshape, {v}, {{"shape", out}}, s->range);
+    return v;
+  }
+
+  LVRef attribute(Attribute *a) {
+    LVRef base = expr(a->value);
+    const std::string &n = a->attr;
+    if (base->kind == LV::K::Tensor) {
+      const Type &t = base->v->type;
+      if (n == "shape") {
+        std::vector<LVRef> es;
+        for (const Dim &d : t.dims) es.push_back(integer(d));
+        return tuple(es);
+      }
+      if (n == "dtype") { LV v; v.kind = LV::K::DType; v.dt = {t.dtype, t.policies}; return mk(v); }
+      if (n == "ndim") return integer(Dim::constant(static_cast<int64_t>(t.rank())));
+      if (n == "T") {
+        std::vector<int64_t> perm(t.rank());
+        for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+        return tensor(op(OpKind::Transpose, {base->v}, {{"perm", perm}}, a->range));
+      }
+      if (const sema::BuiltinInfo *m = sema::findMethod(TypeKind::Tensor, n)) {
+        LV v; v.kind = LV::K::Builtin; v.builtin = m; v.self = base; return mk(v);
+      }
+    }
+    if (base->kind == LV::K::Dict) {
+      for (auto &f : base->fields) if (f.first == n) return f.second;
+    }
+    if (base->kind == LV::K::Builtin && base->builtin->isNamespace) {
+      if (const sema::BuiltinInfo *b = sema::findBuiltin(base->builtin->name + "." + n)) {
+        LV v; v.kind = LV::K::Builtin; v.builtin = b; return mk(v);
+      }
+    }
+    if (base->kind == LV::K::Module) {
+      auto g = base->module->globals.find(n);
+      if (g != base->module->globals.end()) {
+        Frame f{nullptr, base->module, {}};
+        frames_.push_back(&f);
+        LVRef v = lookup(n, a->range);
+        frames_.pop_back();
+        return v;
+      }
+    }
+    unsupported("the attribute `" + n + "` of a " + kindName(base), a->attrRange);
+  }
+
+  // The parameters a kernel writes: the tensors that tile.store / tile.atomic_add views reach.
+  static std::vector<std::string> writtenParams(const FunctionInfo &k) {
+    std::vector<std::string> out;
+    std::function<void(Node *)> walk = [&](Node *n) {
+      if (auto *c = dyn_cast<Call>(n)) {
+        auto *at = dyn_cast<Attribute>(c->func);
+        if (at && (at->attr == "store" || at->attr == "atomic_add") && at->value->kind == Kind::Name &&
+            static_cast<Name *>(at->value)->id == "tile" && !c->args.empty()) {
+          Expr *v = c->args[0].value;
+          while (auto *s = dyn_cast<Subscript>(v)) v = s->value;
+          if (auto *nm = dyn_cast<Name>(v))
+            if (std::find(out.begin(), out.end(), nm->id) == out.end()) out.push_back(nm->id);
+        }
+      }
+      forEachChild(n, walk);
+    };
+    for (Stmt *st : k.def->body) walk(st);
+    return out;
+  }
+
+  // kernel[grid](args): one kernel_call op. Kernels write into their tensor arguments; in the
+  // graph the call returns the written tensors as new values, and the caller's names for them
+  // are rebound, so the graph stays pure. On the CPU an autotune space takes its first
+  // configuration (issue: autotuning on the GPU chooses among them).
+  LVRef launch(Call *c, Subscript *sub) {
+    LVRef callee = expr(sub->value);
+    if (callee->kind != LV::K::Function || callee->fn->kind != FunctionKind::Kernel) unsupported("indexing a " + kindName(callee), sub->range);
+    const FunctionInfo &k = *callee->fn;
+    std::vector<Attr> attrs{{"callee", (k.module->name.empty() ? "" : k.module->name + ".") + k.name}};
+    LV cfg;
+    cfg.kind = LV::K::Dict;
+    for (auto &[name, values] : k.space)
+      if (!values.empty()) { cfg.fields.push_back({name, integer(Dim::constant(values[0]))}); attrs.push_back({name, values[0]}); }
+    if (k.schedule)
+      for (auto &[name, d] : k.schedule->knobs) { cfg.fields.push_back({name, integer(d)}); if (auto v = d.constantValue()) attrs.push_back({name, *v}); }
+    LVRef grid = sub->indices.size() == 1 ? expr(sub->indices[0]) : [&] {
+      std::vector<LVRef> es;
+      for (Expr *i : sub->indices) es.push_back(expr(i));
+      return tuple(es);
+    }();
+    if (grid->kind == LV::K::Lambda) {
+      std::map<std::string, LVRef> env = env_copy();
+      if (!grid->lambda->params.empty()) env[grid->lambda->params[0].name] = mk(cfg);
+      Frame f{frames_.back()->fn, frames_.back()->module, std::move(env)};
+      frames_.push_back(&f);
+      grid = expr(grid->lambda->body);
+      frames_.pop_back();
+    }
+    attrs.push_back({"grid", shapeOf(grid, sub->range)});
+    std::vector<Value *> operands;
+    std::map<std::string, size_t> operandOf;
+    size_t ai = 0;
+    std::vector<Expr *> argExprs;
+    for (const Arg &a : c->args) if (a.kind == ArgKind::Positional) argExprs.push_back(a.value);
+    for (const auto &prm : k.params) {
+      Expr *e = nullptr;
+      if (prm.kind == ParamKind::Positional) e = ai < argExprs.size() ? argExprs[ai++] : nullptr;
+      for (const Arg &a : c->args) if (a.kind == ArgKind::Keyword && a.name == prm.name) e = a.value;
+      if (!e) {
+        if (!prm.compileTime()) unsupported("a kernel launch without `" + prm.name + "`", c->range);
+        // From the configuration, or the parameter's default.
+        bool configured = false;
+        for (auto &a : attrs) configured |= a.name == prm.name;
+        const TypeRef &d = prm.defaultType;
+        if (!configured && d) {
+          if (d->intValue && d->intValue->constantValue()) attrs.push_back({prm.name, *d->intValue->constantValue()});
+          else if (d->boolValue) attrs.push_back({prm.name, *d->boolValue});
+          else if (d->floatValue) attrs.push_back({prm.name, *d->floatValue});
+        }
+        continue;
+      }
+      LVRef v = expr(e);
+      if (prm.compileTime()) {
+        if (auto ci = constInt(v); ci && v->kind == LV::K::Int) attrs.push_back({prm.name, *ci});
+        else if (v->kind == LV::K::Bool) attrs.push_back({prm.name, v->b});
+        else if (v->kind == LV::K::Float) attrs.push_back({prm.name, v->f});
+        else unsupported("a kernel's compile-time argument `" + prm.name + "` known only at run time", e->range);
+        continue;
+      }
+      operandOf[prm.name] = operands.size();
+      operands.push_back(asTensor(v, std::nullopt, e->range));
+    }
+    std::vector<Type> results;
+    std::vector<std::pair<Expr *, size_t>> rebind;
+    for (const std::string &w : writtenParams(k)) {
+      auto it = operandOf.find(w);
+      if (it == operandOf.end()) continue;
+      results.push_back(operands[it->second]->type);
+      size_t pos = 0, idx = 0;
+      for (const auto &prm : k.params) {
+        if (prm.name == w) break;
+        if (prm.kind == ParamKind::Positional) ++pos;
+      }
+      (void)idx;
+      if (pos < argExprs.size()) rebind.push_back({argExprs[pos], results.size() - 1});
+    }
+    Op *o = g_.addWithTypes(OpKind::KernelCall, operands, attrs, results, loc(c->range));
+    for (auto &[e, r] : rebind) {
+      if (auto *n = dyn_cast<Name>(e)) env()[n->id] = tensor(o->results[r]);
+      else unsupported("a kernel writing into a tensor that has no name", e->range);
+    }
+    return none();
+  }
+
+  LVRef call(Call *c) {
+    if (auto *sub = dyn_cast<Subscript>(c->func)) {
+      LVRef base = expr(sub->value);
+      if (base->kind == LV::K::Function) return launch(c, sub);
+    }
+    LVRef callee = expr(c->func);
+    std::vector<LVRef> args;
+    std::map<std::string, LVRef> kwargs;
+    std::vector<SourceRange> argRanges;
+    for (const Arg &a : c->args) {
+      if (a.kind == ArgKind::Positional) { args.push_back(expr(a.value)); argRanges.push_back(a.value->range); }
+      else if (a.kind == ArgKind::Keyword) kwargs[a.name] = expr(a.value);
+      else unsupported("`*` or `**` arguments", a.range);
+    }
+    if (callee->kind == LV::K::Function) {
+      if (callee->fn->kind == FunctionKind::Kernel) unsupported("a kernel launch inside a graph function", c->range);
+      if (callee->fn->customVjp) {
+        // The primal definition of a function with a custom VJP is its forward computation.
+      }
+      return callFunction(*callee->fn, args, kwargs, c->range);
+    }
+    if (callee->kind == LV::K::Lambda) {
+      std::map<std::string, LVRef> env = env_copy();
+      size_t i = 0;
+      for (const Param &p : callee->lambda->params) env[p.name] = i < args.size() ? args[i++] : (p.defaultValue ? expr(p.defaultValue) : none());
+      Frame f{frames_.back()->fn, frames_.back()->module, std::move(env)};
+      frames_.push_back(&f);
+      LVRef r = expr(callee->lambda->body);
+      frames_.pop_back();
+      return r;
+    }
+    if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, c);
+    unsupported("calling a " + kindName(callee), c->range);
+  }
+
+  std::map<std::string, LVRef> env_copy() { return frames_.back()->env; }
+
+  // ---- builtins ------------------------------------------------------------------------------
+
+  LVRef arg(const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kw, size_t i, const char *name) {
+    if (i < args.size()) return args[i];
+    auto it = kw.find(name);
+    return it == kw.end() ? nullptr : it->second;
+  }
+
+  DTypeAttr dtypeArg(const LVRef &v, DTypeAttr dflt) {
+    if (!v || v->kind == LV::K::None) return dflt;
+    if (v->kind == LV::K::DType) return v->dt;
+    if (v->kind == LV::K::Str) if (auto d = dtypeFromName(v->s)) return {*d, {}};
+    return dflt;
+  }
+
+  Value *reduce(OpKind k, Value *x, const LVRef &axisArg, bool keep, SourceRange at) {
+    std::vector<Attr> attrs;
+    if (axisArg && axisArg->kind != LV::K::None) attrs.push_back({"axes", intsOf(axisArg, at)});
+    attrs.push_back({"keepdims", keep});
+    return op(k, {x}, attrs, at);
+  }
+
+  // The number of elements a reduction over `axisArg` combines.
+  Dim reducedCount(Value *x, const LVRef &axisArg, SourceRange at) {
+    if (!axisArg || axisArg->kind == LV::K::None) {
+      Dim p = Dim::constant(1);
+      for (auto &d : x->type.dims) p = p * d;
+      return p;
+    }
+    Dim p = Dim::constant(1);
+    for (int64_t a : intsOf(axisArg, at)) p = p * x->type.dims[a < 0 ? a + static_cast<int64_t>(x->type.rank()) : a];
+    return p;
+  }
+
+  LVRef builtin(const LV &b, std::vector<LVRef> args, const std::map<std::string, LVRef> &kw, Call *c) {
+    std::string name = b.builtin->name;
+    SourceRange at = c->range;
+    if (b.self) args.insert(args.begin(), b.self);
+    auto A = [&](size_t i, const char *n) { return arg(args, kw, i, n); };
+    auto T0 = [&](size_t i, const char *n) -> Value * {
+      LVRef v = A(i, n);
+      if (!v) unsupported("a call without `" + std::string(n) + "`", at);
+      return asTensor(v, std::nullopt, at);
+    };
+    static const std::map<std::string, OpKind> unaryOps = {
+        {"exp", OpKind::Exp}, {"log", OpKind::Log}, {"log1p", OpKind::Log1p}, {"expm1", OpKind::Expm1}, {"sqrt", OpKind::Sqrt},
+        {"rsqrt", OpKind::Rsqrt}, {"tanh", OpKind::Tanh}, {"sigmoid", OpKind::Sigmoid}, {"relu", OpKind::Relu},
+        {"silu", OpKind::Silu}, {"abs", OpKind::Abs}, {"sin", OpKind::Sin}, {"cos", OpKind::Cos}, {"erf", OpKind::Erf},
+        {"floor", OpKind::Floor}, {"ceil", OpKind::Ceil}, {"sign", OpKind::Sign}, {"round", OpKind::Round}};
+    // Math on compile-time numbers stays compile-time (sqrt(float(D)) in a scale).
+    if ((name == "sqrt" || name == "abs" || name == "float" || name == "int" || name == "exp" || name == "log") && !args.empty() && isNumber(args[0]) && constInt(args[0]).has_value() + (args[0]->kind == LV::K::Float) > 0) {
+      double v = args[0]->kind == LV::K::Float ? args[0]->f : static_cast<double>(*constInt(args[0]));
+      if (name == "sqrt") return floating(std::sqrt(v));
+      if (name == "exp") return floating(std::exp(v));
+      if (name == "log") return floating(std::log(v));
+      if (name == "abs") return args[0]->kind == LV::K::Float ? floating(std::fabs(v)) : integer(Dim::constant(static_cast<int64_t>(std::fabs(v))));
+      if (name == "float") return floating(v);
+      if (name == "int") return integer(Dim::constant(static_cast<int64_t>(v)));
+    }
+    if (name == "int" && !args.empty() && args[0]->kind == LV::K::Int) return args[0];
+    if (name == "float" && !args.empty() && args[0]->kind == LV::K::Int)
+      return tensor(op(OpKind::Cast, {asTensor(args[0], std::nullopt, at)}, {{"dtype", DTypeAttr{DType::F32, {}}}}, at));
+    if (auto u = unaryOps.find(name); u != unaryOps.end()) return tensor(op(u->second, {T0(0, "x")}, {}, at));
+    if (name == "gelu") {
+      LVRef ap = kw.count("approximate") ? kw.at("approximate") : nullptr;
+      return tensor(op(OpKind::Gelu, {T0(0, "x")}, {{"approximate", std::string(ap && ap->kind == LV::K::Str ? ap->s : "none")}}, at));
+    }
+    if (name == "maximum" || name == "minimum") {
+      LVRef a = A(0, "a"), bb = A(1, "b");
+      std::optional<DType> other = a->kind == LV::K::Tensor ? std::optional<DType>(a->v->type.dtype) : bb->kind == LV::K::Tensor ? std::optional<DType>(bb->v->type.dtype) : std::nullopt;
+      return tensor(op(name == "maximum" ? OpKind::Max : OpKind::Min, {asTensor(a, other, at), asTensor(bb, other, at)}, {}, at));
+    }
+    if (name == "where") {
+      LVRef a = A(1, "a"), bb = A(2, "b");
+      std::optional<DType> other = a->kind == LV::K::Tensor ? std::optional<DType>(a->v->type.dtype) : bb->kind == LV::K::Tensor ? std::optional<DType>(bb->v->type.dtype) : std::nullopt;
+      return tensor(op(OpKind::Where, {T0(0, "cond"), asTensor(a, other, at), asTensor(bb, other, at)}, {}, at));
+    }
+    if (name == "cast" || name == "astype") {
+      Value *x = T0(0, "x");
+      DTypeAttr d = dtypeArg(A(1, "dtype"), {x->type.dtype, x->type.policies});
+      return tensor(op(OpKind::Cast, {x}, {{"dtype", d}}, at));
+    }
+    if (name == "matmul") return tensor(op(OpKind::MatMul, {T0(0, "a"), T0(1, "b")}, {}, at));
+    if (name == "sum" || name == "max" || name == "min" || name == "prod" || name == "mean" || name == "argmax" || name == "argmin") {
+      LVRef x = A(0, "x");
+      if (x && x->kind != LV::K::Tensor) {
+        if (name == "max" || name == "min") {
+          std::vector<LVRef> items = args.size() == 1 ? iterate(x, at) : args;
+          LVRef best = items.at(0);
+          for (auto &it : items) {
+            auto u = constInt(it), v = constInt(best);
+            if (!u || !v) unsupported("max/min of sizes known only at run time", at);
+            if (name == "max" ? *u > *v : *u < *v) best = it;
+          }
+          return best;
+        }
+        unsupported(name + " of a " + kindName(x), at);
+      }
+      Value *t = T0(0, "x");
+      LVRef axis = A(1, "axis");
+      LVRef keepArg = kw.count("keepdims") ? kw.at("keepdims") : nullptr;
+      bool keep = keepArg && keepArg->kind == LV::K::Bool && keepArg->b;
+      static const std::map<std::string, OpKind> reds = {{"sum", OpKind::ReduceSum}, {"max", OpKind::ReduceMax}, {"min", OpKind::ReduceMin},
+                                                         {"prod", OpKind::ReduceProd}, {"argmax", OpKind::ArgMax}, {"argmin", OpKind::ArgMin}, {"mean", OpKind::ReduceSum}};
+      Value *r = reduce(reds.at(name), t, axis, keep, at);
+      if (name == "mean") {
+        Dim n = reducedCount(t, axis, at);
+        Value *cnt = asTensor(integer(n), r->type.dtype, at);
+        if (!isFloat(r->type.dtype)) r = op(OpKind::Cast, {r}, {{"dtype", DTypeAttr{DType::F32, {}}}}, at);
+        r = op(OpKind::Div, {r, cnt->type.dtype == r->type.dtype ? cnt : op(OpKind::Cast, {cnt}, {{"dtype", DTypeAttr{r->type.dtype, {}}}}, at)}, {}, at);
+      }
+      return tensor(r);
+    }
+    if (name == "var" || name == "logsumexp") {
+      Value *x = T0(0, "x");
+      LVRef axis = A(1, "axis");
+      LVRef keepArg = kw.count("keepdims") ? kw.at("keepdims") : nullptr;
+      bool keep = keepArg && keepArg->kind == LV::K::Bool && keepArg->b;
+      if (name == "var") {
+        Dim n = reducedCount(x, axis, at);
+        Value *cnt = asTensor(integer(n), x->type.dtype, at);
+        Value *mu = op(OpKind::Div, {reduce(OpKind::ReduceSum, x, axis, true, at), cnt}, {}, at);
+        Value *d = op(OpKind::Sub, {x, mu}, {}, at);
+        Value *s = reduce(OpKind::ReduceSum, op(OpKind::Mul, {d, d}, {}, at), axis, keep, at);
+        return tensor(op(OpKind::Div, {s, cnt}, {}, at));
+      }
+      // logsumexp(x) = m + log(sum(exp(x - m))), m the maximum: no overflow for large x.
+      Value *m = reduce(OpKind::ReduceMax, x, axis, true, at);
+      Value *s = reduce(OpKind::ReduceSum, op(OpKind::Exp, {op(OpKind::Sub, {x, m}, {}, at)}, {}, at), axis, true, at);
+      Value *r = op(OpKind::Add, {m, op(OpKind::Log, {s}, {}, at)}, {}, at);
+      if (!keep) {
+        std::vector<Dim> shape = reduce(OpKind::ReduceMax, x, axis, false, at)->type.dims;
+        r = op(OpKind::Reshape, {r}, {{"shape", shape}}, at);
+      }
+      return tensor(r);
+    }
+    if (name == "reshape") {
+      Value *x = T0(0, "x");
+      std::vector<Dim> shape;
+      if (b.self && args.size() > 2) { for (size_t i = 1; i < args.size(); ++i) shape.push_back(dimOf(args[i], at)); }
+      else shape = shapeOf(A(1, "shape"), at);
+      // One -1 takes the remaining count.
+      for (auto &d : shape) {
+        if (d.constantValue() != std::optional<int64_t>(-1)) continue;
+        Dim total = Dim::constant(1), rest = Dim::constant(1);
+        for (auto &e : x->type.dims) total = total * e;
+        for (auto &e : shape) if (&e != &d) rest = rest * e;
+        auto q = total.divide(rest);
+        if (!q) unsupported("this -1 in reshape", at);
+        d = *q;
+      }
+      return tensor(op(OpKind::Reshape, {x}, {{"shape", shape}}, at));
+    }
+    if (name == "transpose") {
+      Value *x = T0(0, "x");
+      LVRef p = A(1, "perm");
+      std::vector<int64_t> perm;
+      if (p && p->kind != LV::K::None) perm = intsOf(p, at);
+      else for (size_t i = x->type.rank(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+      return tensor(op(OpKind::Transpose, {x}, {{"perm", perm}}, at));
+    }
+    if (name == "expand" || name == "broadcast_to") {
+      Value *x = T0(0, "x");
+      std::vector<Dim> shape = shapeOf(A(1, "shape"), at);
+      for (size_t i = 0; i < shape.size(); ++i)
+        if (shape[i].constantValue() == std::optional<int64_t>(-1)) shape[i] = x->type.dims[i - (shape.size() - x->type.rank())];
+      return tensor(op(OpKind::BroadcastTo, {x}, {{"shape", shape}}, at));
+    }
+    if (name == "squeeze" || name == "unsqueeze") {
+      Value *x = T0(0, "x");
+      LVRef axis = A(1, "axis");
+      std::vector<Dim> shape = x->type.dims;
+      if (name == "unsqueeze") {
+        int64_t a = intsOf(axis, at).at(0);
+        if (a < 0) a += static_cast<int64_t>(shape.size()) + 1;
+        shape.insert(shape.begin() + a, Dim::constant(1));
+      } else if (!axis || axis->kind == LV::K::None) {
+        std::vector<Dim> kept;
+        for (auto &d : shape) if (!d.isOne()) kept.push_back(d);
+        shape = kept;
+      } else {
+        std::vector<int64_t> axes = intsOf(axis, at);
+        std::vector<Dim> kept;
+        for (size_t i = 0; i < shape.size(); ++i) {
+          bool drop = false;
+          for (int64_t a : axes) drop |= static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(shape.size()) : a) == i;
+          if (!drop) kept.push_back(shape[i]);
+        }
+        shape = kept;
+      }
+      return tensor(op(OpKind::Reshape, {x}, {{"shape", shape}}, at));
+    }
+    if (name == "concat" || name == "stack") {
+      LVRef xs = A(0, "tensors");
+      LVRef axisArg = A(1, "axis");
+      int64_t axis = axisArg ? intsOf(axisArg, at).at(0) : 0;
+      std::vector<Value *> parts;
+      for (auto &e : iterate(xs, at)) parts.push_back(asTensor(e, std::nullopt, at));
+      if (name == "stack") {
+        int64_t r = static_cast<int64_t>(parts.at(0)->type.rank()) + 1;
+        if (axis < 0) axis += r;
+        for (auto &p : parts) {
+          std::vector<Dim> shape = p->type.dims;
+          shape.insert(shape.begin() + axis, Dim::constant(1));
+          p = op(OpKind::Reshape, {p}, {{"shape", shape}}, at);
+        }
+      }
+      return tensor(op(OpKind::Concat, parts, {{"axis", axis}}, at));
+    }
+    if (name == "split") {
+      Value *x = T0(0, "x");
+      LVRef sections = A(1, "sections");
+      LVRef axisArg = A(2, "axis");
+      int64_t axis = axisArg ? intsOf(axisArg, at).at(0) : 0;
+      size_t ax = static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(x->type.rank()) : axis);
+      std::vector<Dim> sizes;
+      if (sections->kind == LV::K::Int) {
+        auto n = constInt(sections);
+        if (!n || *n <= 0) unsupported("split into a run-time number of parts", at);
+        auto part = x->type.dims[ax].divide(Dim::constant(*n));
+        if (!part) unsupported("this split", at);
+        sizes.assign(static_cast<size_t>(*n), *part);
+      } else {
+        sizes = shapeOf(sections, at);
+      }
+      std::vector<LVRef> out;
+      Dim offset = Dim::constant(0);
+      for (const Dim &sz : sizes) {
+        std::vector<Dim> start(x->type.rank(), Dim::constant(0)), stop = x->type.dims;
+        std::vector<int64_t> step(x->type.rank(), 1);
+        start[ax] = offset;
+        stop[ax] = offset + sz;
+        out.push_back(tensor(op(OpKind::Slice, {x}, {{"start", start}, {"stop", stop}, {"step", step}}, at)));
+        offset = offset + sz;
+      }
+      return tuple(out);
+    }
+    if (name == "zeros" || name == "ones" || name == "full") {
+      std::vector<Dim> shape = shapeOf(A(0, "shape"), at);
+      double value = name == "ones" ? 1.0 : 0.0;
+      LVRef dtArg = name == "full" ? A(2, "dtype") : A(1, "dtype");
+      DTypeAttr dflt{DType::F32, {}};
+      if (name == "full") {
+        LVRef v = A(1, "value");
+        if (v->kind == LV::K::Float) value = v->f;
+        else if (auto c = constInt(v)) { value = static_cast<double>(*c); dflt.dtype = v->kind == LV::K::Bool ? DType::Bool : DType::I32; }
+        else unsupported("full() with a run-time value", at);
+      }
+      DTypeAttr d = dtypeArg(dtArg, dflt);
+      Value *s = constant(value, d.dtype, at);
+      if (!d.policies.empty()) s = op(OpKind::Cast, {s}, {{"dtype", d}}, at);
+      return tensor(shape.empty() ? s : op(OpKind::BroadcastTo, {s}, {{"shape", shape}}, at));
+    }
+    if (name == "zeros_like" || name == "ones_like") {
+      Value *x = T0(0, "x");
+      DTypeAttr d = dtypeArg(A(1, "dtype"), {x->type.dtype, x->type.policies});
+      Value *s = constant(name == "ones_like" ? 1.0 : 0.0, d.dtype, at);
+      return tensor(op(OpKind::BroadcastTo, {s}, {{"shape", x->type.dims}}, at));
+    }
+    if (name == "arange") {
+      LVRef a0 = A(0, "start"), a1 = A(1, "stop");
+      Dim start = a1 ? dimOf(a0, at) : Dim::constant(0), stop = a1 ? dimOf(a1, at) : dimOf(a0, at);
+      DTypeAttr d = dtypeArg(kw.count("dtype") ? kw.at("dtype") : nullptr, {DType::I32, {}});
+      Value *i = op(OpKind::Iota, {}, {{"shape", std::vector<Dim>{stop - start}}, {"axis", int64_t{0}}, {"dtype", d}}, at);
+      if (start != Dim::constant(0)) i = op(OpKind::Add, {i, asTensor(integer(start), d.dtype, at)}, {}, at);
+      return tensor(i);
+    }
+    if (name == "one_hot") {
+      Value *labels = T0(0, "labels");
+      Dim n = dimOf(A(1, "n"), at);
+      DTypeAttr d = dtypeArg(A(2, "dtype"), {DType::F32, {}});
+      std::vector<Dim> shape = labels->type.dims;
+      std::vector<Dim> expanded = shape;
+      expanded.push_back(Dim::constant(1));
+      shape.push_back(n);
+      Value *l = op(OpKind::Reshape, {labels}, {{"shape", expanded}}, at);
+      Value *iota = op(OpKind::Iota, {}, {{"shape", shape}, {"axis", static_cast<int64_t>(shape.size() - 1)}, {"dtype", DTypeAttr{labels->type.dtype, {}}}}, at);
+      Value *eq = op(OpKind::Eq, {l, iota}, {}, at);
+      return tensor(op(OpKind::Cast, {eq}, {{"dtype", d}}, at));
+    }
+    if (name == "gather") {
+      Value *x = T0(0, "x"), *idx = T0(1, "indices");
+      int64_t axis = intsOf(A(2, "axis"), at).at(0);
+      return tensor(op(OpKind::Gather, {x, idx}, {{"axis", axis}}, at));
+    }
+    if (name == "clamp" || name == "clip") {
+      LVRef x = A(0, "x");
+      LVRef lo = A(1, "min"), hi = A(2, "max");
+      Value *v = asTensor(x, std::nullopt, at);
+      if (lo && lo->kind != LV::K::None) v = op(OpKind::Max, {v, asTensor(lo, v->type.dtype, at)}, {}, at);
+      if (hi && hi->kind != LV::K::None) v = op(OpKind::Min, {v, asTensor(hi, v->type.dtype, at)}, {}, at);
+      return tensor(v);
+    }
+    if (name == "len") {
+      LVRef x = A(0, "x");
+      if (x->kind == LV::K::Tuple || x->kind == LV::K::List) return integer(Dim::constant(static_cast<int64_t>(x->elems.size())));
+      if (x->kind == LV::K::Tensor && x->v->type.rank() > 0) return integer(x->v->type.dims[0]);
+      unsupported("len() of a " + kindName(x), at);
+    }
+    if (name == "range") {
+      LVRef a0 = A(0, "start"), a1 = A(1, "stop"), a2 = A(2, "step");
+      auto c0 = constInt(a0), c1 = a1 ? constInt(a1) : std::optional<int64_t>(0), c2 = a2 ? constInt(a2) : std::optional<int64_t>(1);
+      if (!c0 || !c1 || !c2 || *c2 == 0) unsupported("a range whose bounds are known only at run time", at);
+      int64_t lo = a1 ? *c0 : 0, hi = a1 ? *c1 : *c0, st = *c2;
+      std::vector<LVRef> out;
+      for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) {
+        out.push_back(integer(Dim::constant(i)));
+        if (out.size() > 4096) unsupported("a loop of more than 4096 iterations (graph loops are unrolled)", at);
+      }
+      return tuple(out, true);
+    }
+    if (name == "cdiv") {
+      Dim x = dimOf(A(0, "a"), at), y = dimOf(A(1, "b"), at);
+      auto cx = x.constantValue(), cy = y.constantValue();
+      if (cx && cy && *cy > 0) return integer(Dim::constant((*cx + *cy - 1) / *cy));
+      // (a + b - 1) / b, exact in the dim algebra; where a grid is evaluated it is floored,
+      // which makes it the ceiling division.
+      if (auto q = (x + y - Dim::constant(1)).divide(y)) return integer(*q);
+      unsupported("cdiv of sizes known only at run time", at);
+    }
+    if (name == "tuple" || name == "list") return tuple(iterate(A(0, "x"), at), name == "list");
+    if (name == "random.normal" || name == "random.uniform") {
+      LVRef key = A(0, "key");
+      if (!key || key->kind != LV::K::Key) unsupported("a random draw without a key", at);
+      std::vector<Dim> shape = shapeOf(A(1, "shape"), at);
+      DTypeAttr d = dtypeArg(A(2, "dtype"), {DType::F32, {}});
+      return tensor(op(name == "random.normal" ? OpKind::RandomNormal : OpKind::RandomUniform, {key->v},
+                       {{"shape", shape}, {"dtype", d}}, at));
+    }
+    if (name == "random.split") {
+      LVRef key = A(0, "key");
+      auto n = A(1, "num") ? constInt(A(1, "num")) : std::optional<int64_t>(2);
+      if (!key || key->kind != LV::K::Key || !n) unsupported("this random.split", at);
+      std::vector<LVRef> out;
+      for (int64_t i = 0; i < *n; ++i) out.push_back(tensor(op(OpKind::KeySplit, {key->v}, {{"index", i}, {"count", *n}}, at)));
+      return tuple(out);
+    }
+    if (name == "stop_gradient") return A(0, "x");
+    // Forward, a checkpointed function computes what the function does; what checkpoint
+    // changes is what the backward pass keeps (autodiff).
+    if (name == "checkpoint") return A(0, "f");
+    unsupported("`" + name + "` in a graph function", c->func->range);
+  }
+
+  Module &m_;
+  const sema::Program &p_;
+  Graph &g_;
+  std::vector<Frame *> frames_;
+  int depth_ = 0;
+};
+
+// Turns a parameter of checker type `t` into graph parameters (pytrees flatten, leaf by leaf,
+// in order) and the compile-time value the body sees.
+LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRange at, bool compileTime) {
+  switch (t->kind) {
+  case TypeKind::Tensor:
+    if (!t->rankKnown) throw CompileError{"a parameter whose rank is not known", at};
+    for (const Dim &d : t->dims)
+      if (d.hasUnknown()) throw CompileError{"a parameter whose shape is not known", at};
+    return tensor(g.addParam(name, Type::tensor(t->dims, t->dtype, t->policies)));
+  case TypeKind::Key: return tensor(g.addParam(name, Type::key()));
+  case TypeKind::Int: {
+    if (t->intValue && t->intValue->isConstant()) return integer(*t->intValue);
+    // A compile-time int not known yet (the generic signature's `heads`) is a symbol; a
+    // run-time int is a scalar parameter, and a size named after it.
+    if (compileTime) return integer(t->intValue ? *t->intValue : Dim::symbol(name));
+    Value *v = g.addParam(name, Type::tensor({}, DType::I64));
+    return integer(Dim::symbol(name), v);
+  }
+  case TypeKind::Float:
+    if (t->floatValue) return floating(*t->floatValue);
+    return tensor(g.addParam(name, Type::tensor({}, DType::F32)));
+  case TypeKind::Bool:
+    if (t->boolValue) return boolean(*t->boolValue);
+    throw CompileError{"a bool parameter whose value is known only at run time", at};
+  case TypeKind::Str:
+    if (t->strValue) return str(*t->strValue);
+    throw CompileError{"a string parameter whose value is not known", at};
+  case TypeKind::None: return none();
+  case TypeKind::DTypeVal: { LV v; v.kind = LV::K::DType; v.dt = {t->dtype, t->policies}; return mk(v); }
+  case TypeKind::Tuple: case TypeKind::List: {
+    if (!t->lengthKnown) throw CompileError{"a sequence parameter of unknown length", at};
+    std::vector<LVRef> es;
+    for (size_t i = 0; i < t->elems.size(); ++i) es.push_back(paramValue(g, name + "." + std::to_string(i), t->elems[i], at, compileTime));
+    return tuple(es, t->is(TypeKind::List));
+  }
+  case TypeKind::Dict: {
+    if (!t->lengthKnown) throw CompileError{"a dict parameter with keys not known", at};
+    LV v;
+    v.kind = LV::K::Dict;
+    for (auto &[k, ft] : t->fields) v.fields.push_back({k, paramValue(g, name + "." + k, ft, at, compileTime)});
+    return mk(v);
+  }
+  default: throw CompileError{"a parameter of type " + sema::typeStr(t), at};
+  }
+}
+
+void collectOutputs(const LVRef &v, std::vector<Value *> &out, SourceRange at) {
+  switch (v->kind) {
+  case LV::K::Tensor: case LV::K::Key: out.push_back(v->v); return;
+  case LV::K::Tuple: case LV::K::List: for (auto &e : v->elems) collectOutputs(e, out, at); return;
+  case LV::K::Dict: for (auto &f : v->fields) collectOutputs(f.second, out, at); return;
+  case LV::K::None: return;
+  default: throw CompileError{"returning a compile-time " + std::string(v->kind == LV::K::Int ? "int" : "value") + " from a graph function", at};
+  }
+}
+
+} // namespace
+
+Graph *lowerGraphFunction(Module &m, const sema::Program &p, const FunctionInfo &fn,
+                          const std::vector<std::pair<std::string, TypeRef>> &params, const std::string &name) {
+  auto graph = std::make_unique<Graph>(name);
+  Graph &g = *graph;
+  Lowering lower(m, p, g);
+  std::vector<LVRef> args;
+  std::map<std::string, LVRef> kwargs;
+  for (auto &[pname, t] : params) {
+    const sema::ParamInfo *pi = fn.param(pname);
+    LVRef v = paramValue(g, pname, t, pi ? pi->range : fn.def->nameRange, pi && pi->compileTime());
+    if (pi && pi->compileTime()) kwargs[pname] = v;
+    else args.push_back(v);
+  }
+  LVRef result = lower.callFunction(fn, args, kwargs, fn.def->nameRange);
+  collectOutputs(result, g.outputs, fn.def->nameRange);
+  m.graphs.push_back(std::move(graph));
+  return &g;
+}
+
+std::unique_ptr<Module> lowerProgram(const sema::Program &p, DiagnosticEngine &diags) {
+  auto m = std::make_unique<Module>();
+  if (!p.main) return m;
+  for (auto &fnp : p.main->functions) {
+    const FunctionInfo &fn = *fnp;
+    if (fn.kind != FunctionKind::Graph) continue;
+    std::vector<std::vector<std::pair<std::string, TypeRef>>> signatures;
+    std::vector<std::string> names;
+    bool annotated = true;
+    for (auto &prm : fn.params) annotated &= prm.annotated != nullptr || prm.compileTime();
+    if (annotated) {
+      std::vector<std::pair<std::string, TypeRef>> sig;
+      bool ok = true;
+      for (auto &prm : fn.params) {
+        TypeRef t = prm.annotated ? prm.annotated : prm.defaultType;
+        // A compile-time parameter with a default compiles, in the signature's graph, for
+        // that default.
+        if (prm.compileTime() && prm.defaultType && !prm.defaultType->is(TypeKind::None)) t = prm.defaultType;
+        if (!t) { ok = false; break; }
+        // A compile-time int without a value in the generic signature stays symbolic.
+        if (t->is(TypeKind::Int) && !t->intValue) t = sema::T::integer(Dim::symbol(prm.name));
+        sig.push_back({prm.name, t});
+      }
+      if (ok) { signatures.push_back(sig); names.push_back(fn.name); }
+    }
+    size_t k = 0;
+    for (auto &key : fn.specializationOrder) {
+      auto it = fn.specializationParams.find(key);
+      if (it == fn.specializationParams.end()) continue;
+      signatures.push_back(it->second);
+      names.push_back(fn.name + "$" + std::to_string(++k));
+    }
+    size_t generic = annotated && !signatures.empty() && names[0] == fn.name ? 1 : 0;
+    for (size_t i = 0; i < signatures.size(); ++i) {
+      // The signature's own graph is optional when calls compiled specializations: what it
+      // cannot lower for want of compile-time values is not an error then.
+      bool optional = i < generic && signatures.size() > generic;
+      std::optional<DiagnosticEngine::Suppress> quiet;
+      if (optional) quiet.emplace(diags);
+      try {
+        Graph *g = lowerGraphFunction(*m, p, fn, signatures[i], names[i]);
+        runGraphPipeline(*g, true);
+      } catch (CompileError &e) {
+        if (e.what.rfind("internal: ", 0) == 0) diags.internalError(e.what.substr(10), e.range);
+        else diags.report(DiagKind::NotCompilableYet, e.range, {e.what});
+        // The partial graph is dropped.
+        if (!m->graphs.empty() && m->graphs.back()->name == names[i]) m->graphs.pop_back();
+      } catch (IRError &e) {
+        diags.internalError(e.message, fn.def->nameRange);
+        if (!m->graphs.empty() && m->graphs.back()->name == names[i]) m->graphs.pop_back();
+      }
+    }
+  }
+  return m;
+}
+
+} // namespace tsr::ir

@@ -1,0 +1,29 @@
+// Lowering of graph functions (`@jit`) into Graph IR by compile-time evaluation: the body runs
+// over a mix of compile-time values (ints and sizes, strings, bools, dtypes, tuples, dicts,
+// functions) and tensors (IR values). Compile-time `if`s take one branch, loops over
+// compile-time ranges unroll, calls to graph functions and @inline helpers are inlined, and
+// every tensor operation becomes an op carrying its source location.
+#pragma once
+
+#include "ir/IR.h"
+#include "sema/Program.h"
+
+#include <memory>
+
+namespace tsr::ir {
+
+/// Lowers `fn` for parameters of the given types into a graph named `name`, added to `m`.
+/// Throws CompileError for what lowering does not support yet.
+struct CompileError {
+  std::string what; // "a `while` loop", used as "{what} cannot be compiled yet"
+  SourceRange range;
+};
+Graph *lowerGraphFunction(Module &m, const sema::Program &p, const sema::FunctionInfo &fn,
+                          const std::vector<std::pair<std::string, sema::TypeRef>> &params, const std::string &name);
+
+/// Lowers the graph functions of the program's main module: once for the signature when every
+/// parameter is annotated, and once per specialization the checker recorded. What cannot be
+/// lowered yet is reported as NotCompilableYet. Runs the Graph IR pipeline on each graph.
+std::unique_ptr<Module> lowerProgram(const sema::Program &p, DiagnosticEngine &diags);
+
+} // namespace tsr::ir
