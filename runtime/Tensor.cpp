@@ -1,0 +1,377 @@
+#include "runtime/Tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace tsr::rt {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+std::shared_ptr<std::byte> allocate(size_t nbytes) {
+  // Round up to whole 64-byte blocks (at least one) and zero the padding: see Tensor.h.
+  const size_t cap = std::max<size_t>(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
+  auto *p = static_cast<std::byte *>(::operator new(cap, std::align_val_t{kAlign}));
+  std::memset(p + nbytes, 0, cap - nbytes);
+  return std::shared_ptr<std::byte>(p, [](std::byte *q) { ::operator delete(q, std::align_val_t{kAlign}); });
+}
+
+} // namespace
+
+int64_t shapeNumel(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw std::invalid_argument("tensor shape " + formatShape(shape) + " has a negative dimension");
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      throw std::length_error("tensor shape " + formatShape(shape) + " has too many elements");
+    n *= d;
+  }
+  return n;
+}
+
+std::string formatShape(std::span<const int64_t> shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+Tensor::Tensor() : numel_(1), buf_(allocate(4)) {}
+
+Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
+  const int64_t n = shapeNumel(shape);
+  const size_t item = dtypeSize(dtype);
+  if (uint64_t(n) > (uint64_t(std::numeric_limits<int64_t>::max()) - kAlign) / item)
+    throw std::length_error("tensor shape " + formatShape(shape) + " is too large");
+  return Tensor(dtype, std::move(shape), n, allocate(size_t(n) * item));
+}
+
+Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  std::memset(t.data(), 0, t.nbytes()); // all-zero bits are 0 (or false) in every dtype
+  return t;
+}
+
+Tensor Tensor::full(std::vector<int64_t> shape, DType dtype, double value) {
+  Tensor t = empty(std::move(shape), dtype);
+  const size_t item = t.itemsize();
+  std::byte one[8];
+  storeF64(dtype, one, value);
+  auto *p = static_cast<std::byte *>(t.data());
+  for (int64_t i = 0; i < t.numel(); ++i) std::memcpy(p + size_t(i) * item, one, item);
+  return t;
+}
+
+Tensor Tensor::scalar(double value, DType dtype) { return full({}, dtype, value); }
+
+Tensor Tensor::fromF64(std::vector<int64_t> shape, DType dtype, std::span<const double> values) {
+  Tensor t = empty(std::move(shape), dtype);
+  if (int64_t(values.size()) != t.numel())
+    throw std::invalid_argument("tensor of shape " + formatShape(t.shape()) + " needs " + std::to_string(t.numel()) +
+                                " values, got " + std::to_string(values.size()));
+  convert(values.data(), DType::F64, t.data(), dtype, t.numel());
+  return t;
+}
+
+Tensor Tensor::fromI64(std::vector<int64_t> shape, DType dtype, std::span<const int64_t> values) {
+  Tensor t = empty(std::move(shape), dtype);
+  if (int64_t(values.size()) != t.numel())
+    throw std::invalid_argument("tensor of shape " + formatShape(t.shape()) + " needs " + std::to_string(t.numel()) +
+                                " values, got " + std::to_string(values.size()));
+  convert(values.data(), DType::I64, t.data(), dtype, t.numel());
+  return t;
+}
+
+std::vector<int64_t> Tensor::strides() const {
+  std::vector<int64_t> s(shape_.size());
+  int64_t acc = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= shape_[i];
+  }
+  return s;
+}
+
+void Tensor::checkStorage(bool ok, size_t size) const {
+  if (!ok)
+    throw std::invalid_argument("tensor of dtype " + std::string(dtypeName(dtype_)) + " accessed as a " +
+                                std::to_string(size) + "-byte element of another type");
+}
+
+void Tensor::checkIndex(int64_t i) const {
+  if (i < 0 || i >= numel_)
+    throw std::out_of_range("element " + std::to_string(i) + " of a tensor with " + std::to_string(numel_) + " elements");
+}
+
+int64_t Tensor::flatIndex(std::span<const int64_t> index) const {
+  if (index.size() != shape_.size())
+    throw std::out_of_range("an index of rank " + std::to_string(index.size()) + " into a tensor of rank " +
+                            std::to_string(shape_.size()));
+  int64_t flat = 0;
+  for (size_t a = 0; a < index.size(); ++a) {
+    if (index[a] < 0 || index[a] >= shape_[a])
+      throw std::out_of_range("index " + std::to_string(index[a]) + " is out of bounds for axis " + std::to_string(a) +
+                              " with size " + std::to_string(shape_[a]));
+    flat = flat * shape_[a] + index[a];
+  }
+  return flat;
+}
+
+double Tensor::toF64(int64_t i) const {
+  checkIndex(i);
+  return loadF64(dtype_, static_cast<const std::byte *>(data()) + size_t(i) * itemsize());
+}
+
+void Tensor::fromF64(int64_t i, double v, Rounding r) {
+  checkIndex(i);
+  if (r.stochastic) throw std::invalid_argument("Tensor::fromF64: stochastic rounding needs a random word; use storeF64");
+  storeF64(dtype_, static_cast<std::byte *>(data()) + size_t(i) * itemsize(), v, r);
+}
+
+int64_t Tensor::toI64(int64_t i) const {
+  checkIndex(i);
+  return loadI64(dtype_, static_cast<const std::byte *>(data()) + size_t(i) * itemsize());
+}
+
+void Tensor::fromI64(int64_t i, int64_t v) {
+  checkIndex(i);
+  storeI64(dtype_, static_cast<std::byte *>(data()) + size_t(i) * itemsize(), v);
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_);
+  std::memcpy(t.data(), data(), nbytes());
+  return t;
+}
+
+Tensor Tensor::reshape(std::vector<int64_t> shape) const {
+  std::vector<int64_t> probe = shape;
+  int64_t inferred = -1;
+  for (size_t a = 0; a < shape.size(); ++a) {
+    if (shape[a] != -1) continue;
+    if (inferred >= 0) throw std::invalid_argument("cannot reshape to " + formatShape(shape) + ": more than one -1");
+    inferred = int64_t(a);
+    probe[a] = 1;
+  }
+  const int64_t known = shapeNumel(probe); // rejects other negative dimensions
+  if (inferred >= 0) {
+    if (known == 0 || numel_ % known != 0)
+      throw std::invalid_argument("cannot reshape a tensor of shape " + formatShape(shape_) + " to " + formatShape(shape));
+    shape[size_t(inferred)] = numel_ / known;
+  } else if (known != numel_) {
+    throw std::invalid_argument("cannot reshape a tensor of shape " + formatShape(shape_) + " (" + std::to_string(numel_) +
+                                " elements) to " + formatShape(shape));
+  }
+  return Tensor(dtype_, std::move(shape), numel_, buf_);
+}
+
+Tensor Tensor::cast(DType to, Rounding r) const {
+  if (r.stochastic) throw std::invalid_argument("Tensor::cast: stochastic rounding needs a key; use stochasticCast");
+  Tensor t = empty(shape_, to);
+  convert(data(), dtype_, t.data(), to, numel_, r);
+  return t;
+}
+
+bool sameShapeAndDtype(const Tensor &a, const Tensor &b) { return a.dtype() == b.dtype() && a.shape() == b.shape(); }
+
+bool identical(const Tensor &a, const Tensor &b) {
+  return sameShapeAndDtype(a, b) && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// ---- format ----------------------------------------------------------------------------------------
+
+namespace {
+
+struct Printer {
+  const Tensor &t;
+  const FormatOptions &o;
+  bool summarise = false;
+  std::vector<int64_t> strides;
+  std::unordered_map<int64_t, std::string> cells; // by flat index, only the shown elements
+  std::vector<int64_t> shownIdx;  // shown flat indices, in order
+  size_t width = 0;
+
+  bool shown(int64_t extent, int64_t i) const {
+    return !summarise || extent <= 2 * o.edgeItems || i < o.edgeItems || i >= extent - o.edgeItems;
+  }
+
+  void collect(int64_t axis, int64_t base) {
+    if (axis == t.ndim()) {
+      shownIdx.push_back(base);
+      return;
+    }
+    const int64_t n = t.shape()[size_t(axis)];
+    for (int64_t i = 0; i < n; ++i) {
+      if (!shown(n, i)) {
+        i = n - o.edgeItems - 1;
+        continue;
+      }
+      collect(axis + 1, base + i * strides[size_t(axis)]);
+    }
+  }
+
+  /// Whether `text` reads back as the element's own value in its dtype.
+  bool roundTrips(const char *text, double v) const {
+    const double w = std::strtod(text, nullptr);
+    unsigned char a[8] = {}, b[8] = {};
+    storeF64(t.dtype(), a, v);
+    storeF64(t.dtype(), b, w);
+    return std::memcmp(a, b, 8) == 0;
+  }
+
+  std::string fmt(bool sci, int digits, double v) const {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, sci ? "%.*e" : "%.*f", digits, v);
+    return buf;
+  }
+
+  void makeFloatCells(std::vector<double> &vals) {
+    double maxv = 0, minv = std::numeric_limits<double>::infinity();
+    for (double v : vals) {
+      if (!std::isfinite(v) || v == 0) continue;
+      maxv = std::max(maxv, std::fabs(v));
+      minv = std::min(minv, std::fabs(v));
+    }
+    const bool sci = maxv >= 1e8 || (maxv > 0 && (minv < 1e-4 || maxv / minv > 1e3));
+    int digits = 1;
+    for (double v : vals) {
+      if (!std::isfinite(v)) continue;
+      int d = 1;
+      while (d < o.precision && !roundTrips(fmt(sci, d, v).c_str(), v)) ++d;
+      digits = std::max(digits, d);
+    }
+    for (size_t k = 0; k < vals.size(); ++k) {
+      const double v = vals[k];
+      std::string s = std::isnan(v) ? "nan" : std::isinf(v) ? (v < 0 ? "-inf" : "inf") : fmt(sci, digits, v);
+      cells[shownIdx[k]] = std::move(s);
+    }
+  }
+
+  void makeCells() {
+    strides = t.strides();
+    summarise = t.numel() > o.threshold;
+    collect(0, 0);
+    if (isFloat(t.dtype())) {
+      std::vector<double> vals;
+      vals.reserve(shownIdx.size());
+      for (int64_t i : shownIdx) vals.push_back(t.toF64(i));
+      makeFloatCells(vals);
+    } else {
+      for (int64_t i : shownIdx) {
+        const int64_t v = t.toI64(i);
+        cells[i] = t.dtype() == DType::Bool ? (v ? "True" : "False") : std::to_string(v);
+      }
+    }
+    for (int64_t i : shownIdx) width = std::max(width, cells.at(i).size());
+  }
+
+  std::string cell(int64_t i) const {
+    const std::string &s = cells.at(i);
+    return std::string(width - s.size(), ' ') + s;
+  }
+
+  /// One line: separators are ", " at every level.
+  void oneLine(std::string &out, int64_t axis, int64_t base) const {
+    if (axis == t.ndim()) {
+      out += cell(base);
+      return;
+    }
+    const int64_t n = t.shape()[size_t(axis)];
+    out += '[';
+    bool first = true;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!first) out += ", ";
+      first = false;
+      if (!shown(n, i)) {
+        out += "...";
+        i = n - o.edgeItems - 1;
+        continue;
+      }
+      oneLine(out, axis + 1, base + i * strides[size_t(axis)]);
+    }
+    out += ']';
+  }
+
+  /// NumPy's layout (numpy.core.arrayprint._formatArray). `indent` is the column of this axis's
+  /// opening bracket; `col` tracks the current line length for wrapping the last axis.
+  void multiLine(std::string &out, int64_t axis, int64_t base, size_t indent) const {
+    const int64_t n = t.shape()[size_t(axis)];
+    const std::string pad(indent + 1, ' ');
+    out += '[';
+    if (axis == t.ndim() - 1) {
+      size_t col = indent + 1;
+      bool first = true;
+      for (int64_t i = 0; i < n; ++i) {
+        std::string word;
+        if (!shown(n, i)) {
+          word = "...";
+          i = n - o.edgeItems - 1;
+        } else {
+          word = cell(base + i * strides[size_t(axis)]);
+        }
+        if (!first) {
+          // ", " then the word, or ",\n" + pad when it would not fit. As NumPy, keep room for one
+          // closing bracket per enclosing axis and one for the separator or bracket after it.
+          if (col + 2 + word.size() > size_t(std::max<int64_t>(o.lineWidth - t.ndim(), 0))) {
+            out += ",\n" + pad;
+            col = pad.size();
+          } else {
+            out += ", ";
+            col += 2;
+          }
+        }
+        first = false;
+        out += word;
+        col += word.size();
+      }
+      out += ']';
+      return;
+    }
+    const std::string sep = "," + std::string(size_t(t.ndim() - axis - 1), '\n') + pad;
+    bool first = true;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!first) out += sep;
+      first = false;
+      if (!shown(n, i)) {
+        out += "...";
+        i = n - o.edgeItems - 1;
+        continue;
+      }
+      multiLine(out, axis + 1, base + i * strides[size_t(axis)], indent + 1);
+    }
+    out += ']';
+  }
+};
+
+} // namespace
+
+std::string format(const Tensor &t, const FormatOptions &opts) {
+  const std::string prefix = "tensor(";
+  const std::string suffix = ", dtype=" + std::string(dtypeName(t.dtype())) + ")";
+  if (t.numel() == 0) {
+    std::string shape = t.ndim() > 1 ? ", shape=" + formatShape(t.shape()) : "";
+    return prefix + "[]" + shape + suffix;
+  }
+  Printer p{t, opts};
+  p.makeCells();
+  if (t.ndim() == 0) return prefix + p.cells.at(0) + suffix;
+  std::string line = prefix;
+  p.oneLine(line, 0, 0);
+  line += suffix;
+  if (int64_t(line.size()) <= opts.lineWidth) return line;
+  std::string out = prefix;
+  p.multiLine(out, 0, 0, prefix.size());
+  return out + suffix;
+}
+
+} // namespace tsr::rt
