@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <csignal>
+#include <malloc.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -241,7 +242,8 @@ private:
       reply(id, {{"checks", s.checks}, {"superseded", s.superseded}, {"lastCheckMs", s.lastMs},
                  {"parsedStatements", s.parse.parsed}, {"reusedStatements", s.parse.reused},
                  {"tailParses", s.parse.wholeTail}, {"cachedStatements", s.parse.entries},
-                 {"published", published_}, {"openDocuments", docs_.all().size()}, {"vmRssKb", vmRssKb()}});
+                 {"published", published_}, {"openDocuments", docs_.all().size()}, {"vmRssKb", vmRssKb()},
+                 {"heapInUseKb", mallinfo2().uordblks / 1024}});
       return;
     }
     throw ProtocolError{MethodNotFound, "unknown method `" + method + "`"};
@@ -447,6 +449,13 @@ private:
 int runServer(int inFd, int outFd, const ServerOptions &options) {
   // A client that goes away must end the server through a failed write, not a signal.
   std::signal(SIGPIPE, SIG_IGN);
+  // One malloc arena for both threads: the checker's memory is then one heap that the idle trim
+  // returns whole (and that heapInUseKb in tessera/status accounts for), instead of a second
+  // arena holding on to the pages of past checks.
+  mallopt(M_ARENA_MAX, 1);
+  // Large blocks (document texts, the node vectors of big trees) are mapped and unmapped on their
+  // own rather than carved from the heap, where the holes they leave would fragment it.
+  mallopt(M_MMAP_THRESHOLD, 64 * 1024);
   Server s(inFd, outFd, options);
   return s.run();
 }
