@@ -230,6 +230,13 @@ void FunctionChecker::checkReturn(Return *s) {
 
 void FunctionChecker::checkCondition(Expr *test, const TypeRef &t, std::string_view what) {
   DiagnosticEngine &D = pc_.P.diags;
+  // Graph functions are compiled for compile-time control flow (spec 3): a condition on a value
+  // known only at run time (a positional int parameter, data) cannot choose what to compile.
+  if (ctx_ == BodyContext::Graph && t->is(TypeKind::Bool) && t->runtime && !specializing_) {
+    D.report(DiagKind::NotInGraph, test->range, {"`" + std::string(what) + "` on a value known only at run time",
+                                                 "make it a keyword-only parameter (compile-time), or select with where(cond, a, b)"});
+    return;
+  }
   if (t->is(TypeKind::Tensor) || t->is(TypeKind::Tile)) {
     bool single = t->rankKnown && product(t->dims).isOne();
     if (ctx_ == BodyContext::Graph || ctx_ == BodyContext::Kernel) {
@@ -357,11 +364,23 @@ void FunctionChecker::checkFor(For *s) {
     block(s->orelse);
     return;
   }
+  if (ctx_ == BodyContext::Graph && !specializing_ && it->is(TypeKind::Range) && it->name == "range") {
+    for (auto &bound : it->elems)
+      if (bound && bound->intValue && isRuntimeDim(*bound->intValue)) {
+        D.report(DiagKind::NotInGraph, s->iter->range, {"a `for` loop over a range known only at run time",
+                                                         "graph loops are unrolled: take the bound from a shape or a keyword-only parameter"});
+        break;
+      }
+  }
   TypeRef elem = iterElement(it, s->iter);
   // A loop counter is one value per iteration: an opaque size, so that `x[k0:k0 + BN]` has the
   // extent BN.
-  if (it->is(TypeKind::Range) && elem->is(TypeKind::Int) && !elem->intValue && s->target->kind == Kind::Name)
-    elem = T::integer(Dim::opaque(static_cast<Name *>(s->target)->id));
+  // In a graph function the loop is unrolled, so its counter is a compile-time value (a symbol);
+  // elsewhere it is a run-time one.
+  if (it->is(TypeKind::Range) && elem->is(TypeKind::Int) && !elem->intValue && s->target->kind == Kind::Name) {
+    const std::string &n = static_cast<Name *>(s->target)->id;
+    elem = T::integer(ctx_ == BodyContext::Graph ? Dim::symbol(n) : Dim::opaque(n));
+  }
   loopBody(s->body, [&] { assign(s->target, elem, s->iter->range); });
   block(s->orelse);
 }
@@ -672,7 +691,14 @@ TypeRef FunctionChecker::expr(Expr *e) {
 }
 
 std::string FunctionChecker::describeOperand(Expr *e, const TypeRef &t, bool left) {
-  std::string what = e->kind == Kind::Name ? static_cast<Name *>(e)->id : (left ? "the left operand" : "the right operand");
+  std::string what = left ? "the left operand" : "the right operand";
+  if (e->kind == Kind::Name) {
+    what = static_cast<Name *>(e)->id;
+  } else if (e->range.valid() && pc_.P.sm.has(e->range.file) && e->range.end > e->range.begin && e->range.end - e->range.begin <= 32) {
+    // Short operands are shown as written: `p[0:3]` is Tensor[3, f32].
+    std::string text = pc_.P.sm.file(e->range.file).text().substr(e->range.begin, e->range.end - e->range.begin);
+    if (text.find('\n') == std::string::npos) what = "`" + text + "`";
+  }
   return what + " is " + typeStr(t);
 }
 

@@ -109,6 +109,14 @@ std::optional<WeakScalar> weakKind(const Type &t) {
 
 TypeRef pyNumberResult(std::string_view op, ElementwiseKind kind, const Type &a, const Type &b) {
   if (kind == ElementwiseKind::Comparison) {
+    // Comparing a run-time int (or an already run-time bool) gives a run-time bool.
+    bool runtime = (a.intValue && isRuntimeDim(*a.intValue)) || (b.intValue && isRuntimeDim(*b.intValue)) ||
+                   a.runtime || b.runtime || (a.kind == TypeKind::Float && !a.floatValue) || (b.kind == TypeKind::Float && !b.floatValue);
+    auto result = [&](std::optional<bool> v) {
+      Type t = *T::boolean(v);
+      t.runtime = runtime && !v;
+      return std::make_shared<const Type>(std::move(t));
+    };
     std::optional<bool> v;
     if (a.intValue && b.intValue && a.intValue->isConstant() && b.intValue->isConstant()) {
       int64_t x = *a.intValue->constantValue(), y = *b.intValue->constantValue();
@@ -117,7 +125,7 @@ TypeRef pyNumberResult(std::string_view op, ElementwiseKind kind, const Type &a,
     } else if (a.intValue && b.intValue && (op == "==" || op == "!=") && *a.intValue == *b.intValue) {
       v = op == "==";
     }
-    return T::boolean(v);
+    return result(v);
   }
   if (kind == ElementwiseKind::TrueDivide) {
     if (a.floatValue && b.floatValue && *b.floatValue != 0) return T::floating(*a.floatValue / *b.floatValue);

@@ -138,6 +138,13 @@ std::string typeStr(const Type &t) {
 }
 std::string typeStr(const TypeRef &t) { return t ? typeStr(*t) : "unknown"; }
 
+bool isRuntimeDim(const Dim &d) {
+  if (d.hasUnknown() || d.isConstant()) return false;
+  std::map<std::string, Dim> ones;
+  for (const auto &s : d.symbols()) ones[s] = Dim::constant(1);
+  return !d.substitute(ones).isConstant();
+}
+
 bool provablyDifferent(const Dim &a, const Dim &b) {
   if (a.hasUnknown() || b.hasUnknown()) return false;
   Dim diff = a - b;

@@ -94,6 +94,7 @@ struct Type {
   TypeRef inner;             // the function a transform wraps; a pullback's primal result
   std::string name;          // builtin name ("tile.load"), Opaque's description, a View's tensor
   bool strided = false;      // a View with a step other than 1 (tile operations reject it)
+  bool runtime = false;      // a Bool computed from values known only at run time
 
   // Config and Schedule: named integer knobs (BM, BN, warps, ...).
   std::vector<std::pair<std::string, Dim>> knobs;
@@ -146,6 +147,11 @@ std::string typeStr(const Type &t);
 std::string dimStr(const Dim &d);
 /// `["B", "D"]`: the dims of a shape, as messages show them.
 std::string shapeStr(const std::vector<Dim> &dims);
+
+/// Whether a dim holds a value known only at run time: an opaque atom (a run-time int such as a
+/// positional int parameter, a program id or a loop counter), as opposed to symbols (sizes and
+/// compile-time parameters, fixed for each specialization).
+bool isRuntimeDim(const Dim &d);
 
 /// Whether two dims are known to differ: constants that differ, or distinct symbolic
 /// expressions (distinct symbols of one signature name distinct sizes, spec section 5).

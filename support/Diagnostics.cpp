@@ -60,7 +60,8 @@ Diagnostic &DiagnosticEngine::report(DiagKind kind, SourceRange range, std::vect
     if (errors_ > maxErrors_ && sev != Severity::Fatal) {
       if (!saidTooMany_) {
         saidTooMany_ = true;
-        diags_.push_back({DiagKind::TooManyErrors, range, formatDiag(DiagKind::TooManyErrors, {std::to_string(maxErrors_)}), {}});
+        // Without a location: the error that overflowed the limit is not otherwise described.
+        diags_.push_back({DiagKind::TooManyErrors, {}, formatDiag(DiagKind::TooManyErrors, {std::to_string(maxErrors_)}), {}});
       }
       lastDropped_ = true;
       return dropped_;
@@ -151,7 +152,9 @@ void DiagnosticEngine::render(std::ostream &os, const Diagnostic &d) const {
     os << sm_.describe(d.range) << ": ";
   }
   os << severityWord(sev) << "[" << diagCode(d.kind) << "]: " << d.message << "\n";
-  if (d.range.valid() && sm_.has(d.range.file)) renderSnippet(os, sm_.file(d.range.file), d.range);
+  // A file whose text could not be kept (not UTF-8) has no line to show.
+  if (d.range.valid() && sm_.has(d.range.file) && !sm_.file(d.range.file).text().empty())
+    renderSnippet(os, sm_.file(d.range.file), d.range);
   for (const DiagNote &n : d.notes) {
     os << "note: " << n.message;
     if (n.range.valid() && sm_.has(n.range.file)) os << " (" << sm_.describe(n.range) << ")";

@@ -5,6 +5,7 @@ A test file holds ordinary Tessera code and comment lines that say what must com
 
     # expect: 3:12: error[E0302]: matmul inner dimensions differ: "D" vs "H"
     # expect: other.tsr:1:1: error[...]: ...      (another file; [...] accepts any code)
+    # expect: error[E0018]: ...                   (a diagnostic without a location)
     # args: --emit=types                          (instead of the default --check)
     # exit: 1                                     (default: 1 if any error is expected, else 0)
     # stdout:                                     (then `# | line` lines: stdout, exactly)
@@ -19,8 +20,8 @@ import re
 import subprocess
 import sys
 
-DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning|internal error)\[(?P<code>[A-Z0-9]+)\]: (?P<msg>.*)$")
-EXPECT = re.compile(r"^#\s*expect:\s*(?:(?P<file>[^\s:]+\.tsr):)?(?P<line>\d+):(?P<col>\d+):\s*(?P<sev>error|warning)\[(?P<code>[^\]]+)\]:\s*(?P<msg>.*?)\s*$")
+DIAG = re.compile(r"^(?:(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): )?(?P<sev>error|warning|internal error)\[(?P<code>[A-Z0-9]+)\]: (?P<msg>.*)$")
+EXPECT = re.compile(r"^#\s*expect:\s*(?:(?:(?P<file>[^\s:]+\.tsr):)?(?P<line>\d+):(?P<col>\d+):)?\s*(?P<sev>error|warning)\[(?P<code>[^\]]+)\]:\s*(?P<msg>.*?)\s*$")
 
 
 def parse_test(path):
@@ -49,11 +50,16 @@ def parse_test(path):
 
 
 def matches(e, d, test_path):
-    want_file = e["file"] or os.path.basename(test_path)
-    if os.path.basename(d["file"]) != want_file:
-        return False
-    if int(e["line"]) != int(d["line"]) or int(e["col"]) != int(d["col"]):
-        return False
+    if e["line"] is None or d["line"] is None:
+        # A diagnostic without a location matches an expectation without one.
+        if e["line"] is not None or d["line"] is not None:
+            return False
+    else:
+        want_file = e["file"] or os.path.basename(test_path)
+        if os.path.basename(d["file"]) != want_file:
+            return False
+        if int(e["line"]) != int(d["line"]) or int(e["col"]) != int(d["col"]):
+            return False
     if e["sev"] != d["sev"]:
         return False
     if e["code"] not in ("...", d["code"]):
@@ -77,12 +83,13 @@ def run_one(tsrc, path):
     for e in exp:
         hit = next((d for d in unmatched if matches(e, d, path)), None)
         if hit is None:
-            loc = (e["file"] + ":" if e["file"] else "") + f'{e["line"]}:{e["col"]}'
-            problems.append(f'missing: {loc}: {e["sev"]}[{e["code"]}]: {e["msg"]}')
+            loc = ((e["file"] + ":" if e["file"] else "") + f'{e["line"]}:{e["col"]}: ') if e["line"] else ""
+            problems.append(f'missing: {loc}{e["sev"]}[{e["code"]}]: {e["msg"]}')
         else:
             unmatched.remove(hit)
     for d in unmatched:
-        problems.append(f'unexpected: {os.path.basename(d["file"])}:{d["line"]}:{d["col"]}: {d["sev"]}[{d["code"]}]: {d["msg"]}')
+        loc = f'{os.path.basename(d["file"])}:{d["line"]}:{d["col"]}: ' if d["line"] else ""
+        problems.append(f'unexpected: {loc}{d["sev"]}[{d["code"]}]: {d["msg"]}')
     want_exit = exit_code if exit_code is not None else (1 if any(e["sev"] == "error" for e in exp) else 0)
     if p.returncode != want_exit:
         problems.append(f"exit code {p.returncode}, expected {want_exit}")
