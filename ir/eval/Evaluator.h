@@ -1,0 +1,101 @@
+// The reference evaluator of Graph IR: runs a graph op by op on CPU tensors (rt::Tensor), with
+// the semantics of docs/ir.md and ir/ShapeInference.cpp stated exactly, so that it can serve as
+// the numeric oracle of the compiled CPU path. Clarity and exactness come before speed; every op
+// is linear or linear-times-log in its element count except matmul, which is the plain triple
+// loop (a 512x512x512 f32 product takes a fraction of a second).
+//
+// Values:
+// - A tensor value is an rt::Tensor of the value's dtype and shape (policies live in the type).
+// - A random key is an rt::Tensor of dtype i64 and shape [2] holding Philox's key words k0, k1,
+//   each in [0, 2^32) (keyTensor / keyOf). A plain tensor keeps keys printable and storable in
+//   .npy files, and an i64 holds a u32 exactly.
+//
+// Symbols: evaluate binds each symbolic dim of the parameters' types from the inputs' shapes
+// (a dim that is one symbol binds it; compound dims such as "3*D" are then checked, and a dim
+// linear in one still-unbound symbol solves for it). A run-time int parameter (a 0-d i64 whose
+// name is an identifier) binds the symbol of its name to its value, as lowering names sizes
+// after such parameters. A symbol bound to two sizes is an error naming both. Dims of attributes
+// and types are evaluated with the bound sizes in exact rational arithmetic and floored, so the
+// grid "(S + 63)/64" is cdiv(S, 64) (docs/ir.md, kernel_call).
+//
+// Numerics (each op's exact rule is at its case in Evaluator.cpp):
+// - Elementwise ops first convert their operands to the op's computation dtype (the result
+//   dtype; the promoted operand dtype for comparisons), which is exact except int -> float; then
+//   compute each element in f64 for float dtypes or in i64 for integer and bool dtypes, and round
+//   the result once into the result dtype: round-to-nearest-even, or saturating to the finite
+//   range when the result type has @saturate; integer results wrap modulo 2^bits.
+// - matmul and the reductions sum and prod accumulate in the type's @accum(T), by default f32
+//   for 16-bit and fp8 floats (and tf32, whose storage is f32) and the dtype itself otherwise:
+//   element by element in index order, acc = round_T(acc + x) with the sum (and each matmul
+//   product) formed in f64, then one rounding into the result dtype at the end. Integers
+//   accumulate in i64 and wrap at the end (the same value as wrapping at every step).
+// - @stochastic_round: a graph supplies no random words for it, so the evaluator rounds to
+//   nearest-even there. @loss_scale does not change forward values.
+// - Integer floordiv and mod by zero, and an integer raised to a negative power of 0, are errors.
+//
+// Errors: every failure is an EvalError whose message starts with the op's source location
+// (`file:line:col`, from the module's file table) or, without one, the graph's name, then the op
+// and what went wrong.
+#pragma once
+
+#include "ir/IR.h"
+#include "runtime/Random.h"
+#include "runtime/Tensor.h"
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tsr::ir {
+
+/// An evaluation failure. what() is "WHERE: OP: PROBLEM" (WHERE a source location `f.tsr:3:7`
+/// or `graph @name`; OP e.g. `matmul %4`, absent for input binding).
+class EvalError : public std::runtime_error {
+public:
+  EvalError(const std::string &where, const std::string &problem);
+  const std::string &where() const { return where_; }
+  const std::string &problem() const { return problem_; }
+
+private:
+  std::string where_, problem_;
+};
+
+/// Runs the kernels of kernel_call ops (the evaluator has no tile interpreter of its own).
+class KernelRunner {
+public:
+  virtual ~KernelRunner() = default;
+  /// Runs `op`'s kernel (attribute `callee`; its configuration in the other integer attributes).
+  /// `operands` are private copies of the op's operand tensors that the kernel may write in place;
+  /// `grid` is the op's grid attribute evaluated (floored) for the bound symbols. Returns the
+  /// op's results in order (the tensors the kernel writes, which lowering lists in the order the
+  /// kernel's parameters are written); each must have its result type's dtype and shape.
+  virtual std::vector<rt::Tensor> run(const Op &op, std::vector<rt::Tensor> &operands,
+                                      const std::vector<int64_t> &grid) const = 0;
+};
+
+/// A key value: i64 [2] = (k0, k1).
+rt::Tensor keyTensor(rt::Key key);
+/// The key a key value holds; throws std::invalid_argument unless `t` is an i64 [2] tensor with
+/// both words in [0, 2^32).
+rt::Key keyOf(const rt::Tensor &t);
+
+/// Sizes of symbols, by name.
+using SymbolSizes = std::map<std::string, int64_t>;
+
+/// The value of a dim for the given symbol sizes, in exact rational arithmetic, floored.
+/// Throws std::invalid_argument for an unknown dim (`?`), a symbol without a size, or a division
+/// by zero.
+int64_t evaluateDim(const Dim &d, const SymbolSizes &sizes);
+
+/// Binds the graph's symbols from the inputs (as `evaluate` does) and checks every input's
+/// rank, sizes and dtype against its parameter. Throws EvalError.
+SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs);
+
+/// Runs graph `g` of module `m` on `inputs` (one per parameter, in order; keys as keyTensor)
+/// and returns its outputs in order. Inputs are not modified. Throws EvalError.
+std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
+                                 const KernelRunner *kernels = nullptr);
+
+} // namespace tsr::ir
