@@ -107,21 +107,27 @@ Tensor uniform(Key key, std::vector<int64_t> shape, DType dtype, double minval, 
   Tensor t = Tensor::empty(std::move(shape), dtype);
   const bool unit = minval == 0.0 && maxval == 1.0;
   const double span = maxval - minval;
-  double top = 0;
-  if (!unit) {
+  auto rounded = [dtype](double v) {
     unsigned char b[8];
-    storeF64(dtype, b, maxval);
-    top = loadF64(dtype, b);
-    top = top >= maxval ? nextBelow(dtype, top) : top; // the largest dtype value below maxval
+    storeF64(dtype, b, v);
+    return loadF64(dtype, b);
+  };
+  double top = 0, bottom = 0;
+  if (!unit) {
+    top = rounded(maxval);
+    if (top >= maxval) top = nextBelow(dtype, top); // the largest dtype value below maxval
+    bottom = rounded(minval);
+    if (bottom < minval) bottom = -nextBelow(dtype, -bottom); // the smallest one from minval up
+    if (bottom > top)
+      invalid("random.uniform: no " + std::string(dtypeName(dtype)) + " value lies in [" + std::to_string(minval) + ", " +
+              std::to_string(maxval) + ")");
   }
   const size_t item = t.itemsize();
   auto *out = static_cast<unsigned char *>(t.data());
   auto put = [&](int64_t i, double u) {
     if (!unit) {
-      u = std::fma(u, span, minval);
-      unsigned char b[8];
-      storeF64(dtype, b, u);
-      if (loadF64(dtype, b) >= maxval) u = top;
+      const double v = rounded(std::fma(u, span, minval));
+      u = v >= maxval ? top : v < minval ? bottom : v;
     }
     storeF64(dtype, out + size_t(i) * item, u);
   };

@@ -31,8 +31,9 @@
 //   the word (24 for f32), exactly representable in T, in [0, 1) on a grid of 2^-(p+1).
 //   f64: u = (((word(key, i, 0) << 32) | word(key, i, 1)) >> 11) * 2^-53 (53 bits).
 //   With bounds [minval, maxval) other than [0, 1): v = fma(u, maxval - minval, minval) in f64
-//   (maxval - minval rounded to f64 first), rounded to T to nearest-even; a v >= maxval becomes the
-//   largest T value below maxval.
+//   (maxval - minval rounded to f64 first), rounded to T to nearest-even; then a v >= maxval
+//   becomes the largest T value below maxval, and a v < minval (possible only when minval is not
+//   representable in T) the smallest T value above minval.
 //
 //   normal (Box-Muller, G. E. P. Box and M. E. Muller, Ann. Math. Statist. 29(2), 1958): elements
 //   pair up within a Philox block, lanes (0, 1) and (2, 3). For element i with lane l = i % 4, let
@@ -93,7 +94,8 @@ uint32_t randomWord(Key key, uint64_t i, uint32_t draw = 0);
 void randomWords(Key key, uint32_t *out, int64_t n, uint32_t draw = 0, uint64_t first = 0);
 
 /// random.uniform: floats in [minval, maxval) of a float dtype. Throws std::invalid_argument for a
-/// non-float dtype or unless minval < maxval (both finite), and as Tensor::empty for bad shapes.
+/// non-float dtype, unless minval < maxval (both finite), when no value of the dtype lies in the
+/// interval, and as Tensor::empty for bad shapes.
 Tensor uniform(Key key, std::vector<int64_t> shape, DType dtype = DType::F32, double minval = 0.0,
                double maxval = 1.0);
 /// random.normal: standard normal samples of a float dtype (Box-Muller, above).

@@ -46,7 +46,7 @@ std::string formatShape(std::span<const int64_t> shape) {
   return s + ")";
 }
 
-Tensor::Tensor() : numel_(1), buf_(allocate(4)) {}
+Tensor::Tensor() : numel_(1), buf_(allocate(4)) { std::memset(buf_.get(), 0, 4); }
 
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
   const int64_t n = shapeNumel(shape);

@@ -92,6 +92,7 @@ public:
   /// Throws std::out_of_range for i outside [0, numel).
   double toF64(int64_t i) const;
   /// Rounds v into the dtype (Numeric.h: nearest-even, saturating float -> int, NaN -> 0).
+  /// Stochastic rounding needs a random word: it throws std::invalid_argument here (use storeF64).
   void fromF64(int64_t i, double v, Rounding r = {});
   /// Element i as an integer (floats truncate toward zero and saturate).
   int64_t toI64(int64_t i) const;

@@ -417,6 +417,8 @@ TEST_CASE("tensor: storage, shapes, element access") {
   CHECK(s.numel() == 1);
   CHECK(s.toF64(0) == 2.5);
   CHECK(Tensor().numel() == 1);
+  CHECK(Tensor().toF64(0) == 0.0);
+  CHECK(Tensor().dtype() == DType::F32);
   CHECK(Tensor::zeros({0, 5}, DType::I32).numel() == 0);
 
   // Copies share storage, clone() does not; reshape shares.
@@ -584,6 +586,10 @@ TEST_CASE("random.uniform: the documented bits, range and moments") {
   for (int64_t i = 0; i < e.numel(); ++i) CHECK((e.toF64(i) >= -3.0 && e.toF64(i) < 5.0));
   CHECK_THROWS_AS(uniform(k, {2}, DType::I32), std::invalid_argument);
   CHECK_THROWS_AS(uniform(k, {2}, DType::F32, 1.0, 1.0), std::invalid_argument);
+  CHECK_THROWS_AS(uniform(k, {2}, DType::BF16, 1.001, 1.002), std::invalid_argument); // no bf16 between
+  // minval not representable: never below it (bf16 rounds 1.001 down to 1.0).
+  const Tensor g = uniform(k, {10000}, DType::BF16, 1.001, 1.5);
+  for (int64_t i = 0; i < g.numel(); ++i) CHECK((g.toF64(i) >= 1.001 && g.toF64(i) < 1.5));
   CHECK(identical(uniform(k, {7, 3}), uniform(k, {21}).reshape({7, 3}))); // flat index, not shape
 }
 
