@@ -80,7 +80,8 @@ void writeSafetensors(const std::string &path, const NamedTensors &tensors, cons
 ///   first non-blank character is '#' are skipped (numpy.loadtxt's default comment character).
 /// - Fields are separated by exactly `delimiter` (not empty; " " does not merge runs of spaces);
 ///   spaces and tabs around a field and one pair of double quotes around it are removed.
-/// - Floats parse as C's strtod does (nan, inf, 1e-3, overflow to ±inf) and round to the dtype;
+/// - Floats parse as C's strtod does (nan, inf, 1e-3, overflow to ±inf), independent of the
+///   locale; f32 and f64 are correctly rounded from the decimal, narrower floats round from f64;
 ///   integer dtypes take integers (or integral floats such as 3.0 or 1e3) in the dtype's range;
 ///   bool takes true/false (any case) or a number (nonzero is true).
 /// - Errors name the line (1-based, counting every line) and field: an empty or non-numeric

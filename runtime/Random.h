@@ -50,7 +50,8 @@
 //
 //   randint in [minval, maxval): x = (word(key, i, 0) << 32) | word(key, i, 1) (64 bits),
 //   span = maxval - minval (as uint64), value = minval + floor(x * span / 2^64) (the high word of
-//   the 128-bit product: Lemire's multiply-shift without rejection, bias below span / 2^64).
+//   the 128-bit product: the multiply-shift of D. Lemire, "Fast random integer generation in an
+//   interval", ACM TOMACS 29(1), 2019, without its rejection step; the bias is below span / 2^64).
 //
 //   bernoulli(p): value = (word(key, i, 0) >> 8) * 2^-24 < p (p compared in f64; p <= 0 gives all
 //   false, p >= 1 all true, NaN all false).
