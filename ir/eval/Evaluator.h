@@ -1,8 +1,8 @@
 // The reference evaluator of Graph IR: runs a graph op by op on CPU tensors (rt::Tensor), with
 // the semantics of docs/ir.md and ir/ShapeInference.cpp stated exactly, so that it can serve as
-// the numeric oracle of the compiled CPU path. Clarity and exactness come before speed; every op
-// is linear or linear-times-log in its element count except matmul, which is the plain triple
-// loop (a 512x512x512 f32 product takes a fraction of a second).
+// the numeric oracle of the compiled CPU path. Clarity and exactness come before speed: each op's
+// work is linear in its element count, except matmul's plain triple loop (a 512x512 by 512x512
+// f32 product takes about 0.1 s).
 //
 // Values:
 // - A tensor value is an rt::Tensor of the value's dtype and shape (policies live in the type).
@@ -94,7 +94,9 @@ int64_t evaluateDim(const Dim &d, const SymbolSizes &sizes);
 SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs);
 
 /// Runs graph `g` of module `m` on `inputs` (one per parameter, in order; keys as keyTensor)
-/// and returns its outputs in order. Inputs are not modified. Throws EvalError.
+/// and returns its outputs in order. Inputs are not modified, but an output may share storage
+/// with an input (a graph that returns a parameter, or a reshape of one), as a NumPy view would.
+/// Throws EvalError.
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
                                  const KernelRunner *kernels = nullptr);
 
