@@ -91,7 +91,8 @@ std::string policyText(const Policies &p) {
   return s.empty() ? "none" : s;
 }
 
-std::vector<std::pair<std::string, std::string>> typeFacts(const TypeRef &t) {
+// `label` is the name the value is shown under: a size equal to it says nothing more.
+std::vector<std::pair<std::string, std::string>> typeFacts(const TypeRef &t, const std::string &label) {
   std::vector<std::pair<std::string, std::string>> kv;
   if (!t) return kv;
   switch (t->kind) {
@@ -105,7 +106,12 @@ std::vector<std::pair<std::string, std::string>> typeFacts(const TypeRef &t) {
     kv.push_back({"policy", policyText(t->policies)});
     break;
   case TypeKind::Int:
-    if (t->intValue) kv.push_back({"value", dimStr(*t->intValue)});
+    if (t->intValue) {
+      // A size as code spells it (B*H), not as an annotation quotes it ("B*H").
+      std::string v = dimStr(*t->intValue);
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      if (v != label) kv.push_back({"value", v});
+    }
     break;
   default: break;
   }
@@ -206,6 +212,25 @@ void describeFunction(Doc &doc, const FunctionInfo &fn, const SourceManager &sm)
     kv.push_back({"autotune", sp});
   }
   doc.facts(kv);
+  // The calls checked so far, each with the types it gave the parameters.
+  if (!fn.specializationOrder.empty()) {
+    std::string calls;
+    size_t shown = 0;
+    for (const std::string &key : fn.specializationOrder) {
+      auto text = fn.specializationText.find(key);
+      auto result = fn.specializations.find(key);
+      if (text == fn.specializationText.end() || result == fn.specializations.end()) continue;
+      if (shown++ == 3) {
+        calls += "\n... (" + std::to_string(fn.specializationOrder.size()) + " in all)";
+        break;
+      }
+      calls += (calls.empty() ? "" : "\n") + fn.name + "(" + text->second + ") -> " + typeStr(result->second);
+    }
+    if (!calls.empty()) {
+      doc.para("specializations:");
+      doc.code(calls);
+    }
+  }
   if (fn.def) doc.para(docComment(sm, fn.def));
 }
 
@@ -263,7 +288,7 @@ void describeValue(Doc &doc, const std::string &label, const TypeRef &t, const S
     return;
   }
   doc.code(label.empty() ? typeStr(t) : label + ": " + typeStr(t));
-  doc.facts(typeFacts(t));
+  doc.facts(typeFacts(t, label));
 }
 
 const FunctionInfo *functionOfDef(const Program &p, const ast::FunctionDef *def) {
@@ -513,6 +538,20 @@ std::optional<HoverHit> hoverAt(const Analysis &a, uint32_t off, bool md) {
     describeValue(doc, std::string(textOf(sm, at->range)), t, sm);
     return HoverHit{doc.out, contains(at->attrRange, off) ? at->attrRange : at->range};
   }
+  if (auto *call = ast::dyn_cast<ast::Call>(n)) {
+    // The name of a keyword argument: the callee's signature, which has the parameter.
+    for (const ast::Arg &arg : call->args) {
+      if (arg.kind != ast::ArgKind::Keyword || !contains(arg.range, off)) continue;
+      TypeRef callee = typeOf(p, call->func);
+      if (!callee) return std::nullopt;
+      describeValue(doc, std::string(textOf(sm, call->func->range)), callee, sm);
+      doc.para(doc.md ? "keyword argument `" + arg.name + "`" : "keyword argument " + arg.name);
+      SourceRange nameRange{arg.range.file, arg.range.begin, arg.range.begin + static_cast<uint32_t>(arg.name.size())};
+      return HoverHit{doc.out, nameRange};
+    }
+  }
+  // Inside a string there is nothing to say (an f-string's fields are expressions of their own).
+  if (ast::isa<ast::StrLit>(n) || ast::isa<ast::FString>(n)) return std::nullopt;
   if (ast::isExprKind(n->kind)) {
     TypeRef t = typeOf(p, static_cast<ast::Expr *>(n));
     if (!t) return std::nullopt;

@@ -83,16 +83,24 @@ void ParseCache::beginCheck(const std::string &owner) {
 }
 
 void ParseCache::endCheck() {
-  auto &old = used_[owner_];
-  for (const std::string &k : current_)
-    if (!old.count(k)) entries_[k].owners++;
-  for (const std::string &k : old) {
-    if (current_.count(k)) continue;
+  // An owner keeps the statements of its last two checks: after an edit that breaks the text
+  // (an unclosed bracket makes the rest of the file one statement), the edit that repairs it
+  // finds the statements of the text before.
+  Generations &g = used_[owner_];
+  std::set<std::string> before = g.previous;
+  before.insert(g.latest.begin(), g.latest.end());
+  g.previous = std::move(g.latest);
+  g.latest = std::move(current_);
+  current_.clear();
+  std::set<std::string> after = g.previous;
+  after.insert(g.latest.begin(), g.latest.end());
+  for (const std::string &k : after)
+    if (!before.count(k)) entries_[k].owners++;
+  for (const std::string &k : before) {
+    if (after.count(k)) continue;
     auto it = entries_.find(k);
     if (it != entries_.end() && --it->second.owners == 0) entries_.erase(it);
   }
-  old = std::move(current_);
-  current_.clear();
   // Entries parsed during this check but used by no owner (a check without beginCheck).
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->second.owners == 0) it = entries_.erase(it);
@@ -103,7 +111,9 @@ void ParseCache::endCheck() {
 void ParseCache::forget(const std::string &owner) {
   auto u = used_.find(owner);
   if (u == used_.end()) return;
-  for (const std::string &k : u->second) {
+  std::set<std::string> all = u->second.previous;
+  all.insert(u->second.latest.begin(), u->second.latest.end());
+  for (const std::string &k : all) {
     auto it = entries_.find(k);
     if (it != entries_.end() && --it->second.owners == 0) entries_.erase(it);
   }

@@ -35,9 +35,9 @@ public:
   std::unique_ptr<ast::Module> parse(const SourceManager &sm, DiagnosticEngine &diags, FileId file,
                                      const std::string &name);
 
-  /// Brackets one check made for `owner` (a document): statements that no owner's latest check
-  /// used are released at endCheck, so the cache holds the trees of the open documents and of
-  /// their imports, not of their history.
+  /// Brackets one check made for `owner` (a document): statements that no owner's last two
+  /// checks used are released at endCheck, so the cache holds the trees of the open documents and
+  /// of their imports, not of their history.
   void beginCheck(const std::string &owner);
   void endCheck();
   void forget(const std::string &owner);
@@ -54,7 +54,10 @@ private:
     size_t owners = 0;
   };
   std::unordered_map<std::string, Entry> entries_;
-  std::map<std::string, std::set<std::string>> used_; // owner -> texts its last check used
+  struct Generations {
+    std::set<std::string> latest, previous; // the texts of the owner's last two checks
+  };
+  std::map<std::string, Generations> used_;
   std::string owner_;
   std::set<std::string> current_;
   Stats stats_;

@@ -659,6 +659,45 @@ def signature_help():
 
 
 @test
+def every_position_of_the_examples():
+    # Hover, definition, completion and signature help at every position of every example (and
+    # past the ends of lines): each is answered, none is an error, and the server stays up.
+    c = started()
+    n = 0
+    for name in sorted(os.listdir(EXAMPLES)):
+        if not name.endswith(".tsr"):
+            continue
+        uri, lines = open_example(c, name)
+        for l, line in enumerate(lines):
+            for ch in range(utf16_len(line) + 2):
+                for m in ("textDocument/hover", "textDocument/definition", "textDocument/completion",
+                          "textDocument/signatureHelp"):
+                    r = c.call(m, tdp(uri, l, ch))
+                    n += 1
+                    check(r is not None and "result" in r, f"{m} at {name}:{l}:{ch}: {r}")
+        r = c.call("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+        check(r and isinstance(r.get("result"), list), f"symbols of {name}")
+        c.pending.clear()
+    check(n > 1000, f"{n} requests")
+    check(c.close() == 0, "clean exit")
+
+
+@test
+def tessera_alias_completion():
+    text = "import tessera as ts\n\n@ts.jit\ndef f(x: Tensor[\"N\", f32]):\n    return ts.exp(x)\n"
+    uri = file_uri(write("alias.tsr", text))
+    c = started()
+    c.open(uri, text)
+    c.diagnostics(uri, 1)
+    c.change(uri, 2, [{"range": {"start": pos(4, 0), "end": pos(4, 0)}, "text": "    y = ts.tile.\n    z = ts.\n"}])
+    items = complete(c, uri, 4, len("    y = ts.tile."))
+    check("load" in items, f"ts.tile. gives tile operations: {sorted(items)[:8]}")
+    items = complete(c, uri, 5, len("    z = ts."))
+    check("exp" in items and "tile" in items, f"ts. gives the builtins: {sorted(items)[:8]}")
+    check(c.close() == 0, "clean exit")
+
+
+@test
 def requests_wait_for_the_current_version():
     # A hover sent right after an edit is answered from the check of the edited text.
     c = started()

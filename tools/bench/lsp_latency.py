@@ -4,7 +4,7 @@ edit). Generates the module with gen_module.py, opens it in `tsr lsp`, then 20 t
 incremental edit and measures the time until the publishDiagnostics of that version arrives.
 Prints each sample and the median. Not a test: numbers on shared machines are noisy.
 
-usage: tools/bench/lsp_latency.py [TSR] [LINES] [--debounce-ms N]
+usage: tools/bench/lsp_latency.py [TSR] [LINES] [--debounce-ms N] [--edit name|syntax]
 """
 import argparse
 import os
@@ -25,6 +25,9 @@ def main():
     ap.add_argument("lines", nargs="?", type=int, default=5000)
     ap.add_argument("--debounce-ms", type=int, default=None, help="the server's debounce (default: its own)")
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--edit", choices=["name", "syntax"], default="name",
+                    help="name: alternate a defined and an undefined name (the text always parses); "
+                         "syntax: alternate a syntax error (an unclosed parenthesis) and its fix")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -51,10 +54,15 @@ def main():
         version = 1
         for i in range(args.samples):
             version += 1
-            new = "y" if i % 2 == 0 else "x"  # `y` is undefined there: one error, then none
+            if args.edit == "name":
+                new = "y" if i % 2 == 0 else "x"  # `y` is undefined there: one error, then none
+                end = col + 1
+            else:
+                new = "x(" if i % 2 == 0 else "x"  # `(` is never closed: syntax errors, then none
+                end = col + (1 if i % 2 == 0 else 2)
             t = time.perf_counter()
             c.change(uri, version, [{"range": {"start": {"line": target, "character": col},
-                                               "end": {"line": target, "character": col + 1}}, "text": new}])
+                                               "end": {"line": target, "character": end}}, "text": new}])
             d = c.diagnostics(uri, version, timeout=60)
             ms = (time.perf_counter() - t) * 1000
             if d is None:
@@ -66,7 +74,7 @@ def main():
         status = c.call("tessera/status")["result"]
         c.close()
         print(f"server: last check {status['lastCheckMs']:.1f} ms, VmRSS {status['vmRssKb']} kB")
-        print(f"edit -> publishDiagnostics: median {statistics.median(samples):.1f} ms of {len(samples)} "
+        print(f"edit -> publishDiagnostics ({args.edit} edits): median {statistics.median(samples):.1f} ms of {len(samples)} "
               f"(min {min(samples):.1f}, max {max(samples):.1f})")
     return 0
 
