@@ -1134,13 +1134,17 @@ rt::Key keyOf(const rt::Tensor &t) {
 
 int64_t evaluateDim(const Dim &d, const SymbolSizes &sizes) { return floorQ(evaluateDimQ(d, sizes)); }
 
-SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<Tensor> &inputs) {
-  (void)m;
+SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<Tensor> &inputs, const SymbolSizes &given) {
   const std::string where = "graph @" + g.name;
   if (inputs.size() != g.params.size())
     throw EvalError(where, "takes " + std::to_string(g.params.size()) + " inputs, not " + std::to_string(inputs.size()));
   SymbolSizes sizes;
   std::map<std::string, std::string> from; // symbol -> where its size came from
+  for (const auto &[sym, n] : given) {
+    if (n < 0) throw EvalError(where, "the given size of symbol `" + sym + "` is negative (" + std::to_string(n) + ")");
+    sizes[sym] = n;
+    from[sym] = "the given sizes";
+  }
   auto input = [&](size_t i) { return "input " + std::to_string(i) + " (%" + g.params[i]->name + ")"; };
   auto bind = [&](const std::string &sym, int64_t n, const std::string &source) {
     auto it = sizes.find(sym);
@@ -1244,12 +1248,32 @@ SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<Tenso
                                (missing.empty() ? "the dim" : missing) + " cannot be determined from the inputs (input " +
                                std::to_string(q.input) + " axis " + std::to_string(q.axis) + " is \"" + q.dim.str() + "\")");
   }
+  // A symbol that only ops mention (a compile-time int of the generic signature, such as
+  // `heads` in "D/heads") has to be given; say so before running anything.
+  for (const Op *op : g.ops) {
+    std::vector<const Dim *> dims;
+    for (const Value *r : op->results)
+      for (const Dim &d : r->type.dims) dims.push_back(&d);
+    for (const Attr &a : op->attrs)
+      if (const auto *ds = std::get_if<std::vector<Dim>>(&a.value))
+        for (const Dim &d : *ds) dims.push_back(&d);
+    for (const Dim *d : dims)
+      for (const std::string &s : d->symbols()) {
+        if (sizes.count(s)) continue;
+        std::string at = op->loc.valid() && op->loc.file <= m.files.size()
+                             ? m.files[op->loc.file - 1] + ":" + std::to_string(op->loc.line) + ":" + std::to_string(op->loc.col)
+                             : "graph @" + g.name;
+        throw EvalError(where, "the size of symbol `" + s + "` is not determined by the inputs; give it with the symbol sizes (" +
+                                   std::string(opSpelling(op->kind)) + (op->results.empty() ? "" : " %" + std::to_string(op->results[0]->id)) +
+                                   " at " + at + " uses it)");
+      }
+  }
   return sizes;
 }
 
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
-                                 const KernelRunner *kernels) {
-  SymbolSizes sizes = bindSymbols(m, g, inputs);
+                                 const KernelRunner *kernels, const SymbolSizes &given) {
+  SymbolSizes sizes = bindSymbols(m, g, inputs, given);
   return Evaluator(m, g, kernels, std::move(sizes)).run(inputs);
 }
 

@@ -14,7 +14,8 @@
 // (a dim that is one symbol binds it; compound dims such as "3*D" are then checked, and a dim
 // linear in one still-unbound symbol solves for it). A run-time int parameter (a 0-d i64 whose
 // name is an identifier) binds the symbol of its name to its value, as lowering names sizes
-// after such parameters. A symbol bound to two sizes is an error naming both. Dims of attributes
+// after such parameters. Symbols no input determines are given by the caller. A symbol bound to
+// two sizes is an error naming both. Dims of attributes
 // and types are evaluated with the bound sizes in exact rational arithmetic and floored, so the
 // grid "(S + 63)/64" is cdiv(S, 64) (docs/ir.md, kernel_call).
 //
@@ -89,15 +90,19 @@ using SymbolSizes = std::map<std::string, int64_t>;
 /// by zero.
 int64_t evaluateDim(const Dim &d, const SymbolSizes &sizes);
 
-/// Binds the graph's symbols from the inputs (as `evaluate` does) and checks every input's
-/// rank, sizes and dtype against its parameter. Throws EvalError.
-SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs);
+/// Binds the graph's symbols from the inputs (as `evaluate` does), starting from the `given`
+/// sizes, and checks every input's rank, sizes and dtype against its parameter. A symbol that
+/// ops use but no input determines (a compile-time int of a generic signature, such as `heads`
+/// in "D/heads") must be given. Throws EvalError.
+SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
+                        const SymbolSizes &given = {});
 
-/// Runs graph `g` of module `m` on `inputs` (one per parameter, in order; keys as keyTensor)
-/// and returns its outputs in order. Inputs are not modified, but an output may share storage
+/// Runs graph `g` of module `m` on `inputs` (one per parameter, in order; keys as keyTensor),
+/// with the `given` sizes for symbols that the inputs do not determine, and returns its outputs
+/// in order. Inputs are not modified, but an output may share storage
 /// with an input (a graph that returns a parameter, or a reshape of one), as a NumPy view would.
 /// Throws EvalError.
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
-                                 const KernelRunner *kernels = nullptr);
+                                 const KernelRunner *kernels = nullptr, const SymbolSizes &given = {});
 
 } // namespace tsr::ir

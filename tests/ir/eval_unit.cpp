@@ -91,6 +91,20 @@ TEST_CASE("symbols bind from shapes, compound dims solve, conflicts name both si
   CHECK(errorOf(h, {Tensor::zeros({3}, DType::F32), Tensor::fromI64({}, DType::I64, std::vector<int64_t>{4})}) ==
         "graph @h: symbol `n` is 3 (from input 0 (%x) axis 0) and 4 (from input 1 (%n)'s value)");
 
+  // A symbol that only ops use must be given.
+  const char *heads = R"(graph @r(%x: tensor<"D", f32>) -> (tensor<"heads", "D/heads", f32>) {
+  %1 = reshape %x {shape = <"heads", "D/heads">} : tensor<"heads", "D/heads", f32> loc("r.tsr":2:3)
+  return %1
+})";
+  CHECK(errorOf(heads, {Tensor::zeros({12}, DType::F32)}) ==
+        "graph @r: the size of symbol `heads` is not determined by the inputs; give it with the symbol sizes (reshape %1 at r.tsr:2:3 uses it)");
+  {
+    auto m = parseModuleText(heads);
+    CHECK(evaluate(*m, *m->graphs[0], {Tensor::zeros({12}, DType::F32)}, nullptr, {{"heads", 3}})[0].shape() == std::vector<int64_t>{3, 4});
+    CHECK_THROWS_WITH_AS(evaluate(*m, *m->graphs[0], {Tensor::zeros({12}, DType::F32)}, nullptr, {{"D", 4}}),
+                         "graph @r: symbol `D` is 4 (from the given sizes) and 12 (from input 0 (%x) axis 0)", EvalError);
+  }
+
   const char *k = R"(graph @k(%key: key) -> (key) {
   return %key
 })";

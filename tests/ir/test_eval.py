@@ -92,11 +92,12 @@ class Case:
     """One graph: `make(env, gen)` builds the inputs (torch tensors of the parameters' dtypes, or
     Key) for one shape environment; `ref(*inputs, env)` gives the expected outputs in order;
     `names` label them; `tol` maps an output name to (rtol, atol) where the dtype's default does
-    not fit; `xfail(env)` gives the reason a shape is expected to fail, or None."""
+    not fit; `xfail(env)` gives the reason a shape is expected to fail, or None; `given` names the
+    symbols passed with --size (those no input determines)."""
 
-    def __init__(self, program, graph, shapes, make, ref, names, tol=None, xfail=None):
+    def __init__(self, program, graph, shapes, make, ref, names, tol=None, xfail=None, given=()):
         self.program, self.graph, self.shapes, self.make, self.ref = program, graph, shapes, make, ref
-        self.names, self.tol, self.xfail = names, tol or {}, xfail or (lambda env: None)
+        self.names, self.tol, self.xfail, self.given = names, tol or {}, xfail or (lambda env: None), given
 
 
 def randn(gen, *shape, dtype=torch.float32, scale=1.0):
@@ -315,6 +316,11 @@ case("reductions", "count_positive", [{"A": 3, "B": 4}],
      lambda env, gen: [randn(gen, env["A"], env["B"])],
      lambda x, env: [(x > 0).sum().int(), (x > 0).sum(-1).int()], ["sum(bool)", "sum(bool, -1)"],
      xfail=lambda env: "lowering: sum of a bool tensor is i32 in the language, but lowers to reduce_sum with a bool result")
+
+case("heads", "split_heads", [{"B": 2, "S": 3, "D": 8, "heads": 4}, {"B": 1, "S": 2, "D": 6, "heads": 3}],
+     lambda env, gen: [randn(gen, env["B"], env["S"], env["D"])],
+     lambda x, env: [x.reshape(x.shape[0], x.shape[1], env["heads"], -1).permute(0, 2, 1, 3), x * 2.0],
+     ["split heads", "merge heads * 2"], given=("heads",))
 
 # -- lowering problems: the graphs disagree with the language's types or values --
 
@@ -579,6 +585,9 @@ ERRORS = [
     ("a constant dim that differs", "linalg", "mm_batched",
      lambda: [np.zeros((2, 3, 4), np.float32), np.zeros((4, 5), np.float32), np.zeros((2, 5, 6), np.float32), np.zeros((2, 4, 5), np.float32)],
      "graph @mm_batched: input 3 (%d) axis 0 has size 2, but the parameter's type is tensor<1, \"K\", \"N\", f32>"),
+    ("a symbol that only ops use, not given", "heads", "split_heads", lambda: [np.zeros((2, 3, 8), np.float32)],
+     "graph @split_heads: the size of symbol `heads` is not determined by the inputs; give it with the symbol sizes "
+     "(reshape %1 at heads.tsr:6:19 uses it)"),
     ("integer division by zero", "elementwise", "int_ops", lambda: [np.arange(3, dtype=np.int32), np.array([1, 0, 2], np.int32)],
      "elementwise.tsr:46:34: floordiv %5: integer division by zero"),
     ("gather index out of range", "layout", "gather_onehot",
@@ -675,6 +684,8 @@ def main():
                 args = []
                 for i, t in enumerate(inputs):
                     args += save_input(os.path.join(d, f"in{i}.npy"), t)
+                for name in c.given:
+                    args += ["--size", f"{name}={env[name]}"]
                 shape_tag = ",".join(f"{k}={v}" for k, v in env.items())
                 label = f"{c.graph}[{shape_tag}]"
                 reason = c.xfail(env)

@@ -2,13 +2,15 @@
 // reference evaluator (ir/eval/Evaluator.h), for tests that compare it with other
 // implementations.
 //
-//   tsr-eval GRAPH.txt [--graph NAME] (--in FILE.npy | --key SEED)... --out-dir DIR
+//   tsr-eval GRAPH.txt [--graph NAME] (--in FILE.npy | --key SEED)... [--size NAME=N]... --out-dir DIR
 //
 // - The graph's parameters take the inputs in command-line order: `--in` a tensor file (.npy, or
 //   anything runtime/Formats.h's load reads as one tensor), `--key` a random key random.key(SEED).
 //   NumPy has no bf16, fp8 or tf32, so an f32 file given for a parameter of one of those dtypes
 //   is rounded into it (nearest-even); any other dtype difference is an error.
 // - --graph may be left out when the file holds one graph.
+// - --size gives a symbol that no input's shape determines (a compile-time int of a generic
+//   signature, such as `heads` in "D/heads").
 // - Outputs are written as DIR/out0.npy, DIR/out1.npy, ... (bf16, fp8 and tf32 as f32, an exact
 //   widening; keys as i64 [2] = (k0, k1)), and each is listed on stdout as
 //   `out0.npy bf16 (4, 8)` with its dtype in the graph.
@@ -33,9 +35,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char *kUsage =
-    "usage: tsr-eval GRAPH.txt [--graph NAME] (--in FILE.npy | --key SEED)... --out-dir DIR\n"
+    "usage: tsr-eval GRAPH.txt [--graph NAME] (--in FILE.npy | --key SEED)... [--size NAME=N]... --out-dir DIR\n"
     "  runs a graph of Graph IR text on the reference evaluator; parameters take the inputs in\n"
-    "  command-line order; outputs go to DIR/out0.npy, DIR/out1.npy, ...\n";
+    "  command-line order; --size gives a symbol that no input determines; outputs go to\n"
+    "  DIR/out0.npy, DIR/out1.npy, ...\n";
 
 struct Input {
   bool isKey = false;
@@ -53,19 +56,28 @@ int usage(const std::string &why) {
 int main(int argc, char **argv) {
   std::string graphFile, graphName, outDir;
   std::vector<Input> inputs;
+  ir::SymbolSizes sizes;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
     }
-    if (a == "--graph" || a == "--in" || a == "--key" || a == "--out-dir") {
+    if (a == "--graph" || a == "--in" || a == "--key" || a == "--size" || a == "--out-dir") {
       if (i + 1 >= argc) return usage(a + " needs a value");
       const std::optional<std::string> v = std::string(argv[++i]);
       if (a == "--graph") graphName = *v;
       else if (a == "--out-dir") outDir = *v;
       else if (a == "--in") inputs.push_back({false, *v, 0});
-      else {
+      else if (a == "--size") {
+        size_t eq = v->find('=');
+        char *end = nullptr;
+        errno = 0;
+        long long n = eq == std::string::npos ? 0 : std::strtoll(v->c_str() + eq + 1, &end, 10);
+        if (eq == std::string::npos || eq == 0 || eq + 1 == v->size() || *end != '\0' || errno != 0 || n < 0)
+          return usage("--size takes NAME=N with N a size, not `" + *v + "`");
+        sizes[v->substr(0, eq)] = n;
+      } else {
         char *end = nullptr;
         errno = 0;
         long long seed = std::strtoll(v->c_str(), &end, 10);
@@ -158,7 +170,7 @@ int main(int argc, char **argv) {
       }
       values.push_back(t);
     }
-    std::vector<rt::Tensor> outs = ir::evaluate(*m, *g, values);
+    std::vector<rt::Tensor> outs = ir::evaluate(*m, *g, values, nullptr, sizes);
     fs::create_directories(outDir);
     for (size_t i = 0; i < outs.size(); ++i) {
       std::string name = "out" + std::to_string(i) + ".npy";
