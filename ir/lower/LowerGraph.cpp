@@ -59,6 +59,16 @@ class Lowering {
 public:
   Lowering(Module &m, const sema::Program &p, Graph &g) : m_(m), p_(p), g_(g) {}
 
+  /// Evaluates an expression of `mod` with names bound to values (eager host operations).
+  LVRef evalWith(const ModuleInfo &mod, Expr *e, std::map<std::string, LVRef> env) {
+    Frame frame{nullptr, &mod, std::move(env)};
+    frames_.push_back(&frame);
+    LVRef v = expr(e);
+    frames_.pop_back();
+    return v;
+  }
+  Value *tensorOf(const LVRef &x, SourceRange at) { return asTensor(x, std::nullopt, at); }
+
   LVRef callFunction(const FunctionInfo &fn, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
     if (++depth_ > 64) throw CompileError{"recursion deeper than 64 calls", at};
     std::map<std::string, LVRef> env;
@@ -453,6 +463,7 @@ private:
     }
   }
 
+public:
   LVRef binary(BinOp bop, const LVRef &a, const LVRef &b, SourceRange at) {
     if ((a->kind == LV::K::Tuple || a->kind == LV::K::List) && bop == BinOp::Add && b->kind == a->kind) {
       std::vector<LVRef> es = a->elems;
@@ -813,7 +824,7 @@ private:
       frames_.pop_back();
       return r;
     }
-    if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, c);
+    if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, c->range, c->func->range);
     unsupported("calling a " + kindName(callee), c->range);
   }
 
@@ -853,9 +864,9 @@ private:
     return p;
   }
 
-  LVRef builtin(const LV &b, std::vector<LVRef> args, const std::map<std::string, LVRef> &kw, Call *c) {
+public:
+  LVRef builtin(const LV &b, std::vector<LVRef> args, const std::map<std::string, LVRef> &kw, SourceRange at, SourceRange calleeRange) {
     std::string name = b.builtin->name;
-    SourceRange at = c->range;
     if (b.self) args.insert(args.begin(), b.self);
     auto A = [&](size_t i, const char *n) { return arg(args, kw, i, n); };
     auto T0 = [&](size_t i, const char *n) -> Value * {
@@ -1160,7 +1171,7 @@ private:
     // Forward, a checkpointed function computes what the function does; what checkpoint
     // changes is what the backward pass keeps (autodiff).
     if (name == "checkpoint") return A(0, "f");
-    unsupported("`" + name + "` in a graph function", c->func->range);
+    unsupported("`" + name + "` in a graph function", calleeRange);
   }
 
   Module &m_;
@@ -1199,6 +1210,13 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     throw CompileError{"a string parameter whose value is not known", at};
   case TypeKind::None: return none();
   case TypeKind::DTypeVal: { LV v; v.kind = LV::K::DType; v.dt = {t->dtype, t->policies}; return mk(v); }
+  case TypeKind::Builtin: {
+    LV v;
+    v.kind = LV::K::Builtin;
+    v.builtin = t->builtin;
+    if (t->self) v.self = paramValue(g, name + ".self", t->self, at, compileTime);
+    return mk(v);
+  }
   case TypeKind::Tuple: case TypeKind::List: {
     if (!t->lengthKnown) throw CompileError{"a sequence parameter of unknown length", at};
     std::vector<LVRef> es;
@@ -1216,17 +1234,62 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
   }
 }
 
-void collectOutputs(const LVRef &v, std::vector<Value *> &out, SourceRange at) {
+void collectOutputs(const LVRef &v, std::vector<Value *> &out, SourceRange at, bool keepConstants = false) {
   switch (v->kind) {
   case LV::K::Tensor: case LV::K::Key: out.push_back(v->v); return;
-  case LV::K::Tuple: case LV::K::List: for (auto &e : v->elems) collectOutputs(e, out, at); return;
-  case LV::K::Dict: for (auto &f : v->fields) collectOutputs(f.second, out, at); return;
+  case LV::K::Tuple: case LV::K::List: for (auto &e : v->elems) collectOutputs(e, out, at, keepConstants); return;
+  case LV::K::Dict: for (auto &f : v->fields) collectOutputs(f.second, out, at, keepConstants); return;
   case LV::K::None: return;
-  default: throw CompileError{"returning a compile-time " + std::string(v->kind == LV::K::Int ? "int" : "value") + " from a graph function", at};
+  default:
+    if (keepConstants) return; // an eager expression's compile-time leaves travel in its structure
+    throw CompileError{"returning a compile-time " + std::string(v->kind == LV::K::Int ? "int" : "value") + " from a graph function", at};
+  }
+}
+
+// The structure of a lowered value as a checker type: tensors in output order, other leaves
+// with their compile-time values.
+TypeRef structureOf(const LVRef &v, SourceRange at) {
+  switch (v->kind) {
+  case LV::K::Tensor: return sema::T::tensor(v->v->type.dims, v->v->type.dtype, v->v->type.policies);
+  case LV::K::Key: return sema::T::key();
+  case LV::K::None: return sema::T::none();
+  case LV::K::Bool: return sema::T::boolean(v->b);
+  case LV::K::Int:
+    if (!v->i.constantValue()) throw CompileError{"a size known only at run time as a host value", at};
+    return sema::T::integer(v->i);
+  case LV::K::Float: return sema::T::floating(v->f);
+  case LV::K::Str: return sema::T::str(v->s);
+  case LV::K::DType: return sema::T::dtypeVal(v->dt.dtype, v->dt.policies);
+  case LV::K::Tuple: case LV::K::List: {
+    std::vector<TypeRef> es;
+    for (auto &e : v->elems) es.push_back(structureOf(e, at));
+    return v->kind == LV::K::Tuple ? sema::T::tuple(es) : sema::T::list(es);
+  }
+  case LV::K::Dict: {
+    std::vector<std::pair<std::string, TypeRef>> fs;
+    for (auto &[k, e] : v->fields) fs.push_back({k, structureOf(e, at)});
+    return sema::T::dict(fs);
+  }
+  default: throw CompileError{"a " + std::string("value that is not data") + " as the result of a tensor expression", at};
   }
 }
 
 } // namespace
+
+Graph *lowerEagerExpression(Module &m, const sema::Program &p, const sema::ModuleInfo &mod, ast::Expr *e,
+                            const std::vector<EagerInput> &inputs, const std::string &graphName, TypeRef *result) {
+  auto graph = std::make_unique<Graph>(graphName);
+  Graph &g = *graph;
+  Lowering lower(m, p, g);
+  std::map<std::string, LVRef> env;
+  for (auto &in : inputs) env[in.name] = paramValue(g, in.name, in.type, e->range, false);
+  LVRef v = lower.evalWith(mod, e, env);
+  collectOutputs(v, g.outputs, e->range, true);
+  if (result) *result = structureOf(v, e->range);
+  m.graphs.push_back(std::move(graph));
+  runGraphPipeline(*m.graphs.back(), true);
+  return m.graphs.back().get();
+}
 
 Graph *lowerGraphFunction(Module &m, const sema::Program &p, const FunctionInfo &fn,
                           const std::vector<std::pair<std::string, TypeRef>> &params, const std::string &name) {

@@ -21,6 +21,20 @@ struct CompileError {
 Graph *lowerGraphFunction(Module &m, const sema::Program &p, const sema::FunctionInfo &fn,
                           const std::vector<std::pair<std::string, sema::TypeRef>> &params, const std::string &name);
 
+/// Eager host operations (`tsr run`): one graph for an expression of host code whose free names
+/// have the given types. Tensors become the graph's parameters, in the order given; Python
+/// numbers, strings, dtypes, None and tuples of them (types carrying their values) are
+/// compile-time values folded in. `result` receives the structure of the expression's value: a
+/// type whose tensors are the graph's outputs in order and whose other leaves carry their values.
+/// Throws CompileError when the expression is not something a graph computes.
+struct EagerInput {
+  std::string name;
+  sema::TypeRef type;
+};
+Graph *lowerEagerExpression(Module &m, const sema::Program &p, const sema::ModuleInfo &mod, ast::Expr *e,
+                            const std::vector<EagerInput> &inputs, const std::string &graphName,
+                            sema::TypeRef *result);
+
 /// Lowers the graph functions of the program's main module: once for the signature when every
 /// parameter is annotated, and once per specialization the checker recorded. What cannot be
 /// lowered yet is reported as NotCompilableYet. Runs the Graph IR pipeline on each graph.

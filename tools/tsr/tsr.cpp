@@ -1,11 +1,13 @@
 // tsr: runs Tessera programs and serves editors (spec section 13).
 //
 //   tsr lsp    the language server, on stdin/stdout
-//   tsr run    runs a module's main (not in this build yet)
+//   tsr run    runs a module's main (host code interpreted, graph work on the CPU)
 //
 // Exit codes (spec 13): 0 success, 1 user error, 2 usage error, 70 internal error.
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
+#include "runtime/host/Interpreter.h"
+#include "sema/Program.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
@@ -55,7 +57,7 @@ int main(int argc, char **argv) {
   bool stdio = true;
   lsp->add_flag("--stdio", stdio, "use stdin/stdout (the default and only transport)");
 
-  CLI::App *run = app.add_subcommand("run", "run a module's main (not available in this build yet)");
+  CLI::App *run = app.add_subcommand("run", "run a module's main: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]");
   run->allow_extras();
   run->prefix_command();
 
@@ -66,8 +68,42 @@ int main(int argc, char **argv) {
     return code == 0 ? 0 : 2;
   }
   if (run->parsed()) {
-    std::cerr << "tsr run: not available in this build yet\n";
-    return 2;
+    // tsr run FILE.tsr [--entry NAME] [--device auto|cpu] [MAIN FLAGS...]: the module is checked,
+    // then `main` runs in the host interpreter; graph work runs on the CPU's graph executor.
+    std::vector<std::string> rest = run->remaining();
+    if (rest.empty()) {
+      std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
+      return 2;
+    }
+    std::string file = rest[0], entry = "main";
+    std::vector<std::string> flags;
+    for (size_t i = 1; i < rest.size(); ++i) {
+      if (rest[i] == "--entry" && i + 1 < rest.size()) { entry = rest[++i]; continue; }
+      if (rest[i].rfind("--entry=", 0) == 0) { entry = rest[i].substr(8); continue; }
+      if ((rest[i] == "--device" || rest[i] == "--devices") && i + 1 < rest.size()) {
+        std::string dev = rest[++i];
+        if (rest[i - 1] == "--device" && dev != "auto" && dev != "cpu") {
+          std::cerr << "tsr run: --device " << dev << ": only the CPU runs programs in this build\n";
+          return 3;
+        }
+        continue;
+      }
+      flags.push_back(rest[i]);
+    }
+    return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
+      tsr::SourceManager sm;
+      tsr::DiagnosticEngine diags(sm);
+      tsr::sema::CheckOptions opts;
+      opts.stdlibDir = findStdlib();
+      opts.searchPath = searchPath();
+      auto program = tsr::sema::checkProgram(sm, diags, file, opts);
+      diags.render(std::cerr);
+      if (diags.hasInternalError()) return 70;
+      if (diags.hasErrors()) return 1;
+      auto exec = tsr::host::makeReferenceExecutor();
+      tsr::host::Interpreter interp(*program, *exec, std::cout);
+      return interp.runMain(entry, flags, std::cerr);
+    });
   }
   tsr::lsp::ServerOptions opts;
   opts.check.stdlibDir = findStdlib();

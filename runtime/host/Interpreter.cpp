@@ -1,0 +1,1299 @@
+#include "runtime/host/Interpreter.h"
+
+#include "ir/eval/Evaluator.h"
+#include "ir/lower/LowerGraph.h"
+#include "ir/passes/Pipeline.h"
+#include "runtime/Formats.h"
+#include "sema/Builtins.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
+
+namespace tsr::host {
+
+using namespace tsr::ast;
+using sema::TypeKind;
+using sema::TypeRef;
+namespace T = sema::T;
+using K = Value::K;
+
+struct Env {
+  std::map<std::string, ValueRef> vars;
+  std::shared_ptr<Env> parent; // a lambda's enclosing scope
+  const sema::ModuleInfo *module = nullptr;
+};
+
+namespace {
+
+ValueRef mk(Value v) { return std::make_shared<Value>(std::move(v)); }
+ValueRef none() { static ValueRef n = mk({}); return n; }
+ValueRef boolean(bool b) { Value v; v.k = K::Bool; v.b = b; return mk(v); }
+ValueRef integer(int64_t i) { Value v; v.k = K::Int; v.i = i; return mk(v); }
+ValueRef floating(double f) { Value v; v.k = K::Float; v.f = f; return mk(v); }
+ValueRef str(std::string s) { Value v; v.k = K::Str; v.s = std::move(s); return mk(v); }
+ValueRef tensor(rt::Tensor t) { Value v; v.k = K::Tensor; v.t = std::move(t); return mk(v); }
+ValueRef seq(std::vector<ValueRef> items, bool list) { Value v; v.k = list ? K::List : K::Tuple; v.items = std::move(items); return mk(v); }
+
+struct BreakSignal {};
+struct ContinueSignal {};
+struct ReturnSignal { ValueRef value; };
+
+class EvaluatorExecutor : public GraphExecutor {
+public:
+  std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override {
+    return ir::evaluate(m, g, inputs, nullptr);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<GraphExecutor> makeReferenceExecutor() { return std::make_unique<EvaluatorExecutor>(); }
+
+// progress(iterable, desc=...): a bar redrawn in place on a terminal (stderr), or a plain line
+// at every tenth of the way when stderr is a file or a pipe.
+class Progress {
+public:
+  Progress(std::string desc, int64_t total, bool on)
+      : desc_(std::move(desc)), total_(total), on_(on && total > 0), tty_(isatty(2)), start_(std::chrono::steady_clock::now()) {}
+  void step(int64_t done) {
+    if (!on_) return;
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    int pct = static_cast<int>(100 * done / total_);
+    if (tty_) {
+      const int width = 30;
+      int filled = static_cast<int>(width * done / total_);
+      std::fprintf(stderr, "\r%s %3d%% |%s%s| %lld/%lld [%.1fs]", desc_.c_str(), pct, std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), static_cast<long long>(done), static_cast<long long>(total_), secs);
+      std::fflush(stderr);
+    } else if (pct / 10 != lastTenth_ || done == total_) {
+      lastTenth_ = pct / 10;
+      std::fprintf(stderr, "%s %d/%lld (%d%%) %.1fs\n", desc_.c_str(), static_cast<int>(done), static_cast<long long>(total_), pct, secs);
+    }
+  }
+  void finish() {
+    if (on_ && tty_) std::fprintf(stderr, "\n");
+  }
+
+private:
+  std::string desc_;
+  int64_t total_;
+  bool on_, tty_;
+  int lastTenth_ = -1;
+  std::chrono::steady_clock::time_point start_;
+};
+
+struct Interpreter::Impl {
+  const sema::Program &P;
+  GraphExecutor &exec;
+  std::ostream &out;
+  ir::Module graphs;                          // every graph compiled so far
+  std::map<std::string, const ir::Graph *> cache; // signature -> graph
+  std::map<std::string, TypeRef> cacheResult;
+  AstContext synth;                           // synthetic expressions for eager operations
+  int depth = 0;
+
+  Impl(const sema::Program &p, GraphExecutor &e, std::ostream &o) : P(p), exec(e), out(o) {}
+
+  [[noreturn]] void fail(const std::string &m, SourceRange r, int code = 1) { throw RuntimeError{m, r, code}; }
+
+  // ---- values and types -------------------------------------------------------------------
+
+  static std::string kindName(const ValueRef &v) {
+    static const char *n[] = {"None", "bool", "int", "float", "str", "tensor", "random key", "list", "tuple", "dict", "function", "builtin", "module", "lambda", "range", "dtype"};
+    return n[static_cast<int>(v->k)];
+  }
+
+  // The checker type of a host value, with its value where it is a compile-time one.
+  TypeRef typeOf(const ValueRef &v, SourceRange at) {
+    switch (v->k) {
+    case K::None: return T::none();
+    case K::Bool: return T::boolean(v->b);
+    case K::Int: return T::integer(Dim::constant(v->i));
+    case K::Float: return T::floating(v->f);
+    case K::Str: return T::str(v->s);
+    case K::Tensor: {
+      std::vector<Dim> dims;
+      for (int64_t d : v->t.shape()) dims.push_back(Dim::constant(d));
+      return T::tensor(dims, v->t.dtype());
+    }
+    case K::Key: return T::key();
+    case K::List: case K::Tuple: {
+      std::vector<TypeRef> es;
+      for (auto &e : v->items) es.push_back(typeOf(e, at));
+      return v->k == K::List ? T::list(es) : T::tuple(es);
+    }
+    case K::Dict: {
+      std::vector<std::pair<std::string, TypeRef>> fs;
+      for (auto &[k, e] : v->dict) fs.push_back({k, typeOf(e, at)});
+      return T::dict(fs);
+    }
+    case K::DType: return T::dtypeVal(v->dtype, v->policies);
+    case K::Builtin: return T::builtin(v->builtin, v->self ? typeOf(v->self, at) : nullptr);
+    default: fail("a " + kindName(v) + " cannot be passed to compiled code", at);
+    }
+  }
+
+  // Tensors (and keys, as i64 [2]) of a value, in the order lowering makes parameters.
+  void flatten(const ValueRef &v, std::vector<rt::Tensor> &out) {
+    switch (v->k) {
+    case K::Tensor: out.push_back(v->t); return;
+    case K::Key: out.push_back(ir::keyTensor(v->key)); return;
+    case K::List: case K::Tuple: for (auto &e : v->items) flatten(e, out); return;
+    case K::Dict: for (auto &[k, e] : v->dict) flatten(e, out); return;
+    default: return;
+    }
+  }
+
+  // Rebuilds a value from a result structure and the graph's outputs.
+  ValueRef rebuild(const TypeRef &t, const std::vector<rt::Tensor> &outs, size_t &next) {
+    switch (t->kind) {
+    case TypeKind::Tensor: return tensor(outs.at(next++));
+    case TypeKind::Key: { Value v; v.k = K::Key; v.key = ir::keyOf(outs.at(next++)); return mk(v); }
+    case TypeKind::None: return none();
+    case TypeKind::Bool: return boolean(t->boolValue.value_or(false));
+    case TypeKind::Int: return integer(t->intValue && t->intValue->constantValue() ? *t->intValue->constantValue() : 0);
+    case TypeKind::Float: return floating(t->floatValue.value_or(0));
+    case TypeKind::Str: return str(t->strValue.value_or(""));
+    case TypeKind::DTypeVal: { Value v; v.k = K::DType; v.dtype = t->dtype; v.policies = t->policies; return mk(v); }
+    case TypeKind::Tuple: case TypeKind::List: {
+      std::vector<ValueRef> es;
+      for (auto &e : t->elems) es.push_back(rebuild(e, outs, next));
+      return seq(es, t->is(TypeKind::List));
+    }
+    case TypeKind::Dict: {
+      Value v;
+      v.k = K::Dict;
+      for (auto &[k, e] : t->fields) v.dict.push_back({k, rebuild(e, outs, next)});
+      return mk(v);
+    }
+    default: return none();
+    }
+  }
+
+  static std::string key(const TypeRef &t) {
+    std::string s = sema::typeStr(t);
+    if (t->intValue) s += "=" + t->intValue->str();
+    if (t->floatValue) { char b[32]; std::snprintf(b, sizeof b, "=%.17g", *t->floatValue); s += b; }
+    if (t->boolValue) s += *t->boolValue ? "=T" : "=F";
+    if (t->strValue) s += "=" + *t->strValue;
+    for (auto &e : t->elems) s += "," + key(e);
+    for (auto &[k, e] : t->fields) s += "," + k + ":" + key(e);
+    if (t->self) s += "self:" + key(t->self);
+    return s;
+  }
+
+  // ---- eager tensor operations --------------------------------------------------------------
+
+  // Evaluates `e` (a synthetic expression over the names _0, _1, ...) as a graph.
+  ValueRef eager(Expr *e, const std::vector<ValueRef> &operands, const sema::ModuleInfo &mod, const void *site) {
+    std::vector<ir::EagerInput> inputs;
+    std::string k = std::to_string(reinterpret_cast<uintptr_t>(site)) + "|";
+    for (size_t i = 0; i < operands.size(); ++i) {
+      inputs.push_back({"_" + std::to_string(i), typeOf(operands[i], e->range)});
+      k += key(inputs.back().type) + "|";
+    }
+    const ir::Graph *g = nullptr;
+    auto it = cache.find(k);
+    if (it != cache.end()) {
+      g = it->second;
+    } else {
+      TypeRef result;
+      try {
+        g = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
+      } catch (ir::CompileError &err) {
+        fail(err.what + " cannot run yet", err.range.valid() ? err.range : e->range);
+      } catch (ir::IRError &err) {
+        fail("internal error: " + err.message, e->range, 70);
+      }
+      cache[k] = g;
+      cacheResult[k] = result;
+    }
+    std::vector<rt::Tensor> ins;
+    for (auto &o : operands) flatten(o, ins);
+    std::vector<rt::Tensor> outs;
+    try {
+      outs = exec.run(graphs, *g, ins);
+    } catch (std::exception &err) {
+      fail(err.what(), e->range, 3);
+    }
+    size_t next = 0;
+    return rebuild(cacheResult[k], outs, next);
+  }
+
+  Name *nameNode(size_t i, SourceRange r) { return synth.make<Name>(r, "_" + std::to_string(i)); }
+
+  static bool hasTensor(const ValueRef &v) {
+    if (v->k == K::Tensor || v->k == K::Key) return true;
+    for (auto &e : v->items) if (hasTensor(e)) return true;
+    for (auto &[k, e] : v->dict) if (hasTensor(e)) return true;
+    if (v->self && hasTensor(v->self)) return true;
+    return false;
+  }
+
+  // ---- statements --------------------------------------------------------------------------
+
+  void block(const Block &b, std::shared_ptr<Env> &env) {
+    for (Stmt *s : b) stmt(s, env);
+  }
+
+  bool truthy(const ValueRef &v, SourceRange at) {
+    switch (v->k) {
+    case K::None: return false;
+    case K::Bool: return v->b;
+    case K::Int: return v->i != 0;
+    case K::Float: return v->f != 0;
+    case K::Str: return !v->s.empty();
+    case K::List: case K::Tuple: return !v->items.empty();
+    case K::Dict: return !v->dict.empty();
+    case K::Tensor:
+      if (v->t.numel() != 1) fail("the truth value of a tensor of " + std::to_string(v->t.numel()) + " elements is ambiguous", at);
+      return v->t.toF64(0) != 0;
+    default: return true;
+    }
+  }
+
+  void assign(Expr *target, const ValueRef &v, std::shared_ptr<Env> &env) {
+    if (auto *n = dyn_cast<Name>(target)) { env->vars[n->id] = v; return; }
+    if (target->kind == Kind::Tuple || target->kind == Kind::List) {
+      const auto &elts = target->kind == Kind::Tuple ? static_cast<Tuple *>(target)->elts : static_cast<List *>(target)->elts;
+      std::vector<ValueRef> parts = iterate(v, target->range);
+      if (parts.size() != elts.size())
+        fail("cannot unpack " + std::to_string(parts.size()) + " value(s) into " + std::to_string(elts.size()) + " name(s)", target->range);
+      for (size_t i = 0; i < elts.size(); ++i) assign(elts[i], parts[i], env);
+      return;
+    }
+    if (auto *s = dyn_cast<Subscript>(target); s && s->indices.size() == 1) {
+      ValueRef base = expr(s->value, env);
+      ValueRef idx = expr(s->indices[0], env);
+      if (base->k == K::Dict && idx->k == K::Str) {
+        for (auto &[k, e] : base->dict) if (k == idx->s) { e = v; return; }
+        base->dict.push_back({idx->s, v});
+        return;
+      }
+      if (base->k == K::List && idx->k == K::Int) {
+        int64_t n = static_cast<int64_t>(base->items.size()), i = idx->i < 0 ? idx->i + n : idx->i;
+        if (i < 0 || i >= n) fail("list index " + std::to_string(idx->i) + " is out of range", s->indices[0]->range);
+        base->items[i] = v;
+        return;
+      }
+    }
+    fail("this assignment cannot run yet", target->range);
+  }
+
+  void stmt(Stmt *s, std::shared_ptr<Env> &env) {
+    switch (s->kind) {
+    case Kind::ExprStmt: expr(static_cast<ExprStmt *>(s)->expr, env); return;
+    case Kind::Assign: {
+      auto *a = static_cast<Assign *>(s);
+      ValueRef v = expr(a->value, env);
+      for (Expr *t : a->targets) assign(t, v, env);
+      return;
+    }
+    case Kind::AnnAssign: {
+      auto *a = static_cast<AnnAssign *>(s);
+      if (a->value) assign(a->target, expr(a->value, env), env);
+      return;
+    }
+    case Kind::AugAssign: {
+      auto *a = static_cast<AugAssign *>(s);
+      ValueRef cur = expr(a->target, env), v = expr(a->value, env);
+      if (cur->k == K::List && a->op == BinOp::Add) {
+        for (auto &e : iterate(v, a->value->range)) cur->items.push_back(e);
+        return;
+      }
+      assign(a->target, binary(a->op, cur, v, a->target, a->value, s->range, s, env), env);
+      return;
+    }
+    case Kind::Return: {
+      auto *r = static_cast<Return *>(s);
+      throw ReturnSignal{r->value ? expr(r->value, env) : none()};
+    }
+    case Kind::Pass: return;
+    case Kind::Break: throw BreakSignal{};
+    case Kind::Continue: throw ContinueSignal{};
+    case Kind::If: {
+      auto *i = static_cast<If *>(s);
+      block(truthy(expr(i->test, env), i->test->range) ? i->body : i->orelse, env);
+      return;
+    }
+    case Kind::While: {
+      auto *w = static_cast<While *>(s);
+      bool broke = false;
+      while (!broke && truthy(expr(w->test, env), w->test->range)) {
+        try { block(w->body, env); } catch (BreakSignal &) { broke = true; } catch (ContinueSignal &) {}
+      }
+      if (!broke) block(w->orelse, env);
+      return;
+    }
+    case Kind::For: {
+      auto *f = static_cast<For *>(s);
+      ValueRef it = expr(f->iter, env);
+      bool broke = false;
+      auto body = [&](const ValueRef &x) {
+        assign(f->target, x, env);
+        try { block(f->body, env); } catch (BreakSignal &) { broke = true; } catch (ContinueSignal &) {}
+      };
+      std::vector<ValueRef> items;
+      int64_t total = 0;
+      if (it->k == K::Range) total = std::max<int64_t>(0, (it->stop - it->start + it->step - (it->step > 0 ? 1 : -1)) / it->step);
+      else { items = iterate(it, f->iter->range); total = static_cast<int64_t>(items.size()); }
+      Progress bar(it->progress, total, !it->progress.empty());
+      for (int64_t n = 0; n < total && !broke; ++n) {
+        body(it->k == K::Range ? integer(it->start + n * it->step) : items[static_cast<size_t>(n)]);
+        bar.step(n + 1);
+      }
+      bar.finish();
+      if (!broke) block(f->orelse, env);
+      return;
+    }
+    case Kind::Assert: {
+      auto *a = static_cast<Assert *>(s);
+      if (!truthy(expr(a->test, env), a->test->range)) {
+        std::string msg = "assertion failed";
+        if (a->msg) msg += ": " + display(expr(a->msg, env));
+        fail(msg, a->test->range);
+      }
+      return;
+    }
+    case Kind::With: block(static_cast<With *>(s)->body, env); return;
+    default: fail("this statement cannot run yet", s->range);
+    }
+  }
+
+  std::vector<ValueRef> iterate(const ValueRef &v, SourceRange at) {
+    switch (v->k) {
+    case K::List: case K::Tuple: return v->items;
+    case K::Dict: { std::vector<ValueRef> ks; for (auto &[k, e] : v->dict) ks.push_back(str(k)); return ks; }
+    case K::Str: { std::vector<ValueRef> cs; for (char c : v->s) cs.push_back(str(std::string(1, c))); return cs; }
+    case K::Range: {
+      std::vector<ValueRef> out;
+      for (int64_t i = v->start; v->step > 0 ? i < v->stop : i > v->stop; i += v->step) out.push_back(integer(i));
+      return out;
+    }
+    case K::Key: {
+      fail("a random key cannot be iterated over", at);
+    }
+    default: fail("a " + kindName(v) + " cannot be iterated over", at);
+    }
+  }
+
+  // ---- expressions -------------------------------------------------------------------------
+
+  const sema::ModuleInfo &moduleOf(const std::shared_ptr<Env> &env) {
+    for (Env *e = env.get(); e; e = e->parent.get()) if (e->module) return *e->module;
+    return *P.main;
+  }
+
+  ValueRef lookup(const std::string &id, const std::shared_ptr<Env> &env, SourceRange at) {
+    for (Env *e = env.get(); e; e = e->parent.get()) {
+      auto it = e->vars.find(id);
+      if (it != e->vars.end()) return it->second;
+    }
+    const sema::ModuleInfo &m = moduleOf(env);
+    auto g = m.globals.find(id);
+    if (g != m.globals.end()) {
+      const sema::Symbol &sym = g->second;
+      if (sym.kind == sema::Symbol::Kind::Function) { Value v; v.k = K::Function; v.fn = sym.fn; return mk(v); }
+      if (sym.type && sym.type->is(TypeKind::Module)) { Value v; v.k = K::Module; v.module = sym.type->module; return mk(v); }
+      if (sym.type) {
+        const sema::Type &t = *sym.type;
+        if (t.is(TypeKind::Int) && t.intValue && t.intValue->constantValue()) return integer(*t.intValue->constantValue());
+        if (t.is(TypeKind::Float) && t.floatValue) return floating(*t.floatValue);
+        if (t.is(TypeKind::Bool) && t.boolValue) return boolean(*t.boolValue);
+        if (t.is(TypeKind::Str) && t.strValue) return str(*t.strValue);
+        if (t.is(TypeKind::DTypeVal)) { Value v; v.k = K::DType; v.dtype = t.dtype; v.policies = t.policies; return mk(v); }
+      }
+      fail("the module-level name `" + id + "` cannot be used at run time yet", at);
+    }
+    if (auto d = dtypeFromName(id)) { Value v; v.k = K::DType; v.dtype = *d; return mk(v); }
+    if (id == "INF") return floating(INFINITY);
+    if (id == "NAN") return floating(NAN);
+    if (const sema::BuiltinInfo *b = sema::findBuiltin(id)) { Value v; v.k = K::Builtin; v.builtin = b; return mk(v); }
+    fail("undefined name `" + id + "`", at);
+  }
+
+  ValueRef expr(Expr *e, std::shared_ptr<Env> &env) {
+    switch (e->kind) {
+    case Kind::Name: return lookup(static_cast<Name *>(e)->id, env, e->range);
+    case Kind::IntLit: return integer(static_cast<IntLit *>(e)->value);
+    case Kind::FloatLit: return floating(static_cast<FloatLit *>(e)->value);
+    case Kind::StrLit: return str(static_cast<StrLit *>(e)->value);
+    case Kind::BoolLit: return boolean(static_cast<BoolLit *>(e)->value);
+    case Kind::NoneLit: return none();
+    case Kind::FString: {
+      std::string s;
+      for (auto &p : static_cast<FString *>(e)->parts) {
+        if (!p.expr) { s += p.text; continue; }
+        ValueRef v = expr(p.expr, env);
+        s += p.formatSpec.empty() ? (p.conversion == 'r' ? repr(v) : display(v)) : formatSpec(v, p.formatSpec, p.expr->range);
+      }
+      return str(s);
+    }
+    case Kind::Tuple: case Kind::List: {
+      const auto &elts = e->kind == Kind::Tuple ? static_cast<Tuple *>(e)->elts : static_cast<List *>(e)->elts;
+      std::vector<ValueRef> out;
+      for (Expr *x : elts) out.push_back(expr(x, env));
+      return seq(out, e->kind == Kind::List);
+    }
+    case Kind::Dict: {
+      auto *d = static_cast<Dict *>(e);
+      Value v;
+      v.k = K::Dict;
+      for (size_t i = 0; i < d->values.size(); ++i) {
+        if (!d->keys[i]) fail("`**` in a dict cannot run yet", e->range);
+        ValueRef k = expr(d->keys[i], env);
+        if (k->k != K::Str) fail("dict keys are strings", d->keys[i]->range);
+        v.dict.push_back({k->s, expr(d->values[i], env)});
+      }
+      return mk(v);
+    }
+    case Kind::Comprehension: {
+      auto *c = static_cast<Comprehension *>(e);
+      auto scope = std::make_shared<Env>(*env);
+      Value result;
+      result.k = c->form == Comprehension::Form::Dict ? K::Dict : K::List;
+      std::function<void(size_t)> gen = [&](size_t gi) {
+        if (gi == c->generators.size()) {
+          if (c->form == Comprehension::Form::Dict) {
+            ValueRef k = expr(c->elt, scope);
+            if (k->k != K::Str) fail("dict keys are strings", c->elt->range);
+            result.dict.push_back({k->s, expr(c->value, scope)});
+          } else {
+            result.items.push_back(expr(c->elt, scope));
+          }
+          return;
+        }
+        auto &g = c->generators[gi];
+        ValueRef it = expr(g.iter, scope);
+        for (auto &x : iterate(it, g.iter->range)) {
+          assign(g.target, x, scope);
+          bool keep = true;
+          for (Expr *cond : g.ifs) keep = keep && truthy(expr(cond, scope), cond->range);
+          if (keep) gen(gi + 1);
+        }
+      };
+      gen(0);
+      return mk(result);
+    }
+    case Kind::Unary: {
+      auto *u = static_cast<Unary *>(e);
+      ValueRef x = expr(u->operand, env);
+      if (u->op == UnaryOp::Not) return boolean(!truthy(x, u->operand->range));
+      if (x->k == K::Int && u->op == UnaryOp::Neg) return integer(-x->i);
+      if (x->k == K::Float && u->op == UnaryOp::Neg) return floating(-x->f);
+      if (u->op == UnaryOp::Pos) return x;
+      if (x->k == K::Tensor) return eager(synth.make<Unary>(e->range, u->op, nameNode(0, u->operand->range)), {x}, moduleOf(env), e);
+      fail("operator `" + std::string(spelling(u->op)) + "` cannot be applied to a " + kindName(x), e->range);
+    }
+    case Kind::Binary: {
+      auto *b = static_cast<Binary *>(e);
+      ValueRef l = expr(b->lhs, env), r = expr(b->rhs, env);
+      return binary(b->op, l, r, b->lhs, b->rhs, e->range, e, env);
+    }
+    case Kind::BoolOp: {
+      auto *b = static_cast<BoolOp *>(e);
+      ValueRef last;
+      for (Expr *x : b->values) {
+        last = expr(x, env);
+        bool t = truthy(last, x->range);
+        if (b->isAnd ? !t : t) return last;
+      }
+      return last;
+    }
+    case Kind::Compare: return compare(static_cast<Compare *>(e), env);
+    case Kind::IfExp: {
+      auto *x = static_cast<IfExp *>(e);
+      return truthy(expr(x->test, env), x->test->range) ? expr(x->body, env) : expr(x->orelse, env);
+    }
+    case Kind::Lambda: {
+      Value v;
+      v.k = K::Lambda;
+      v.lambda = static_cast<Lambda *>(e);
+      v.closure = env;
+      return mk(v);
+    }
+    case Kind::Call: return call(static_cast<Call *>(e), env);
+    case Kind::Subscript: return subscript(static_cast<Subscript *>(e), env);
+    case Kind::Attribute: return attribute(static_cast<Attribute *>(e), env);
+    default: fail("this expression cannot run yet", e->range);
+    }
+  }
+
+  ValueRef binary(BinOp op, const ValueRef &l, const ValueRef &r, Expr *le, Expr *re, SourceRange at, const void *site, std::shared_ptr<Env> &env) {
+    if (l->k == K::Tensor || r->k == K::Tensor)
+      return eager(synth.make<Binary>(at, op, nameNode(0, le->range), nameNode(1, re->range), at), {l, r}, moduleOf(env), site);
+    if ((l->k == K::Str || l->k == K::List || l->k == K::Tuple) && op == BinOp::Add && l->k == r->k) {
+      if (l->k == K::Str) return str(l->s + r->s);
+      std::vector<ValueRef> items = l->items;
+      items.insert(items.end(), r->items.begin(), r->items.end());
+      return seq(items, l->k == K::List);
+    }
+    if (l->k == K::Str && op == BinOp::Mul && r->k == K::Int) {
+      std::string s;
+      for (int64_t i = 0; i < r->i; ++i) s += l->s;
+      return str(s);
+    }
+    auto isNum = [](const ValueRef &v) { return v->k == K::Int || v->k == K::Float || v->k == K::Bool; };
+    if (!isNum(l) || !isNum(r)) fail("operator `" + std::string(spelling(op)) + "` cannot be applied to a " + kindName(l) + " and a " + kindName(r), at);
+    bool fl = l->k == K::Float || r->k == K::Float;
+    auto num = [](const ValueRef &v) { return v->k == K::Float ? v->f : static_cast<double>(v->k == K::Bool ? v->b : v->i); };
+    auto inum = [](const ValueRef &v) { return v->k == K::Bool ? static_cast<int64_t>(v->b) : v->i; };
+    if (!fl && op != BinOp::Div && op != BinOp::Pow) {
+      int64_t a = inum(l), b = inum(r);
+      switch (op) {
+      case BinOp::Add: return integer(a + b);
+      case BinOp::Sub: return integer(a - b);
+      case BinOp::Mul: return integer(a * b);
+      case BinOp::FloorDiv: case BinOp::Mod: {
+        if (b == 0) fail("integer division by zero", at);
+        int64_t q = a / b, m = a % b;
+        if (m != 0 && ((m < 0) != (b < 0))) { --q; m += b; }
+        return integer(op == BinOp::FloorDiv ? q : m);
+      }
+      case BinOp::BitAnd: return integer(a & b);
+      case BinOp::BitOr: return integer(a | b);
+      case BinOp::BitXor: return integer(a ^ b);
+      case BinOp::LShift: return integer(a << b);
+      case BinOp::RShift: return integer(a >> b);
+      default: break;
+      }
+    }
+    double a = num(l), b = num(r);
+    switch (op) {
+    case BinOp::Add: return floating(a + b);
+    case BinOp::Sub: return floating(a - b);
+    case BinOp::Mul: return floating(a * b);
+    case BinOp::Div:
+      if (b == 0) fail("division by zero", at);
+      return floating(a / b);
+    case BinOp::Pow:
+      if (!fl && inum(r) >= 0) {
+        int64_t p = 1;
+        for (int64_t i = 0; i < inum(r); ++i) p *= inum(l);
+        return integer(p);
+      }
+      return floating(std::pow(a, b));
+    case BinOp::FloorDiv: return floating(std::floor(a / b));
+    case BinOp::Mod: return floating(a - std::floor(a / b) * b);
+    default: fail("operator `" + std::string(spelling(op)) + "` cannot be applied to floats", at);
+    }
+  }
+
+  ValueRef compare(Compare *c, std::shared_ptr<Env> &env) {
+    ValueRef left = expr(c->left, env);
+    ValueRef result;
+    Expr *leftExpr = c->left;
+    for (size_t i = 0; i < c->ops.size(); ++i) {
+      ValueRef right = expr(c->comparators[i], env);
+      CmpOp op = c->ops[i];
+      ValueRef r;
+      if (left->k == K::Tensor || right->k == K::Tensor) {
+        auto *node = synth.make<Compare>(c->range, nameNode(0, leftExpr->range));
+        node->ops.push_back(op);
+        node->comparators.push_back(nameNode(1, c->comparators[i]->range));
+        r = eager(node, {left, right}, moduleOf(env), c->comparators[i]);
+      } else if (op == CmpOp::Is || op == CmpOp::IsNot) {
+        bool same = left->k == right->k && (left->k == K::None || left.get() == right.get());
+        r = boolean(op == CmpOp::Is ? same : !same);
+      } else if (op == CmpOp::In || op == CmpOp::NotIn) {
+        bool found = false;
+        if (right->k == K::Dict && left->k == K::Str) for (auto &[k, v] : right->dict) found |= k == left->s;
+        else if (right->k == K::Str && left->k == K::Str) found = right->s.find(left->s) != std::string::npos;
+        else for (auto &x : iterate(right, c->range)) found |= equal(left, x);
+        r = boolean(op == CmpOp::In ? found : !found);
+      } else if (op == CmpOp::Eq || op == CmpOp::Ne) {
+        bool eq = equal(left, right);
+        r = boolean(op == CmpOp::Eq ? eq : !eq);
+      } else {
+        int cmp = order(left, right, c->range);
+        bool v = op == CmpOp::Lt ? cmp < 0 : op == CmpOp::Le ? cmp <= 0 : op == CmpOp::Gt ? cmp > 0 : cmp >= 0;
+        r = boolean(v);
+      }
+      if (c->ops.size() == 1) return r;
+      if (r->k != K::Bool) fail("a chained comparison of tensors cannot run", c->range);
+      if (!r->b) return r;
+      result = r;
+      left = right;
+      leftExpr = c->comparators[i];
+    }
+    return result;
+  }
+
+  bool equal(const ValueRef &a, const ValueRef &b) {
+    auto isNum = [](const ValueRef &v) { return v->k == K::Int || v->k == K::Float || v->k == K::Bool; };
+    if (isNum(a) && isNum(b)) {
+      auto num = [](const ValueRef &v) { return v->k == K::Float ? v->f : static_cast<double>(v->k == K::Bool ? v->b : v->i); };
+      return num(a) == num(b);
+    }
+    if (a->k != b->k) return false;
+    switch (a->k) {
+    case K::None: return true;
+    case K::Str: return a->s == b->s;
+    case K::DType: return a->dtype == b->dtype;
+    case K::List: case K::Tuple:
+      if (a->items.size() != b->items.size()) return false;
+      for (size_t i = 0; i < a->items.size(); ++i) if (!equal(a->items[i], b->items[i])) return false;
+      return true;
+    default: return a.get() == b.get();
+    }
+  }
+
+  int order(const ValueRef &a, const ValueRef &b, SourceRange at) {
+    auto isNum = [](const ValueRef &v) { return v->k == K::Int || v->k == K::Float || v->k == K::Bool; };
+    if (isNum(a) && isNum(b)) {
+      auto num = [](const ValueRef &v) { return v->k == K::Float ? v->f : static_cast<double>(v->k == K::Bool ? v->b : v->i); };
+      double x = num(a), y = num(b);
+      return x < y ? -1 : x > y ? 1 : 0;
+    }
+    if (a->k == K::Str && b->k == K::Str) return a->s < b->s ? -1 : a->s > b->s ? 1 : 0;
+    fail("a " + kindName(a) + " and a " + kindName(b) + " cannot be ordered", at);
+  }
+
+  // ---- subscripts and attributes -------------------------------------------------------------
+
+  ValueRef subscript(Subscript *s, std::shared_ptr<Env> &env) {
+    ValueRef base = expr(s->value, env);
+    if (base->k == K::Tensor) {
+      // The indices are evaluated here; the indexing runs as a graph.
+      std::vector<ValueRef> operands{base};
+      auto *node = synth.make<Subscript>(s->range, nameNode(0, s->value->range));
+      node->trailingComma = s->trailingComma;
+      auto operand = [&](Expr *x) -> Expr * {
+        if (!x) return nullptr;
+        operands.push_back(expr(x, env));
+        return nameNode(operands.size() - 1, x->range);
+      };
+      for (Expr *i : s->indices) {
+        if (auto *sl = dyn_cast<Slice>(i)) {
+          auto *n = synth.make<Slice>(sl->range);
+          n->lower = operand(sl->lower);
+          n->upper = operand(sl->upper);
+          n->step = operand(sl->step);
+          node->indices.push_back(n);
+        } else if (i->kind == Kind::NoneLit || i->kind == Kind::EllipsisLit) {
+          node->indices.push_back(i);
+        } else {
+          node->indices.push_back(operand(i));
+        }
+      }
+      return eager(node, operands, moduleOf(env), s);
+    }
+    if (s->indices.size() != 1) fail("this indexing cannot run yet", s->range);
+    if (auto *sl = dyn_cast<Slice>(s->indices[0])) {
+      if (base->k != K::List && base->k != K::Tuple && base->k != K::Str) fail("a " + kindName(base) + " cannot be sliced", s->range);
+      int64_t n = base->k == K::Str ? static_cast<int64_t>(base->s.size()) : static_cast<int64_t>(base->items.size());
+      auto bound = [&](Expr *x, int64_t dflt) -> int64_t {
+        if (!x) return dflt;
+        ValueRef v = expr(x, env);
+        if (v->k != K::Int) fail("slice bounds are ints", x->range);
+        int64_t b = v->i < 0 ? v->i + n : v->i;
+        return std::clamp<int64_t>(b, 0, n);
+      };
+      int64_t lo = bound(sl->lower, 0), hi = bound(sl->upper, n);
+      if (base->k == K::Str) return str(hi > lo ? base->s.substr(lo, hi - lo) : "");
+      std::vector<ValueRef> out;
+      for (int64_t i = lo; i < hi; ++i) out.push_back(base->items[i]);
+      return seq(out, base->k == K::List);
+    }
+    ValueRef idx = expr(s->indices[0], env);
+    if (base->k == K::Dict) {
+      if (idx->k != K::Str) fail("dict keys are strings", s->indices[0]->range);
+      for (auto &[k, v] : base->dict) if (k == idx->s) return v;
+      fail("the dict has no key \"" + idx->s + "\"", s->indices[0]->range);
+    }
+    if (base->k == K::List || base->k == K::Tuple || base->k == K::Str) {
+      if (idx->k != K::Int) fail("indices are ints", s->indices[0]->range);
+      int64_t n = base->k == K::Str ? static_cast<int64_t>(base->s.size()) : static_cast<int64_t>(base->items.size());
+      int64_t i = idx->i < 0 ? idx->i + n : idx->i;
+      if (i < 0 || i >= n) fail("index " + std::to_string(idx->i) + " is out of range for a " + kindName(base) + " of length " + std::to_string(n), s->indices[0]->range);
+      return base->k == K::Str ? str(std::string(1, base->s[i])) : base->items[i];
+    }
+    if (base->k == K::Function) fail("launching kernels cannot run on the CPU yet", s->range, 3);
+    fail("a " + kindName(base) + " cannot be indexed", s->range);
+  }
+
+  ValueRef attribute(Attribute *a, std::shared_ptr<Env> &env) {
+    ValueRef base = expr(a->value, env);
+    const std::string &n = a->attr;
+    if (base->k == K::Tensor) {
+      if (n == "shape") {
+        std::vector<ValueRef> es;
+        for (int64_t d : base->t.shape()) es.push_back(integer(d));
+        return seq(es, false);
+      }
+      if (n == "ndim") return integer(base->t.ndim());
+      if (n == "dtype") { Value v; v.k = K::DType; v.dtype = base->t.dtype(); return mk(v); }
+      if (n == "T") return eager(synth.make<Attribute>(a->range, nameNode(0, a->value->range), "T", a->attrRange), {base}, moduleOf(env), a);
+      if (const sema::BuiltinInfo *m = sema::findMethod(TypeKind::Tensor, n)) { Value v; v.k = K::Builtin; v.builtin = m; v.self = base; return mk(v); }
+    }
+    if (base->k == K::Module) {
+      auto g = base->module->globals.find(n);
+      if (g != base->module->globals.end()) {
+        auto scope = std::make_shared<Env>();
+        scope->module = base->module;
+        return lookup(n, scope, a->attrRange);
+      }
+    }
+    if (base->k == K::Builtin && base->builtin->isNamespace) {
+      if (const sema::BuiltinInfo *b = sema::findBuiltin(base->builtin->name + "." + n)) { Value v; v.k = K::Builtin; v.builtin = b; return mk(v); }
+    }
+    if (base->k == K::Dict || base->k == K::List) {
+      Value v;
+      v.k = K::Builtin;
+      v.builtin = sema::findMethod(base->k == K::Dict ? TypeKind::Dict : TypeKind::List, n);
+      v.self = base;
+      if (v.builtin) return mk(v);
+    }
+    fail("a " + kindName(base) + " has no attribute `" + n + "`", a->attrRange);
+  }
+
+  // ---- calls -------------------------------------------------------------------------------
+
+  ValueRef call(Call *c, std::shared_ptr<Env> &env) {
+    ValueRef callee = expr(c->func, env);
+    std::vector<ValueRef> args;
+    std::vector<std::pair<std::string, ValueRef>> kwargs;
+    for (const Arg &a : c->args) {
+      if (a.kind == ArgKind::Positional) args.push_back(expr(a.value, env));
+      else if (a.kind == ArgKind::Keyword) kwargs.push_back({a.name, expr(a.value, env)});
+      else if (a.kind == ArgKind::Star) for (auto &x : iterate(expr(a.value, env), a.value->range)) args.push_back(x);
+      else fail("`**` arguments cannot run yet", a.range);
+    }
+    return callValue(callee, args, kwargs, c, env);
+  }
+
+  ValueRef callValue(const ValueRef &callee, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                     Call *c, std::shared_ptr<Env> &env) {
+    SourceRange at = c ? c->range : SourceRange{};
+    switch (callee->k) {
+    case K::Function: return callFunction(*callee->fn, args, kwargs, at);
+    case K::Lambda: {
+      auto scope = std::make_shared<Env>();
+      scope->parent = callee->closure;
+      size_t i = 0;
+      for (const Param &p : callee->lambda->params) {
+        if (i < args.size()) scope->vars[p.name] = args[i++];
+        else if (p.defaultValue) scope->vars[p.name] = expr(p.defaultValue, callee->closure);
+        else fail("the lambda is missing the argument `" + p.name + "`", at);
+      }
+      return expr(callee->lambda->body, scope);
+    }
+    case K::Builtin: return builtin(*callee, args, kwargs, c, env);
+    default: fail("a " + kindName(callee) + " is not callable", at);
+    }
+  }
+
+  ValueRef callFunction(const sema::FunctionInfo &fn, const std::vector<ValueRef> &args,
+                        const std::vector<std::pair<std::string, ValueRef>> &kwargs, SourceRange at) {
+    if (fn.kind == sema::FunctionKind::Kernel) fail("kernel `" + fn.name + "` must be launched with a grid", at);
+    // Bind arguments to parameters.
+    std::vector<std::pair<std::string, ValueRef>> bound;
+    size_t ai = 0;
+    for (const Param &p : fn.def->params) {
+      ValueRef v;
+      for (auto &[k, x] : kwargs) if (k == p.name) v = x;
+      if (!v && p.kind == ParamKind::Positional && ai < args.size()) v = args[ai++];
+      if (!v && p.defaultValue) {
+        auto scope = std::make_shared<Env>();
+        scope->module = fn.module;
+        v = expr(p.defaultValue, scope);
+      }
+      if (!v) fail("`" + fn.name + "` is missing the argument `" + p.name + "`", at);
+      bound.push_back({p.name, v});
+    }
+    if (fn.kind == sema::FunctionKind::Graph) return callGraph(fn, bound, at);
+    if (++depth > 500) fail("recursion deeper than 500 calls", at);
+    auto scope = std::make_shared<Env>();
+    scope->module = fn.module;
+    for (auto &[k, v] : bound) scope->vars[k] = v;
+    ValueRef result = none();
+    try {
+      block(fn.def->body, scope);
+    } catch (ReturnSignal &r) {
+      result = r.value;
+    }
+    --depth;
+    return result;
+  }
+
+  // A graph function: one graph per signature (tensor shapes and dtypes, compile-time values),
+  // compiled on first use and cached.
+  ValueRef callGraph(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+    std::vector<std::pair<std::string, TypeRef>> params;
+    std::string k = "fn:" + fn.module->name + "." + fn.name + "|";
+    for (auto &[n, v] : bound) {
+      TypeRef t = typeOf(v, at);
+      params.push_back({n, t});
+      k += n + "=" + key(t) + "|";
+    }
+    const ir::Graph *g = nullptr;
+    auto it = cache.find(k);
+    if (it != cache.end()) {
+      g = it->second;
+    } else {
+      try {
+        ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()));
+        ir::runGraphPipeline(*lowered, true);
+        g = lowered;
+      } catch (ir::CompileError &err) {
+        fail(err.what + " cannot run yet", err.range.valid() ? err.range : at);
+      } catch (ir::IRError &err) {
+        fail("internal error: " + err.message, at, 70);
+      }
+      cache[k] = g;
+    }
+    std::vector<rt::Tensor> ins;
+    for (auto &[n, v] : bound) flatten(v, ins);
+    std::vector<rt::Tensor> outs;
+    try {
+      outs = exec.run(graphs, *g, ins);
+    } catch (std::exception &err) {
+      fail(err.what(), at, 3);
+    }
+    // The result's structure: the declared or inferred return type, with the outputs' shapes.
+    if (outs.size() == 1) return tensor(outs[0]);
+    std::vector<ValueRef> es;
+    for (auto &o : outs) es.push_back(tensor(o));
+    return seq(es, false);
+  }
+
+  // ---- builtins ------------------------------------------------------------------------------
+
+  ValueRef builtin(const Value &b, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                   Call *c, std::shared_ptr<Env> &env) {
+    const std::string &name = b.builtin->name;
+    SourceRange at = c ? c->range : SourceRange{};
+    auto kw = [&](const char *n) -> ValueRef {
+      for (auto &[k, v] : kwargs) if (k == n) return v;
+      return nullptr;
+    };
+    auto argOr = [&](size_t i, const char *n) -> ValueRef {
+      if (i < args.size()) return args[i];
+      return kw(n);
+    };
+    if (name == "print") {
+      std::string sep = " ", end = "\n";
+      if (auto s = kw("sep")) sep = s->s;
+      if (auto e = kw("end")) end = e->s;
+      for (size_t i = 0; i < args.size(); ++i) out << (i ? sep : "") << display(args[i]);
+      out << end << std::flush;
+      return none();
+    }
+    if (name == "len") {
+      ValueRef x = args.at(0);
+      if (x->k == K::List || x->k == K::Tuple) return integer(static_cast<int64_t>(x->items.size()));
+      if (x->k == K::Dict) return integer(static_cast<int64_t>(x->dict.size()));
+      if (x->k == K::Str) return integer(static_cast<int64_t>(x->s.size()));
+      if (x->k == K::Range) return integer(std::max<int64_t>(0, (x->stop - x->start + x->step - (x->step > 0 ? 1 : -1)) / x->step));
+      if (x->k == K::Tensor && x->t.ndim() > 0) return integer(x->t.shape()[0]);
+      fail("len() of a " + kindName(x), at);
+    }
+    if (name == "range") {
+      Value r;
+      r.k = K::Range;
+      auto intArg = [&](const ValueRef &v) {
+        if (v->k != K::Int) fail("range() takes ints", at);
+        return v->i;
+      };
+      if (args.size() == 1) r.stop = intArg(args[0]);
+      else { r.start = intArg(args[0]); r.stop = intArg(args[1]); if (args.size() > 2) r.step = intArg(args[2]); }
+      if (r.step == 0) fail("range() step must not be zero", at);
+      return mk(r);
+    }
+    if (name == "enumerate") {
+      std::vector<ValueRef> out;
+      int64_t i = 0;
+      for (auto &x : iterate(args.at(0), at)) out.push_back(seq({integer(i++), x}, false));
+      return seq(out, true);
+    }
+    if (name == "zip") {
+      std::vector<std::vector<ValueRef>> lists;
+      size_t n = SIZE_MAX;
+      for (auto &a : args) { lists.push_back(iterate(a, at)); n = std::min(n, lists.back().size()); }
+      std::vector<ValueRef> out;
+      for (size_t i = 0; i < n && !lists.empty(); ++i) {
+        std::vector<ValueRef> t;
+        for (auto &l : lists) t.push_back(l[i]);
+        out.push_back(seq(t, false));
+      }
+      return seq(out, true);
+    }
+    if (name == "progress") {
+      // The `for` loop over it draws a bar on a terminal and prints plain lines otherwise.
+      Value v = *args.at(0);
+      v.progress = kw("desc") ? kw("desc")->s : (args.size() > 1 ? args[1]->s : std::string("progress"));
+      return mk(v);
+    }
+    if (name == "time") {
+      using namespace std::chrono;
+      return floating(duration<double>(steady_clock::now().time_since_epoch()).count());
+    }
+    if (name == "str") return str(display(args.at(0)));
+    if (name == "int" && !hasTensor(args.at(0))) {
+      ValueRef x = args.at(0);
+      if (x->k == K::Float) return integer(static_cast<int64_t>(x->f));
+      if (x->k == K::Bool) return integer(x->b);
+      if (x->k == K::Str) return integer(std::stoll(x->s));
+      return x;
+    }
+    if (name == "float" && !hasTensor(args.at(0))) {
+      ValueRef x = args.at(0);
+      if (x->k == K::Int) return floating(static_cast<double>(x->i));
+      if (x->k == K::Bool) return floating(x->b);
+      if (x->k == K::Str) {
+        if (x->s == "inf") return floating(INFINITY);
+        if (x->s == "-inf") return floating(-INFINITY);
+        if (x->s == "nan") return floating(NAN);
+        return floating(std::stod(x->s));
+      }
+      return x;
+    }
+    if (name == "bool") return boolean(truthy(args.at(0), at));
+    if (name == "item" || (name == "to_host")) {
+      ValueRef x = args.at(0);
+      if (name == "to_host") return x;
+      if (x->k != K::Tensor) return x;
+      if (x->t.numel() != 1) fail("item() needs a tensor with one element, not " + std::to_string(x->t.numel()), at);
+      if (isFloat(x->t.dtype())) return floating(x->t.toF64(0));
+      if (x->t.dtype() == DType::Bool) return boolean(x->t.toI64(0) != 0);
+      return integer(x->t.toI64(0));
+    }
+    if (name == "random.key") {
+      Value v;
+      v.k = K::Key;
+      v.key = rt::key(args.at(0)->i);
+      return mk(v);
+    }
+    if (name == "random.split" && args.at(0)->k == K::Key) {
+      int64_t n = args.size() > 1 ? args[1]->i : (kw("num") ? kw("num")->i : 2);
+      std::vector<ValueRef> out;
+      for (auto &k : rt::split(args[0]->key, n)) { Value v; v.k = K::Key; v.key = k; out.push_back(mk(v)); }
+      return seq(out, false);
+    }
+    if (name == "tree_map") {
+      // tree_map(fn, tree, *rest): fn on corresponding leaves; tuples, lists and dicts are
+      // structure (as jax.tree_util.tree_map).
+      ValueRef fnv = args.at(0);
+      std::vector<ValueRef> trees(args.begin() + 1, args.end());
+      std::function<ValueRef(const std::vector<ValueRef> &)> map = [&](const std::vector<ValueRef> &ts) -> ValueRef {
+        const ValueRef &t0 = ts.at(0);
+        if (t0->k == K::List || t0->k == K::Tuple) {
+          std::vector<ValueRef> out;
+          for (size_t i = 0; i < t0->items.size(); ++i) {
+            std::vector<ValueRef> sub;
+            for (auto &t : ts) {
+              if (t->k != t0->k || t->items.size() != t0->items.size()) fail("tree_map: the trees have different structures", at);
+              sub.push_back(t->items[i]);
+            }
+            out.push_back(map(sub));
+          }
+          return seq(out, t0->k == K::List);
+        }
+        if (t0->k == K::Dict) {
+          Value d;
+          d.k = K::Dict;
+          for (auto &[k, v] : t0->dict) {
+            std::vector<ValueRef> sub;
+            for (auto &t : ts) {
+              ValueRef found;
+              if (t->k == K::Dict) for (auto &[k2, v2] : t->dict) if (k2 == k) found = v2;
+              if (!found) fail("tree_map: the trees have different structures (key \"" + k + "\")", at);
+              sub.push_back(found);
+            }
+            d.dict.push_back({k, map(sub)});
+          }
+          return mk(d);
+        }
+        return callValue(fnv, ts, {}, c, env);
+      };
+      return map(trees);
+    }
+    if (name == "tensor") {
+      // tensor(nested lists of numbers, dtype=None): the shape from the nesting, the dtype f32 for
+      // floats and i32 for ints unless given.
+      ValueRef data = args.at(0);
+      std::vector<int64_t> shape;
+      for (ValueRef v = data; v->k == K::List || v->k == K::Tuple; v = v->items.empty() ? none() : v->items[0]) shape.push_back(static_cast<int64_t>(v->items.size()));
+      std::vector<double> flat;
+      bool anyFloat = false;
+      std::function<void(const ValueRef &, size_t)> walk = [&](const ValueRef &v, size_t d) {
+        if (d < shape.size()) {
+          if ((v->k != K::List && v->k != K::Tuple) || static_cast<int64_t>(v->items.size()) != shape[d]) fail("tensor() needs a rectangular nesting of numbers", at);
+          for (auto &e : v->items) walk(e, d + 1);
+          return;
+        }
+        if (v->k == K::Float) { anyFloat = true; flat.push_back(v->f); }
+        else if (v->k == K::Int) flat.push_back(static_cast<double>(v->i));
+        else if (v->k == K::Bool) flat.push_back(v->b);
+        else fail("tensor() takes numbers, not a " + kindName(v), at);
+      };
+      walk(data, 0);
+      DType dt = anyFloat ? DType::F32 : DType::I32;
+      if (auto d = argOr(1, "dtype"); d && d->k == K::DType) dt = d->dtype;
+      return tensor(rt::Tensor::fromF64(shape, dt, flat));
+    }
+    if (name == "load_csv") {
+      DType dt = DType::F32;
+      if (auto d = argOr(1, "dtype")) dt = d->dtype;
+      std::string delim = ",";
+      if (auto d = argOr(2, "delimiter")) delim = d->s;
+      try {
+        return tensor(rt::loadCsv(args.at(0)->s, dt, delim));
+      } catch (std::exception &e) {
+        fail(e.what(), at);
+      }
+    }
+    if (name == "min" || name == "max" || name == "abs" || name == "round" || name == "sum") {
+      bool anyTensor = false;
+      for (auto &a : args) anyTensor |= hasTensor(a);
+      if (!anyTensor) {
+        if (name == "abs") {
+          ValueRef x = args.at(0);
+          return x->k == K::Float ? floating(std::fabs(x->f)) : integer(x->i < 0 ? -x->i : x->i);
+        }
+        if (name == "round") {
+          ValueRef x = args.at(0);
+          if (args.size() > 1 && args[1]->k == K::Int) {
+            double m = std::pow(10.0, static_cast<double>(args[1]->i));
+            return floating(std::nearbyint(x->f * m) / m);
+          }
+          return integer(static_cast<int64_t>(std::nearbyint(x->k == K::Float ? x->f : static_cast<double>(x->i))));
+        }
+        std::vector<ValueRef> items = args.size() == 1 ? iterate(args[0], at) : args;
+        if (name == "sum") {
+          ValueRef acc = integer(0);
+          for (auto &x : items) acc = binary(BinOp::Add, acc, x, c, c, at, c, env);
+          return acc;
+        }
+        if (items.empty()) fail(name + "() of an empty sequence", at);
+        ValueRef best = items[0];
+        for (auto &x : items) if (name == "max" ? order(x, best, at) > 0 : order(x, best, at) < 0) best = x;
+        return best;
+      }
+    }
+    // Everything else with tensors is a graph: the call, with its arguments as parameters.
+    if (!(b.builtin->contexts & sema::InGraph)) fail("`" + name + "` cannot run yet", at);
+    std::vector<ValueRef> operands;
+    auto *node = synth.make<Call>(at, nullptr);
+    Value fnv = b;
+    fnv.self = nullptr;
+    operands.push_back(mk(fnv));
+    if (b.self) {
+      // A method: the receiver is the call's first argument.
+      operands[0] = mk(fnv);
+      operands.push_back(b.self);
+    }
+    node->func = nameNode(0, c ? c->func->range : at);
+    if (b.self) node->args.push_back({ArgKind::Positional, "", nameNode(1, at), at});
+    for (auto &a : args) {
+      operands.push_back(a);
+      node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
+    }
+    for (auto &[k, v] : kwargs) {
+      operands.push_back(v);
+      node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
+    }
+    return eager(node, operands, moduleOf(env), c);
+  }
+
+  // ---- printing ------------------------------------------------------------------------------
+
+  std::string display(const ValueRef &v) {
+    switch (v->k) {
+    case K::None: return "None";
+    case K::Bool: return v->b ? "True" : "False";
+    case K::Int: return std::to_string(v->i);
+    case K::Float: return pyFloat(v->f);
+    case K::Str: return v->s;
+    case K::Tensor: return rt::format(v->t);
+    case K::Key: return "key(" + std::to_string(v->key.k0) + ", " + std::to_string(v->key.k1) + ")";
+    case K::List: case K::Tuple: {
+      std::string s = v->k == K::List ? "[" : "(";
+      for (size_t i = 0; i < v->items.size(); ++i) s += (i ? ", " : "") + repr(v->items[i]);
+      if (v->k == K::Tuple && v->items.size() == 1) s += ",";
+      return s + (v->k == K::List ? "]" : ")");
+    }
+    case K::Dict: {
+      std::string s = "{";
+      for (size_t i = 0; i < v->dict.size(); ++i) s += (i ? ", " : "") + ("'" + v->dict[i].first + "': ") + repr(v->dict[i].second);
+      return s + "}";
+    }
+    case K::DType: return std::string(dtypeName(v->dtype)) + v->policies.str();
+    case K::Function: return "<function " + v->fn->name + ">";
+    case K::Builtin: return "<builtin " + v->builtin->name + ">";
+    case K::Module: return "<module " + v->module->name + ">";
+    case K::Lambda: return "<lambda>";
+    case K::Range: return "range(" + std::to_string(v->start) + ", " + std::to_string(v->stop) + (v->step != 1 ? ", " + std::to_string(v->step) : "") + ")";
+    }
+    return "?";
+  }
+  std::string repr(const ValueRef &v) { return v->k == K::Str ? "'" + v->s + "'" : display(v); }
+
+  // Python's repr of a float: the shortest text that reads back exactly.
+  static std::string pyFloat(double f) {
+    if (std::isnan(f)) return "nan";
+    if (std::isinf(f)) return f < 0 ? "-inf" : "inf";
+    char b[40];
+    for (int p = 1; p <= 17; ++p) {
+      std::snprintf(b, sizeof b, "%.*g", p, f);
+      if (std::strtod(b, nullptr) == f) break;
+    }
+    std::string s = b;
+    if (s.find_first_of(".en") == std::string::npos) s += ".0";
+    return s;
+  }
+
+  // The format mini-language of Python's f-strings, for numbers and strings:
+  // [[fill]align][sign][width][,][.precision][type] with types f e g d % s.
+  std::string formatSpec(const ValueRef &v0, const std::string &spec, SourceRange at) {
+    ValueRef v = v0;
+    if (v->k == K::Tensor && v->t.numel() == 1) v = isFloat(v->t.dtype()) ? floating(v->t.toF64(0)) : integer(v->t.toI64(0));
+    size_t i = 0;
+    char fill = ' ', align = 0;
+    if (spec.size() >= 2 && std::strchr("<>^", spec[1])) { fill = spec[0]; align = spec[1]; i = 2; }
+    else if (!spec.empty() && std::strchr("<>^", spec[0])) { align = spec[0]; i = 1; }
+    std::string sign;
+    if (i < spec.size() && std::strchr("+- ", spec[i])) sign = spec[i++];
+    bool zero = false;
+    if (i < spec.size() && spec[i] == '0') { zero = true; ++i; }
+    int width = 0;
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + (spec[i++] - '0');
+    bool comma = false;
+    if (i < spec.size() && spec[i] == ',') { comma = true; ++i; }
+    int prec = -1;
+    if (i < spec.size() && spec[i] == '.') {
+      ++i;
+      prec = 0;
+      while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) prec = prec * 10 + (spec[i++] - '0');
+    }
+    char type = i < spec.size() ? spec[i++] : 0;
+    if (i != spec.size()) fail("invalid format spec `" + spec + "`", at);
+    std::string body;
+    char buf[128];
+    if (v->k == K::Str) {
+      body = prec >= 0 ? v->s.substr(0, prec) : v->s;
+    } else if (v->k == K::Int && (type == 0 || type == 'd')) {
+      body = std::to_string(v->i);
+      if (comma) {
+        std::string d = body[0] == '-' ? body.substr(1) : body, g;
+        for (size_t k = 0; k < d.size(); ++k) { if (k && (d.size() - k) % 3 == 0) g += ','; g += d[k]; }
+        body = (body[0] == '-' ? "-" : "") + g;
+      }
+    } else if (v->k == K::Int || v->k == K::Float || v->k == K::Bool) {
+      double x = v->k == K::Float ? v->f : static_cast<double>(v->k == K::Bool ? v->b : v->i);
+      if (type == '%') { x *= 100; type = 'f'; }
+      if (type == 0 && prec < 0) body = pyFloat(x);
+      else {
+        std::string f = "%." + std::to_string(prec < 0 ? 6 : prec) + (type == 0 ? std::string("g") : std::string(1, type));
+        std::snprintf(buf, sizeof buf, f.c_str(), x);
+        body = buf;
+      }
+      if (spec.back() == '%') body += "%";
+    } else {
+      body = display(v);
+    }
+    if (!sign.empty() && sign != "-" && !body.empty() && body[0] != '-') body = (sign == "+" ? "+" : " ") + body;
+    if (static_cast<int>(body.size()) < width) {
+      size_t pad = width - body.size();
+      if (zero && !align) body = std::string(pad, '0') + body;
+      else if (align == '<' || (!align && v->k == K::Str)) body += std::string(pad, fill);
+      else if (align == '^') body = std::string(pad / 2, fill) + body + std::string(pad - pad / 2, fill);
+      else body = std::string(pad, fill) + body;
+    }
+    return body;
+  }
+};
+
+Interpreter::Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out)
+    : impl_(std::make_unique<Impl>(p, exec, out)) {}
+Interpreter::~Interpreter() = default;
+
+int Interpreter::runMain(const std::string &entry, const std::vector<std::string> &flags, std::ostream &err) {
+  Impl &I = *impl_;
+  const sema::ModuleInfo &m = *I.P.main;
+  auto g = m.globals.find(entry);
+  if (g == m.globals.end() || g->second.kind != sema::Symbol::Kind::Function) {
+    err << "tsr run: the module has no function `" << entry << "`\n";
+    return 1;
+  }
+  const sema::FunctionInfo &fn = *g->second.fn;
+  // main's parameters become flags (spec 9): --name value, --name=value; bools take
+  // true/false/1/0 (or --name alone for true).
+  std::vector<std::pair<std::string, ValueRef>> kwargs;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    std::string f = flags[i];
+    if (f == "--help" || f == "-h") {
+      err << "usage: tsr run " << m.path << " [flags]\n\nflags of `" << entry << "`:\n";
+      for (auto &p : fn.params) {
+        TypeRef t = p.annotated ? p.annotated : p.defaultType;
+        err << "  --" << p.name << " " << (t ? sema::typeStr(t) : "value");
+        if (p.defaultType) {
+          if (p.defaultType->intValue) err << " (default " << p.defaultType->intValue->str() << ")";
+          else if (p.defaultType->floatValue) err << " (default " << Impl::pyFloat(*p.defaultType->floatValue) << ")";
+          else if (p.defaultType->boolValue) err << " (default " << (*p.defaultType->boolValue ? "True" : "False") << ")";
+          else if (p.defaultType->strValue) err << " (default \"" << *p.defaultType->strValue << "\")";
+        }
+        err << "\n";
+      }
+      return 0;
+    }
+    if (f.rfind("--", 0) != 0) {
+      err << "tsr run: unexpected argument `" << f << "`; flags are --name value\n";
+      return 2;
+    }
+    std::string name = f.substr(2), value;
+    size_t eq = name.find('=');
+    const sema::ParamInfo *p = fn.param(eq == std::string::npos ? name : name.substr(0, eq));
+    if (eq != std::string::npos) { value = name.substr(eq + 1); name = name.substr(0, eq); }
+    if (!p) {
+      err << "tsr run: `" << entry << "` has no parameter `" << name << "` (see --help)\n";
+      return 2;
+    }
+    TypeRef t = p->annotated ? p->annotated : p->defaultType;
+    bool isBool = t && t->is(TypeKind::Bool);
+    if (eq == std::string::npos) {
+      if (isBool && (i + 1 >= flags.size() || flags[i + 1].rfind("--", 0) == 0)) value = "true";
+      else if (i + 1 < flags.size()) value = flags[++i];
+      else { err << "tsr run: --" << name << " needs a value\n"; return 2; }
+    }
+    try {
+      size_t used = 0;
+      if (t && t->is(TypeKind::Int)) { int64_t v = std::stoll(value, &used); if (used != value.size()) throw std::invalid_argument(""); kwargs.push_back({name, integer(v)}); }
+      else if (t && t->is(TypeKind::Float)) { double v = std::stod(value, &used); if (used != value.size()) throw std::invalid_argument(""); kwargs.push_back({name, floating(v)}); }
+      else if (isBool) {
+        std::string l = value;
+        for (auto &ch : l) ch = static_cast<char>(std::tolower(ch));
+        if (l == "true" || l == "1" || l == "yes") kwargs.push_back({name, boolean(true)});
+        else if (l == "false" || l == "0" || l == "no") kwargs.push_back({name, boolean(false)});
+        else throw std::invalid_argument("");
+      } else kwargs.push_back({name, str(value)});
+    } catch (std::exception &) {
+      err << "tsr run: --" << name << " expects " << (t ? sema::typeStr(t) : "a value") << ", not `" << value << "`\n";
+      return 2;
+    }
+  }
+  try {
+    I.callFunction(fn, {}, kwargs, fn.def->nameRange);
+  } catch (RuntimeError &e) {
+    DiagnosticEngine d(I.P.sm);
+    if (e.range.valid() && I.P.sm.has(e.range.file)) {
+      err << I.P.sm.describe(e.range) << ": error: " << e.message << "\n";
+      const SourceFile &f = I.P.sm.file(e.range.file);
+      LineCol lc = f.lineCol(e.range.begin);
+      err << "   " << lc.line << " | " << f.lineText(lc.line) << "\n";
+    } else {
+      err << "error: " << e.message << "\n";
+    }
+    return e.exitCode;
+  } catch (BreakSignal &) {
+    return 0;
+  }
+  return 0;
+}
+
+} // namespace tsr::host

@@ -1,0 +1,81 @@
+// The host interpreter of `tsr run` (spec section 9): runs a checked program's `main` statement
+// by statement. Host values are Python-like (numbers, strings, lists, tuples, dicts, functions)
+// and tensors. Tensor work leaves the interpreter as graphs: a call of a graph function compiles
+// one graph per argument signature (cached); a tensor operation written in host code (`2.5 * x +
+// y`, `sum(x)`, `x[0:4]`) is lowered as a one-expression graph with its operands as parameters
+// (cached by operand types), and both run on the graph executor.
+#pragma once
+
+#include "ir/IR.h"
+#include "runtime/Random.h"
+#include "runtime/Tensor.h"
+#include "sema/Program.h"
+
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tsr::host {
+
+struct Value;
+using ValueRef = std::shared_ptr<Value>;
+struct Env;
+
+struct Value {
+  enum class K : uint8_t { None, Bool, Int, Float, Str, Tensor, Key, List, Tuple, Dict, Function, Builtin, Module, Lambda, Range, DType };
+  K k = K::None;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0;
+  std::string s;
+  rt::Tensor t;
+  rt::Key key{};
+  std::vector<ValueRef> items;                        // List, Tuple
+  std::vector<std::pair<std::string, ValueRef>> dict; // Dict (string keys, in insertion order)
+  const sema::FunctionInfo *fn = nullptr;
+  const sema::BuiltinInfo *builtin = nullptr;
+  ValueRef self;                                      // a method's receiver
+  const sema::ModuleInfo *module = nullptr;
+  const ast::Lambda *lambda = nullptr;
+  std::shared_ptr<Env> closure;
+  int64_t start = 0, stop = 0, step = 1;              // Range
+  DType dtype = DType::F32;                           // DType
+  std::string progress;                               // progress(xs, desc=...): a loop reports its progress
+  Policies policies;
+};
+
+/// Runs graphs: the reference evaluator today, compiled code as it lands.
+class GraphExecutor {
+public:
+  virtual ~GraphExecutor() = default;
+  virtual std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) = 0;
+};
+std::unique_ptr<GraphExecutor> makeReferenceExecutor();
+
+/// A failure of the running program: a message and where it happened. `exitCode` is the spec's
+/// (1 for errors of the program, 3 for errors on the device).
+struct RuntimeError {
+  std::string message;
+  SourceRange range;
+  int exitCode = 1;
+};
+
+class Interpreter {
+public:
+  Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out);
+  ~Interpreter();
+  /// Runs `entry` (main) with command-line flags for its parameters (`--steps 200`, `--lr=1e-3`,
+  /// `--help`). Returns the exit code; errors are printed as diagnostics to `err`.
+  int runMain(const std::string &entry, const std::vector<std::string> &flags, std::ostream &err);
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace tsr::host

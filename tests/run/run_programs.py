@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""End-to-end programs: `tsr run FILE.tsr [ARGS]` for each file here, compared with what the file
+says inside:
+
+    # args: --steps 3            (flags for main)
+    # exit: 1                    (default 0)
+    # stdout:                    then `# | line` lines: standard output, exactly
+    # stderr-has: text           standard error contains this text
+
+Ends with `N passed, N failed`."""
+import os
+import subprocess
+import sys
+
+
+def parse(path):
+    args, code, out, has, block = [], 0, None, [], False
+    for line in open(path, encoding="utf-8"):
+        line = line.rstrip("\n")
+        if line.startswith("# args:"):
+            args = line[7:].split()
+        elif line.startswith("# exit:"):
+            code = int(line[7:])
+        elif line.startswith("# stderr-has:"):
+            has.append(line[13:].strip())
+        elif line.strip() == "# stdout:":
+            out, block = [], True
+        elif block and line.startswith("# |"):
+            out.append(line[4:] if line.startswith("# | ") else line[3:])
+        else:
+            block = False
+    return args, code, out, has
+
+
+def main():
+    tsr = sys.argv[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    passed = failed = 0
+    for name in sorted(os.listdir(here)):
+        if not name.endswith(".tsr"):
+            continue
+        args, code, out, has = parse(os.path.join(here, name))
+        p = subprocess.run([tsr, "run", name] + args, cwd=here, capture_output=True, text=True, timeout=300)
+        problems = []
+        if p.returncode != code:
+            problems.append(f"exit code {p.returncode}, expected {code}")
+        if out is not None and p.stdout.rstrip("\n").split("\n") != out:
+            problems.append("stdout:\n" + p.stdout)
+        for h in has:
+            if h not in p.stderr:
+                problems.append(f"stderr lacks `{h}`")
+        if problems:
+            failed += 1
+            print(f"FAIL {name}: " + "; ".join(problems))
+            print("    stderr: " + p.stderr.strip().replace("\n", "\n    "))
+        else:
+            passed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
