@@ -15,9 +15,10 @@
 // linear in one still-unbound symbol solves for it). A run-time int parameter (a 0-d i64 whose
 // name is an identifier) binds the symbol of its name to its value, as lowering names sizes
 // after such parameters. Symbols no input determines are given by the caller. A symbol bound to
-// two sizes is an error naming both. Dims of attributes
-// and types are evaluated with the bound sizes in exact rational arithmetic and floored, so the
-// grid "(S + 63)/64" is cdiv(S, 64) (docs/ir.md, kernel_call).
+// two sizes is an error naming both. Dims of attributes and types are evaluated with the bound
+// sizes in exact rational arithmetic and floored, so the grid "(S + 63)/64" is cdiv(S, 64)
+// (docs/ir.md, kernel_call). Every result is checked against its type's dims, so a lowering or
+// shape-inference mistake shows at the op that makes it.
 //
 // Numerics (each op's exact rule is at its case in Evaluator.cpp):
 // - Elementwise ops first convert their operands to the op's computation dtype (the result
@@ -27,12 +28,17 @@
 //   range when the result type has @saturate; integer results wrap modulo 2^bits.
 // - matmul and the reductions sum and prod accumulate in the type's @accum(T), by default f32
 //   for 16-bit and fp8 floats (and tf32, whose storage is f32) and the dtype itself otherwise:
-//   element by element in index order, acc = round_T(acc + x) with the sum (and each matmul
-//   product) formed in f64, then one rounding into the result dtype at the end. Integers
-//   accumulate in i64 and wrap at the end (the same value as wrapping at every step).
+//   element by element in index order (row-major over the reduced axes; k = 0.. for matmul),
+//   acc = round_T(acc + x), where acc + x (for matmul acc + a*b, the product exact for operands
+//   up to f32) is formed in f64 and then rounded to T; then one rounding into the result dtype
+//   at the end. Integers accumulate in i64 and wrap at the end (the same value as wrapping at
+//   every step). max and min propagate NaN; argmax/argmin give the first extreme, NaN first.
 // - @stochastic_round: a graph supplies no random words for it, so the evaluator rounds to
 //   nearest-even there. @loss_scale does not change forward values.
-// - Integer floordiv and mod by zero, and an integer raised to a negative power of 0, are errors.
+// - Integers: floordiv and mod are Python's (floor; the sign of the divisor), and by zero an
+//   error; x ** -n truncates 1 / x^n (0 ** -n is an error); shift counts outside [0, 64) give 0,
+//   or -1 for shr of a negative value. Floats: floordiv and mod are Python's too (NumPy's
+//   floor_divide and remainder), round is half-to-even, relu and maximum keep NaN.
 //
 // Errors: every failure is an EvalError whose message starts with the op's source location
 // (`file:line:col`, from the module's file table) or, without one, the graph's name, then the op
