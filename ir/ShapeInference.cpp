@@ -234,8 +234,10 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
       if ((*step)[i] <= 0) return std::string("slice steps are positive (lowering reverses with other ops)");
       Dim ext = (*stop)[i] - (*start)[i];
       if ((*step)[i] != 1) {
-        if (auto c = ext.constantValue()) ext = Dim::constant((*c + (*step)[i] - 1) / (*step)[i]);
-        else if (auto q = ext.divide(Dim::constant((*step)[i]))) ext = *q;
+        // ceil(ext / step), as a rational dim that is floored where evaluated.
+        int64_t st = (*step)[i];
+        if (auto c = ext.constantValue()) ext = Dim::constant((*c + st - 1) / st);
+        else if (auto q = (ext + Dim::constant(st - 1)).divide(Dim::constant(st))) ext = *q;
       }
       out.push_back(ext);
     }

@@ -394,7 +394,9 @@ private:
     }
     case Kind::Binary: {
       auto *b = static_cast<Binary *>(e);
-      return binary(b->op, expr(b->lhs), expr(b->rhs), e->range);
+      LVRef l = expr(b->lhs);
+      if (b->op == BinOp::MatMul && l->kind == LV::K::DType) return policy(l, b->rhs);
+      return binary(b->op, l, expr(b->rhs), e->range);
     }
     case Kind::BoolOp: {
       auto *b = static_cast<BoolOp *>(e);
@@ -417,6 +419,33 @@ private:
     case Kind::Attribute: return attribute(static_cast<Attribute *>(e));
     default: unsupported("this expression in a graph function", e->range);
     }
+  }
+
+  // `dtype @policy`: the policy is read as written (the checker has validated it).
+  LVRef policy(const LVRef &dt, Expr *rhs) {
+    LV v = *dt;
+    std::string name;
+    std::vector<Expr *> args;
+    if (auto *n = dyn_cast<Name>(rhs)) name = n->id;
+    else if (auto *c = dyn_cast<Call>(rhs); c && c->func->kind == Kind::Name) {
+      name = static_cast<Name *>(c->func)->id;
+      for (auto &a : c->args) args.push_back(a.value);
+    }
+    if (name == "saturate") v.dt.policies.saturate = true;
+    else if (name == "stochastic_round") v.dt.policies.stochasticRound = true;
+    else if (name == "accum" && args.size() == 1) {
+      LVRef a = expr(args[0]);
+      if (a->kind != LV::K::DType) unsupported("this @accum", rhs->range);
+      v.dt.policies.accum = a->dt.dtype;
+    } else if (name == "loss_scale" && args.size() == 1) {
+      LVRef a = expr(args[0]);
+      if (a->kind == LV::K::Float) v.dt.policies.lossScale = a->f;
+      else if (auto c = constInt(a)) v.dt.policies.lossScale = static_cast<double>(*c);
+      else unsupported("this @loss_scale", rhs->range);
+    } else {
+      unsupported("this numeric policy", rhs->range);
+    }
+    return mk(v);
   }
 
   LVRef numberOp(BinOp op, const LVRef &a, const LVRef &b, SourceRange at) {
@@ -621,8 +650,9 @@ public:
         start.push_back(lo); stop.push_back(hi); step.push_back(st);
         Dim ext = hi - lo;
         if (st != 1) {
+          // ceil(ext / st): exact rational dims are floored where evaluated.
           if (auto c = ext.constantValue()) ext = Dim::constant((*c + st - 1) / st);
-          else if (auto q = ext.divide(Dim::constant(st))) ext = *q;
+          else if (auto q = (ext + Dim::constant(st - 1)).divide(Dim::constant(st))) ext = *q;
         }
         out.push_back(ext);
         ++pos;
@@ -932,6 +962,11 @@ public:
       LVRef axis = A(1, "axis");
       LVRef keepArg = kw.count("keepdims") ? kw.at("keepdims") : nullptr;
       bool keep = keepArg && keepArg->kind == LV::K::Bool && keepArg->b;
+      // sum and prod of bools count in i32 (as jnp.sum); dtype= casts before reducing.
+      if (kw.count("dtype") && (name == "sum" || name == "mean" || name == "prod"))
+        t = op(OpKind::Cast, {t}, {{"dtype", dtypeArg(kw.at("dtype"), {t->type.dtype, {}})}}, at);
+      else if ((name == "sum" || name == "prod") && t->type.dtype == DType::Bool)
+        t = op(OpKind::Cast, {t}, {{"dtype", DTypeAttr{DType::I32, {}}}}, at);
       static const std::map<std::string, OpKind> reds = {{"sum", OpKind::ReduceSum}, {"max", OpKind::ReduceMax}, {"min", OpKind::ReduceMin},
                                                          {"prod", OpKind::ReduceProd}, {"argmax", OpKind::ArgMax}, {"argmin", OpKind::ArgMin}, {"mean", OpKind::ReduceSum}};
       Value *r = reduce(reds.at(name), t, axis, keep, at);
@@ -949,12 +984,20 @@ public:
       LVRef keepArg = kw.count("keepdims") ? kw.at("keepdims") : nullptr;
       bool keep = keepArg && keepArg->kind == LV::K::Bool && keepArg->b;
       if (name == "var") {
+        if (!isFloat(x->type.dtype)) x = op(OpKind::Cast, {x}, {{"dtype", DTypeAttr{DType::F32, {}}}}, at);
         Dim n = reducedCount(x, axis, at);
+        int64_t ddof = 0;
+        if (kw.count("ddof")) {
+          auto c = constInt(kw.at("ddof"));
+          if (!c) unsupported("a ddof known only at run time", at);
+          ddof = *c;
+        }
         Value *cnt = asTensor(integer(n), x->type.dtype, at);
         Value *mu = op(OpKind::Div, {reduce(OpKind::ReduceSum, x, axis, true, at), cnt}, {}, at);
         Value *d = op(OpKind::Sub, {x, mu}, {}, at);
         Value *s = reduce(OpKind::ReduceSum, op(OpKind::Mul, {d, d}, {}, at), axis, keep, at);
-        return tensor(op(OpKind::Div, {s, cnt}, {}, at));
+        Value *den = ddof == 0 ? cnt : asTensor(integer(n - Dim::constant(ddof)), x->type.dtype, at);
+        return tensor(op(OpKind::Div, {s, den}, {}, at));
       }
       // logsumexp(x) = m + log(sum(exp(x - m))), m the maximum: no overflow for large x.
       Value *m = reduce(OpKind::ReduceMax, x, axis, true, at);
@@ -1090,10 +1133,23 @@ public:
       return tensor(op(OpKind::BroadcastTo, {s}, {{"shape", x->type.dims}}, at));
     }
     if (name == "arange") {
-      LVRef a0 = A(0, "start"), a1 = A(1, "stop");
+      LVRef a0 = A(0, "start"), a1 = A(1, "stop"), a2 = A(2, "step");
       Dim start = a1 ? dimOf(a0, at) : Dim::constant(0), stop = a1 ? dimOf(a1, at) : dimOf(a0, at);
+      int64_t step = 1;
+      if (a2) {
+        auto c = constInt(a2);
+        if (!c || *c <= 0) unsupported("arange with a step that is not a positive constant", at);
+        step = *c;
+      }
       DTypeAttr d = dtypeArg(kw.count("dtype") ? kw.at("dtype") : nullptr, {DType::I32, {}});
-      Value *i = op(OpKind::Iota, {}, {{"shape", std::vector<Dim>{stop - start}}, {"axis", int64_t{0}}, {"dtype", d}}, at);
+      // ceil((stop - start) / step) elements: exact rational dims are floored where evaluated.
+      Dim n = stop - start;
+      if (step != 1) {
+        if (auto c = n.constantValue()) n = Dim::constant((*c + step - 1) / step);
+        else if (auto q = (n + Dim::constant(step - 1)).divide(Dim::constant(step))) n = *q;
+      }
+      Value *i = op(OpKind::Iota, {}, {{"shape", std::vector<Dim>{n}}, {"axis", int64_t{0}}, {"dtype", d}}, at);
+      if (step != 1) i = op(OpKind::Mul, {i, asTensor(integer(Dim::constant(step)), d.dtype, at)}, {}, at);
       if (start != Dim::constant(0)) i = op(OpKind::Add, {i, asTensor(integer(start), d.dtype, at)}, {}, at);
       return tensor(i);
     }

@@ -314,8 +314,7 @@ case("reductions", "reductions_int", [{"A": 4, "B": 6}, {"A": 3, "B": 33}],
      ["sum(0)", "max(-1)", "min", "prod(1) (wraps)", "argmax(1) (ties: first)", "mean(-1)"])
 case("reductions", "count_positive", [{"A": 3, "B": 4}],
      lambda env, gen: [randn(gen, env["A"], env["B"])],
-     lambda x, env: [(x > 0).sum().int(), (x > 0).sum(-1).int()], ["sum(bool)", "sum(bool, -1)"],
-     xfail=lambda env: "lowering: sum of a bool tensor is i32 in the language, but lowers to reduce_sum with a bool result")
+     lambda x, env: [(x > 0).sum().int(), (x > 0).sum(-1).int()], ["sum(bool)", "sum(bool, -1)"])
 
 case("heads", "split_heads", [{"B": 2, "S": 3, "D": 8, "heads": 4}, {"B": 1, "S": 2, "D": 6, "heads": 3}],
      lambda env, gen: [randn(gen, env["B"], env["S"], env["D"])],
@@ -327,13 +326,11 @@ case("heads", "split_heads", [{"B": 2, "S": 3, "D": 8, "heads": 4}, {"B": 1, "S"
 GAP = "lowering: "
 case("lowering_gaps", "sum_dtype", [{"N": 6}],
      lambda env, gen: [randn(gen, env["N"], dtype=torch.bfloat16), randint(gen, 1, 4, env["N"])],
-     lambda x, n, env: [x.float().sum(), x.float().mean(), n.long().prod()], ["sum(dtype=f32)", "mean(dtype=f32)", "prod(dtype=i64)"],
-     xfail=lambda env: GAP + "the dtype= of sum, mean and prod is dropped (the result keeps the operand's dtype)")
+     lambda x, n, env: [x.float().sum(), x.float().mean(), n.long().prod()], ["sum(dtype=f32)", "mean(dtype=f32)", "prod(dtype=i64)"])
 case("lowering_gaps", "var_ddof", [{"N": 6}], lambda env, gen: [randn(gen, env["N"])],
-     lambda x, env: [x.var(unbiased=True)], ["var(ddof=1)"], xfail=lambda env: GAP + "var's ddof= is dropped (the divisor is always N)")
+     lambda x, env: [x.var(unbiased=True)], ["var(ddof=1)"])
 case("lowering_gaps", "arange_step", [{"N": 1}], lambda env, gen: [randn(gen, env["N"])],
-     lambda x, env: [torch.arange(0, 10, 2, dtype=torch.int32)], ["arange(0, 10, 2)"],
-     xfail=lambda env: GAP + "arange's step is dropped (iota of 10 elements where the checker says 5)")
+     lambda x, env: [torch.arange(0, 10, 2, dtype=torch.int32)], ["arange(0, 10, 2)"])
 
 # -- layout --
 
@@ -352,9 +349,7 @@ def layout_ref(x, env):
 case("layout", "layout_f32", [{"B": 3, "S": 4, "D": 5}, {"B": 4, "S": 6, "D": 3}],
      lambda env, gen: [randn(gen, env["B"], env["S"], env["D"])], layout_ref, LAYOUT)
 case("layout", "odd_step", [{"N": 4}, {"N": 10}, {"N": 5}, {"N": 8}],
-     lambda env, gen: [randn(gen, env["N"])], lambda x, env: [x[::2], x[1::3]], ["x[::2]", "x[1::3]"],
-     xfail=lambda env: ("lowering: a stepped slice of a symbolic extent has the type extent/step (exact division), "
-                        "not ceil(extent/step), so odd sizes contradict the type") if env["N"] in (5, 8) else None)
+     lambda env, gen: [randn(gen, env["N"])], lambda x, env: [x[::2], x[1::3]], ["x[::2]", "x[1::3]"])
 
 
 def split_ref(x, y, env):
