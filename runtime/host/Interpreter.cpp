@@ -1037,6 +1037,37 @@ struct Interpreter::Impl {
       if (auto d = argOr(1, "dtype"); d && d->k == K::DType) dt = d->dtype;
       return tensor(rt::Tensor::fromF64(shape, dt, flat));
     }
+    if (name == "load" || name == "save") {
+      ValueRef path = args.at(0);
+      if (path->k != K::Str) fail(name + "() takes a path string first", at);
+      try {
+        if (name == "load") {
+          rt::Loaded l = rt::load(path->s);
+          if (!l.isDict) return tensor(l.tensor);
+          Value d;
+          d.k = K::Dict;
+          for (auto &[k, t] : l.dict) d.dict.push_back({k, tensor(t)});
+          return mk(d);
+        }
+        ValueRef v = args.at(1);
+        if (v->k == K::Tensor) rt::save(path->s, v->t);
+        else if (v->k == K::Dict) {
+          rt::NamedTensors named;
+          for (auto &[k, e] : v->dict) {
+            if (e->k != K::Tensor) fail("save() stores tensors; `" + k + "` is a " + kindName(e), at);
+            named.push_back({k, e->t});
+          }
+          rt::save(path->s, named);
+        } else {
+          fail("save() stores a tensor or a dict of tensors, not a " + kindName(v), at);
+        }
+        return none();
+      } catch (RuntimeError &) {
+        throw;
+      } catch (std::exception &e) {
+        fail(e.what(), at);
+      }
+    }
     if (name == "load_csv") {
       DType dt = DType::F32;
       if (auto d = argOr(1, "dtype")) dt = d->dtype;
