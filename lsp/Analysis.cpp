@@ -11,7 +11,6 @@ std::shared_ptr<Analysis> analyze(const std::string &uri, const std::string &pat
   a->uri = uri;
   a->path = path;
   a->version = version;
-  a->text = text;
   a->sm = std::make_unique<SourceManager>();
   a->diags = std::make_unique<DiagnosticEngine>(*a->sm);
   a->file = a->sm->addFile(path, std::move(text));

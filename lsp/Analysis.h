@@ -16,7 +16,6 @@ struct Analysis {
   std::string uri;
   std::string path;
   int64_t version = 0;
-  std::string text; // the text that was checked
   // Declared in this order so that the program goes before what it points into.
   std::unique_ptr<SourceManager> sm;
   std::unique_ptr<DiagnosticEngine> diags;
@@ -24,6 +23,8 @@ struct Analysis {
   FileId file = 0;
   double checkMs = 0; // how long the check took
 
+  /// The text that was checked.
+  const std::string &text() const { return sm->file(file).text(); }
   const sema::ModuleInfo *mainModule() const { return program ? program->main : nullptr; }
   const ast::Module *mainAst() const {
     auto *m = mainModule();

@@ -224,12 +224,17 @@ def shutdown_and_exit_codes():
 
 
 @test
-def tsr_run_is_not_available():
-    p = subprocess.run([TSR, "run", "x.tsr"], capture_output=True, text=True)
-    check(p.returncode == 2, f"exit code 2, got {p.returncode}")
-    check("tsr run: not available in this build yet" in p.stderr, f"message, got {p.stderr!r}")
+def tsr_command_line():
     p = subprocess.run([TSR], capture_output=True, text=True)
-    check(p.returncode == 2, "no subcommand: usage error")
+    check(p.returncode == 2, f"no subcommand: usage error (2), got {p.returncode}")
+    p = subprocess.run([TSR, "lsp", "--help"], capture_output=True, text=True)
+    check(p.returncode == 0 and "--debounce-ms" in p.stdout, f"tsr lsp --help: {p.returncode} {p.stdout!r}")
+    p = subprocess.run([TSR, "lsp", "--no-such-flag"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    check(p.returncode == 2, f"an unknown flag: usage error (2), got {p.returncode}")
+    # Editors may pass --stdio; it is the only transport.
+    c = Client([TSR, "lsp", "--stdio"])
+    check("result" in c.initialize(), "tsr lsp --stdio serves")
+    check(c.close() == 0, "clean exit")
 
 
 # ---- diagnostics -----------------------------------------------------------------------------
