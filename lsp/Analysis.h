@@ -33,8 +33,9 @@ struct Analysis {
 };
 
 /// Checks `text` as the module at `path` (its imports resolve from that folder, TESSERA_PATH and
-/// the stdlib, as tsrc resolves them). Never throws: an exception in the checker becomes an
-/// internal-error diagnostic, as tsrc reports it.
+/// the stdlib, as tsrc resolves them). An exception in the checker becomes an internal-error
+/// diagnostic, as tsrc reports it; only `options.parse` may stop the check by throwing something
+/// else (the language server's cancellation), which propagates.
 std::shared_ptr<Analysis> analyze(const std::string &uri, const std::string &path, std::string text,
                                   int64_t version, const sema::CheckOptions &options);
 

@@ -13,6 +13,7 @@ CheckWorker::CheckWorker(sema::CheckOptions options, std::chrono::milliseconds d
   options_.parse = [this](const SourceManager &sm, DiagnosticEngine &diags, FileId file, const std::string &name) {
     return cache_.parse(sm, diags, file, name);
   };
+  cache_.setCancelFlag(&cancel_);
   // The checker recurses over the user's program; it gets the stack tsrc gives it.
   thread_ = std::thread([this] { runWithLargeStack(size_t(512) << 20, [this] { loop(); return 0; }); });
 }
@@ -23,6 +24,7 @@ void CheckWorker::schedule(const std::string &uri, bool immediate) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     due_[uri] = Clock::now() + (immediate ? std::chrono::milliseconds(0) : debounce_);
+    if (uri == checking_) cancel_ = true;
   }
   cv_.notify_one();
 }
@@ -91,21 +93,33 @@ void CheckWorker::loop() {
     }
     std::string uri = next->first;
     due_.erase(next);
+    checking_ = uri;
+    cancel_ = false;
     lock.unlock();
-    bool ran = false, published = true;
+    bool ran = false, published = true, cancelled = false;
     double ms = 0;
     if (auto in = fetch_(uri)) {
       ran = true;
       cache_.beginCheck(uri);
-      std::shared_ptr<Analysis> a = analyze(in->uri, in->path, std::move(in->text), in->version, options_);
-      cache_.endCheck();
-      ms = a->checkMs;
-      published = done_(std::move(a));
+      std::shared_ptr<Analysis> a;
+      try {
+        a = analyze(in->uri, in->path, std::move(in->text), in->version, options_);
+        cache_.endCheck();
+      } catch (const ParseCache::Cancelled &) {
+        cache_.abandonCheck();
+        cancelled = true;
+      }
+      if (a) {
+        ms = a->checkMs;
+        published = done_(std::move(a));
+      }
     }
     lock.lock();
+    checking_.clear();
     if (!ran) continue;
     ++stats_.checks;
-    if (!published) ++stats_.superseded;
+    if (cancelled) ++stats_.cancelled;
+    else if (!published) ++stats_.superseded;
     stats_.lastMs = ms;
     stats_.parse = cache_.stats();
     trimmed = false;

@@ -1,12 +1,15 @@
 // The checker thread. Edits mark a document due after a short quiet period (the debounce); the
 // thread then checks the document's latest text, never an intermediate one, and hands the result
-// to the server, which drops it if the document changed meanwhile (a superseded result).
+// to the server, which drops it if the document changed meanwhile (a superseded result). An edit
+// of the document being checked cancels that check at its next parse step (each top-level
+// statement parsed, and the end of parsing, before the checker proper runs).
 #pragma once
 
 #include "lsp/Analysis.h"
 #include "lsp/ParseCache.h"
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -45,6 +48,7 @@ public:
   struct Stats {
     uint64_t checks = 0;     // checks run
     uint64_t superseded = 0; // results dropped because the document had changed
+    uint64_t cancelled = 0;  // checks stopped early because the document changed during them
     double lastMs = 0;       // duration of the last check
     ParseCache::Stats parse; // statements parsed and reused
   };
@@ -62,6 +66,8 @@ private:
   std::map<std::string, std::chrono::steady_clock::time_point> due_;
   std::vector<std::string> forget_;
   ParseCache cache_; // the checker thread's alone
+  std::string checking_;            // the document being checked (under mu_)
+  std::atomic<bool> cancel_{false}; // a newer text of it is waiting
   bool stop_ = false;
   Stats stats_;
   std::thread thread_;

@@ -128,6 +128,10 @@ ParseCache::Stats ParseCache::stats() const {
 
 std::unique_ptr<ast::Module> ParseCache::parse(const SourceManager &sm, DiagnosticEngine &diags, FileId file,
                                                const std::string &name) {
+  auto checkCancelled = [&] {
+    if (cancel_ && cancel_->load(std::memory_order_relaxed)) throw Cancelled{};
+  };
+  checkCancelled();
   const SourceFile &src = sm.file(file);
   std::string_view text = src.text();
   auto chunks = splitTopLevel(text);
@@ -149,6 +153,7 @@ std::unique_ptr<ast::Module> ParseCache::parse(const SourceManager &sm, Diagnost
     std::string key(text.substr(b, e - b));
     auto it = entries_.find(key);
     if (it == entries_.end()) {
+      checkCancelled();
       SourceManager scratch;
       DiagnosticEngine scratchDiags(scratch);
       auto tree = parseAlone(b, e, scratch, scratchDiags);
@@ -176,6 +181,7 @@ std::unique_ptr<ast::Module> ParseCache::parse(const SourceManager &sm, Diagnost
   }
   size_t tailFrom = reuse < chunks.size() ? chunks[reuse].first : std::string::npos;
   if (tailFrom != std::string::npos) {
+    checkCancelled();
     // From there to the end, in one piece, as tsrc parses it; the diagnostics are reported here,
     // moved to their place in the file.
     ++stats_.wholeTail;
@@ -195,6 +201,8 @@ std::unique_ptr<ast::Module> ParseCache::parse(const SourceManager &sm, Diagnost
     ast::Block body = cloneBlock(*out->context, tree->body, file, static_cast<int64_t>(tailFrom));
     out->body.insert(out->body.end(), body.begin(), body.end());
   }
+  // The checker's work on the tree comes next: not for a text that is already old.
+  checkCancelled();
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "frontend/Ast.h"
 #include "support/Diagnostics.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -31,6 +32,11 @@ std::vector<std::pair<size_t, size_t>> splitTopLevel(std::string_view text);
 
 class ParseCache {
 public:
+  /// Thrown out of parse() when the cancel flag is raised (a newer text is waiting): it unwinds
+  /// the check that asked for the tree, which is then dropped.
+  struct Cancelled {};
+  void setCancelFlag(const std::atomic<bool> *flag) { cancel_ = flag; }
+
   /// As parseModule(sm, diags, file, name). Reports the same diagnostics.
   std::unique_ptr<ast::Module> parse(const SourceManager &sm, DiagnosticEngine &diags, FileId file,
                                      const std::string &name);
@@ -40,6 +46,8 @@ public:
   /// of their imports, not of their history.
   void beginCheck(const std::string &owner);
   void endCheck();
+  /// Ends a check that was cancelled: what it looked up counts for nobody.
+  void abandonCheck() { current_.clear(); }
   void forget(const std::string &owner);
 
   struct Stats {
@@ -60,6 +68,7 @@ private:
   std::map<std::string, Generations> used_;
   std::string owner_;
   std::set<std::string> current_;
+  const std::atomic<bool> *cancel_ = nullptr;
   Stats stats_;
 };
 

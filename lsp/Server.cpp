@@ -239,7 +239,7 @@ private:
     if (method == "tessera/status") {
       auto s = worker_->stats();
       std::lock_guard<std::mutex> lock(mu_);
-      reply(id, {{"checks", s.checks}, {"superseded", s.superseded}, {"lastCheckMs", s.lastMs},
+      reply(id, {{"checks", s.checks}, {"superseded", s.superseded}, {"cancelled", s.cancelled}, {"lastCheckMs", s.lastMs},
                  {"parsedStatements", s.parse.parsed}, {"reusedStatements", s.parse.reused},
                  {"tailParses", s.parse.wholeTail}, {"cachedStatements", s.parse.entries},
                  {"published", published_}, {"openDocuments", docs_.all().size()}, {"vmRssKb", vmRssKb()},

@@ -4,7 +4,7 @@ edit). Generates the module with gen_module.py, opens it in `tsr lsp`, then 20 t
 incremental edit and measures the time until the publishDiagnostics of that version arrives.
 Prints each sample and the median. Not a test: numbers on shared machines are noisy.
 
-usage: tools/bench/lsp_latency.py [TSR] [LINES] [--debounce-ms N] [--edit name|syntax]
+usage: tools/bench/lsp_latency.py [TSR] [LINES] [--debounce-ms N] [--edit name|syntax] [--at FRACTION]
 """
 import argparse
 import os
@@ -25,6 +25,7 @@ def main():
     ap.add_argument("lines", nargs="?", type=int, default=5000)
     ap.add_argument("--debounce-ms", type=int, default=None, help="the server's debounce (default: its own)")
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--at", type=float, default=0.5, help="where the edits are, as a fraction of the file (default 0.5)")
     ap.add_argument("--edit", choices=["name", "syntax"], default="name",
                     help="name: alternate a defined and an undefined name (the text always parses); "
                          "syntax: alternate a syntax error (an unclosed parenthesis) and its fix")
@@ -48,7 +49,7 @@ def main():
         print(f"open -> diagnostics: {(time.perf_counter() - t0) * 1000:.0f} ms, {len(d['diagnostics'])} diagnostics")
         # The edits alternate between introducing and removing an error in the middle of the file,
         # so that every published version differs from the last.
-        target = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].strip().startswith("h = nn.layer_norm(x)"))
+        target = next(i for i in range(int(len(lines) * args.at), len(lines)) if lines[i].strip().startswith("h = nn.layer_norm(x)"))
         col = lines[target].index("x)")
         samples = []
         version = 1
@@ -76,6 +77,9 @@ def main():
         print(f"server: last check {status['lastCheckMs']:.1f} ms, VmRSS {status['vmRssKb']} kB")
         print(f"edit -> publishDiagnostics ({args.edit} edits): median {statistics.median(samples):.1f} ms of {len(samples)} "
               f"(min {min(samples):.1f}, max {max(samples):.1f})")
+        breaking, fixing = samples[0::2], samples[1::2]
+        print(f"  edits that introduce the error: median {statistics.median(breaking):.1f} ms; "
+              f"edits that remove it: median {statistics.median(fixing):.1f} ms")
     return 0
 
 
