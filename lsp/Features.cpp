@@ -487,11 +487,29 @@ std::optional<HoverHit> hoverAt(const Analysis &a, uint32_t off, bool md) {
     }
     for (auto &d : f->decorators) {
       if (!contains(d.range, off)) continue;
-      std::string name = d.dotted();
-      if (fn) {
-        doc.code(std::string(textOf(sm, d.range)));
-        doc.para("makes `" + f->name + "` a " + std::string(functionKindWord(fn->kind)));
+      std::vector<std::string> path = d.path;
+      // `import tessera as ts`: @ts.jit is @jit.
+      if (path.size() > 1) {
+        auto g = a.mainModule()->globals.find(path[0]);
+        if (g != a.mainModule()->globals.end() && g->second.type && g->second.type->is(TypeKind::Opaque) &&
+            g->second.type->name == "tessera")
+          path.erase(path.begin());
       }
+      std::string name;
+      for (auto &part : path) name += (name.empty() ? "" : ".") + part;
+      std::string what = "`" + f->name + "`";
+      std::string says;
+      if (name == "jit") says = "makes " + what + " a graph function: compiled, fused and scheduled into device kernels";
+      else if (name == "kernel") says = "makes " + what + " a kernel: one tile program per point of its launch grid";
+      else if (name == "kernel.autotune") says = "makes " + what + " a kernel whose configuration is chosen from a search space";
+      else if (name == "kernel.schedule") says = "makes " + what + " a kernel with a fixed schedule";
+      else if (name == "inline") says = "makes " + what + " an inline helper, inlined into its callers";
+      else if (name == "autodiff") says = "makes " + what + " differentiable: grad, value_and_grad, vjp and jvp apply to it";
+      else if (name == "custom_vjp") says = "gives " + what + " a hand-written backward pass (fwd=, bwd=)";
+      else if (name == "distribute") says = "distributes " + what + " over a device mesh";
+      doc.code(std::string(textOf(sm, d.range)));
+      doc.para(says);
+      if (fn && says.rfind("makes ", 0) != 0) doc.para(what + " is a " + std::string(functionKindWord(fn->kind)));
       return HoverHit{doc.out, d.range};
     }
     return std::nullopt;
@@ -671,7 +689,7 @@ Json documentSymbols(const Analysis &a) {
         if (isParam)
           for (auto &prm : f->params)
             if (prm.name == b.name && prm.nameRange.valid()) sel = prm.nameRange;
-        children.push_back(symbol(b.name, isParam ? 13 : 13, b.range, sel, b.type ? typeStr(b.type) : ""));
+        children.push_back(symbol(b.name, 13 /* Variable */, b.range, sel, b.type ? typeStr(b.type) : ""));
       }
       if (!children.empty()) j["children"] = children;
       out.push_back(std::move(j));
