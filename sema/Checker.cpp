@@ -72,17 +72,7 @@ void FunctionChecker::stmt(Stmt *s) {
   case Kind::ExprStmt: expr(static_cast<ExprStmt *>(s)->expr); return;
   case Kind::Assign: {
     auto *a = static_cast<Assign *>(s);
-    TypeRef v = expr(a->value);
-    if (v->is(TypeKind::Module)) {
-      std::string shown = a->value->kind == Kind::Name ? static_cast<Name *>(a->value)->id : v->module->name;
-      D.report(DiagKind::ModuleNotValue, a->value->range, {shown});
-      D.note("use its members, as `" + shown + ".name`");
-      v = T::unknown();
-    }
-    if (v->is(TypeKind::Range) && v->name == "tile.range") {
-      D.report(DiagKind::TileRange, a->value->range);
-      v = T::unknown();
-    }
+    TypeRef v = assignedValue(a->value);
     for (Expr *t : a->targets) assign(t, v, a->value->range);
     return;
   }
@@ -524,6 +514,24 @@ void FunctionChecker::assign(Expr *target, const TypeRef &v, SourceRange valueRa
   }
 }
 
+// The value of an assignment's right-hand side. A module and a tile.range are not values one
+// can store: both are reported here (and the name gets Unknown, so its uses stay quiet).
+TypeRef FunctionChecker::assignedValue(Expr *value) {
+  DiagnosticEngine &D = pc_.P.diags;
+  TypeRef v = expr(value);
+  if (v->is(TypeKind::Module)) {
+    std::string shown = value->kind == Kind::Name ? static_cast<Name *>(value)->id : v->module->name;
+    D.report(DiagKind::ModuleNotValue, value->range, {shown});
+    D.note("use its members, as `" + shown + ".name`");
+    return T::unknown();
+  }
+  if (v->is(TypeKind::Range) && v->name == "tile.range") {
+    D.report(DiagKind::TileRange, value->range);
+    return T::unknown();
+  }
+  return v;
+}
+
 // ---- module level ----------------------------------------------------------------------------
 
 // An import of a name that a `def` of this module also defines: one of them is a mistake.
@@ -637,17 +645,7 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
   }
   case Kind::Assign: {
     auto *a = static_cast<Assign *>(s);
-    TypeRef v = expr(a->value);
-    if (v->is(TypeKind::Module)) {
-      std::string shown = a->value->kind == Kind::Name ? static_cast<Name *>(a->value)->id : v->module->name;
-      D.report(DiagKind::ModuleNotValue, a->value->range, {shown});
-      D.note("use its members, as `" + shown + ".name`");
-      v = T::unknown();
-    }
-    if (v->is(TypeKind::Range) && v->name == "tile.range") {
-      D.report(DiagKind::TileRange, a->value->range);
-      v = T::unknown();
-    }
+    TypeRef v = assignedValue(a->value);
     for (Expr *t : a->targets) {
       if (t->kind != Kind::Name) {
         D.report(DiagKind::Unsupported, t->range, {"unpacking at module level"});

@@ -61,6 +61,7 @@ private:
   void stmt(ast::Stmt *s);
   void block(const ast::Block &b);
   void assign(ast::Expr *target, const TypeRef &value, SourceRange valueRange);
+  TypeRef assignedValue(ast::Expr *value);
   void bind(const std::string &name, const TypeRef &t, SourceRange at);
   void checkIf(ast::If *s);
   void checkFor(ast::For *s);

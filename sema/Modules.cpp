@@ -4,6 +4,7 @@
 #include "sema/Checker.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <ostream>
@@ -715,6 +716,25 @@ void ProgramChecker::reportUnusedImports() {
     std::sort(unused.begin(), unused.end(), [](auto &a, auto &b) { return a.first.begin < b.first.begin; });
     for (auto &[r, n] : unused) P.diags.report(DiagKind::UnusedImportName, r, {n});
   }
+}
+
+CheckOptions defaultCheckOptions(const std::string &sourceStdlib) {
+  CheckOptions o;
+  std::error_code ec;
+  if (const char *env = std::getenv("TESSERA_STDLIB")) {
+    o.stdlibDir = env;
+  } else {
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    fs::path installed = ec ? fs::path() : exe.parent_path().parent_path() / "share" / "tessera" / "stdlib";
+    o.stdlibDir = !installed.empty() && fs::is_directory(installed, ec) ? installed.string() : sourceStdlib;
+  }
+  if (const char *env = std::getenv("TESSERA_PATH")) {
+    std::stringstream ss(env);
+    std::string item;
+    while (std::getline(ss, item, ':'))
+      if (!item.empty()) o.searchPath.push_back(item);
+  }
+  return o;
 }
 
 std::unique_ptr<Program> checkProgram(SourceManager &sm, DiagnosticEngine &diags, const std::string &path,

@@ -124,6 +124,11 @@ public:
   std::unordered_map<const ast::Expr *, SourceRange> definitions;
 };
 
+/// The options the drivers use: the stdlib installed beside the running binary
+/// (<prefix>/share/tessera/stdlib), else `sourceStdlib` (a build tree's); TESSERA_STDLIB overrides
+/// both. TESSERA_PATH's folders (colon-separated) are searched before the stdlib.
+CheckOptions defaultCheckOptions(const std::string &sourceStdlib);
+
 /// Loads `path` and everything it imports, and checks it all.
 std::unique_ptr<Program> checkProgram(SourceManager &sm, DiagnosticEngine &diags, const std::string &path,
                                       const CheckOptions &options);

@@ -18,30 +18,6 @@
 
 namespace fs = std::filesystem;
 
-// As tsrc finds it: the installed stdlib beside the binary (<prefix>/share/tessera/stdlib), else
-// the source tree's; TESSERA_STDLIB overrides both.
-static std::string findStdlib() {
-  if (const char *env = std::getenv("TESSERA_STDLIB")) return env;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path installed = exe.parent_path().parent_path() / "share" / "tessera" / "stdlib";
-    if (fs::is_directory(installed, ec)) return installed.string();
-  }
-  return TSR_SOURCE_STDLIB;
-}
-
-static std::vector<std::string> searchPath() {
-  std::vector<std::string> out;
-  if (const char *env = std::getenv("TESSERA_PATH")) {
-    std::stringstream ss(env);
-    std::string item;
-    while (std::getline(ss, item, ':'))
-      if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 int main(int argc, char **argv) {
   CLI::App app{"tsr: run Tessera (.tsr) programs and serve editors"};
   app.set_version_flag("--version", "tsr 0.1 (Tessera)");
@@ -93,9 +69,7 @@ int main(int argc, char **argv) {
     return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
       tsr::SourceManager sm;
       tsr::DiagnosticEngine diags(sm);
-      tsr::sema::CheckOptions opts;
-      opts.stdlibDir = findStdlib();
-      opts.searchPath = searchPath();
+      tsr::sema::CheckOptions opts = tsr::sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
       auto program = tsr::sema::checkProgram(sm, diags, file, opts);
       diags.render(std::cerr);
       if (diags.hasInternalError()) return 70;
@@ -106,8 +80,7 @@ int main(int argc, char **argv) {
     });
   }
   tsr::lsp::ServerOptions opts;
-  opts.check.stdlibDir = findStdlib();
-  opts.check.searchPath = searchPath();
+  opts.check = tsr::sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
   opts.debounceMs = debounceMs;
   opts.verbose = verbose;
   return tsr::runWithLargeStack(size_t(64) << 20, [&] { return tsr::lsp::runServer(STDIN_FILENO, STDOUT_FILENO, opts); });

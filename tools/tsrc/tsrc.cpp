@@ -18,29 +18,6 @@
 using namespace tsr;
 namespace fs = std::filesystem;
 
-// The installed stdlib sits beside the binary (<prefix>/share/tessera/stdlib); a build tree uses
-// the source tree's. TESSERA_STDLIB overrides both.
-static std::string findStdlib(const char *argv0) {
-  if (const char *env = std::getenv("TESSERA_STDLIB")) return env;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path installed = exe.parent_path().parent_path() / "share" / "tessera" / "stdlib";
-    if (fs::is_directory(installed, ec)) return installed.string();
-  }
-  return TSR_SOURCE_STDLIB;
-}
-
-static std::vector<std::string> searchPath() {
-  std::vector<std::string> out;
-  if (const char *env = std::getenv("TESSERA_PATH")) {
-    std::stringstream ss(env);
-    std::string item;
-    while (std::getline(ss, item, ':')) if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 int main(int argc, char **argv) {
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
   app.set_version_flag("--version", "tsrc 0.1 (Tessera)");
@@ -102,9 +79,7 @@ int main(int argc, char **argv) {
         if (id) mod = parseModule(sm, diags, id, fs::path(file).stem().string());
         if (mod && !diags.hasErrors()) ast::printAst(std::cout, *mod, sm);
       } else {
-        sema::CheckOptions opts;
-        opts.stdlibDir = findStdlib(argv[0]);
-        opts.searchPath = searchPath();
+        sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
         auto program = sema::checkProgram(sm, diags, file, opts);
         if (emit == "types" && !diags.hasErrors()) sema::printTypes(std::cout, *program);
         if (emit == "graph" && !diags.hasErrors()) {
