@@ -883,26 +883,52 @@ TensorSeq tensorSeq(CallSite &s, const ArgInfo *a) {
   return r;
 }
 
+// The common start of concat and stack: the sequence of tensors (a tuple, or a list of unknown
+// length), the kind of `axis`, and the promoted dtype. Returns nullopt with `*result` set to what
+// the rule returns (Unknown after an error or for unknown operands, a tensor of unknown rank).
+struct SeqOperands {
+  TensorSeq seq;
+  std::vector<TypeRef> items;
+  TypeRef like; // the first tensor with the promoted dtype and policies
+  const ArgInfo *ta, *ax;
+};
+std::optional<SeqOperands> seqOperands(CallSite &s, TypeRef *result) {
+  *result = T::unknown();
+  if (!s.expect({"tensors", "axis"}, 1)) return std::nullopt;
+  SeqOperands o;
+  o.ta = s.arg(0, "tensors");
+  o.ax = s.arg(1, "axis");
+  o.seq = tensorSeq(s, o.ta);
+  if (given(o.ax) && !isUnknown(o.ax) && !intLike(*o.ax->type)) {
+    s.wrongKind(o.ax, "an int", "axis");
+    return std::nullopt;
+  }
+  if (!o.seq.ok) return std::nullopt;
+  o.items = o.seq.items.empty() ? std::vector<TypeRef>{o.seq.elem} : o.seq.items;
+  for (auto &i : o.items)
+    if (isUnknown(i)) return std::nullopt;
+  auto dt = combineDTypes(s, o.items);
+  if (!dt) return std::nullopt;
+  o.like = T::withDType(o.items[0], dt->first, o.items[0]->is(K::Tile) ? Policies{} : dt->second);
+  for (auto &i : o.items)
+    if (!i->rankKnown) {
+      *result = unknownRank(dt->first, dt->second);
+      return std::nullopt;
+    }
+  return o;
+}
+
 // concat(tensors, axis=0): a tuple or list of tensors of one rank whose dims agree except on
 // `axis` (ConcatMismatch), which sums; dtypes promote (NoPromotion). A list of unknown length
 // gives an unknown extent on the axis.
 TypeRef ruleConcat(CallSite &s) {
-  if (!s.expect({"tensors", "axis"}, 1)) return T::unknown();
-  const ArgInfo *ta = s.arg(0, "tensors"), *ax = s.arg(1, "axis");
-  TensorSeq seq = tensorSeq(s, ta);
-  if (given(ax) && !isUnknown(ax) && !intLike(*ax->type)) {
-    s.wrongKind(ax, "an int", "axis");
-    return T::unknown();
-  }
-  if (!seq.ok) return T::unknown();
-  std::vector<TypeRef> items = seq.items.empty() ? std::vector<TypeRef>{seq.elem} : seq.items;
-  for (auto &i : items)
-    if (isUnknown(i)) return T::unknown();
-  auto dt = combineDTypes(s, items);
-  if (!dt) return T::unknown();
-  TypeRef like = T::withDType(items[0], dt->first, items[0]->is(K::Tile) ? Policies{} : dt->second);
-  for (auto &i : items)
-    if (!i->rankKnown) return unknownRank(dt->first, dt->second);
+  TypeRef early;
+  auto ops = seqOperands(s, &early);
+  if (!ops) return early;
+  const ArgInfo *ta = ops->ta, *ax = ops->ax;
+  const TensorSeq &seq = ops->seq;
+  const std::vector<TypeRef> &items = ops->items;
+  TypeRef like = ops->like;
   size_t rank = items[0]->dims.size();
   auto axis = oneAxis(s, ax, 0, rank, "axis");
   if (!axis) return T::unknown();
@@ -935,22 +961,13 @@ TypeRef ruleConcat(CallSite &s) {
 // stack(tensors, axis=0): tensors of one shape (ShapeMismatch) stacked along a new axis of
 // extent len(tensors) (normalised against rank + 1); dtypes promote.
 TypeRef ruleStack(CallSite &s) {
-  if (!s.expect({"tensors", "axis"}, 1)) return T::unknown();
-  const ArgInfo *ta = s.arg(0, "tensors"), *ax = s.arg(1, "axis");
-  TensorSeq seq = tensorSeq(s, ta);
-  if (given(ax) && !isUnknown(ax) && !intLike(*ax->type)) {
-    s.wrongKind(ax, "an int", "axis");
-    return T::unknown();
-  }
-  if (!seq.ok) return T::unknown();
-  std::vector<TypeRef> items = seq.items.empty() ? std::vector<TypeRef>{seq.elem} : seq.items;
-  for (auto &i : items)
-    if (isUnknown(i)) return T::unknown();
-  auto dt = combineDTypes(s, items);
-  if (!dt) return T::unknown();
-  TypeRef like = T::withDType(items[0], dt->first, items[0]->is(K::Tile) ? Policies{} : dt->second);
-  for (auto &i : items)
-    if (!i->rankKnown) return unknownRank(dt->first, dt->second);
+  TypeRef early;
+  auto ops = seqOperands(s, &early);
+  if (!ops) return early;
+  const ArgInfo *ta = ops->ta, *ax = ops->ax;
+  const TensorSeq &seq = ops->seq;
+  const std::vector<TypeRef> &items = ops->items;
+  TypeRef like = ops->like;
   std::vector<Dim> out = items[0]->dims;
   for (size_t i = 1; i < items.size(); ++i) {
     if (shapesProvablyDiffer(items[0]->dims, items[i]->dims)) {
