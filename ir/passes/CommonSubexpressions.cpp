@@ -28,24 +28,18 @@ struct OpKeyHash {
 
 bool eliminateCommonSubexpressions(Graph &g) {
   std::unordered_map<OpKey, Op *, OpKeyHash> seen;
-  std::unordered_map<const Value *, Value *> replace;
+  Replacements replace;
   bool changed = false;
   for (Op *op : g.ops) {
-    for (Value *&v : op->operands) {
-      auto r = replace.find(v);
-      if (r != replace.end()) v = r->second;
-    }
+    replace.apply(op->operands);
     OpKey key{op->kind, {op->operands.begin(), op->operands.end()}, op->attrs};
     auto [it, inserted] = seen.emplace(key, op);
     if (inserted) continue;
     Op *prev = it->second;
-    for (size_t i = 0; i < op->results.size(); ++i) replace[op->results[i]] = prev->results[i];
+    for (size_t i = 0; i < op->results.size(); ++i) replace.to[op->results[i]] = prev->results[i];
     changed = true;
   }
-  for (Value *&o : g.outputs) {
-    auto r = replace.find(o);
-    if (r != replace.end()) o = r->second;
-  }
+  replace.apply(g.outputs);
   return changed; // the duplicates are now dead: dead-code elimination removes them
 }
 

@@ -4,7 +4,21 @@
 
 #include "ir/IR.h"
 
+#include <unordered_map>
+
 namespace tsr::ir {
+
+/// Uses redirected from one value to another while a pass walks the ops in order: a pass records
+/// `to[v] = w`, and the ops after it (and the outputs at the end) read w where they read v.
+struct Replacements {
+  std::unordered_map<const Value *, Value *> to;
+  void apply(std::vector<Value *> &values) const {
+    for (Value *&v : values) {
+      auto r = to.find(v);
+      if (r != to.end()) v = r->second;
+    }
+  }
+};
 
 bool simplify(Graph &g);                    // ir/passes/Simplify.cpp: algebraic rewrites
 bool eliminateCommonSubexpressions(Graph &g); // ir/passes/CommonSubexpressions.cpp

@@ -86,29 +86,23 @@ const Rule kRules[] = {
 } // namespace
 
 bool simplify(Graph &g) {
-  std::unordered_map<const Value *, Value *> replace;
+  Replacements replace;
   bool changed = false;
   for (Op *op : g.ops) {
-    for (Value *&v : op->operands) {
-      auto r = replace.find(v);
-      if (r != replace.end()) v = r->second;
-    }
+    replace.apply(op->operands);
     if (op->results.size() != 1) continue;
     for (Rule rule : kRules) {
       std::vector<Value *> before = op->operands;
       std::vector<Attr> attrsBefore = op->attrs;
       if (Value *v = rule(op)) {
-        replace[op->result()] = v;
+        replace.to[op->result()] = v;
         changed = true;
         break;
       }
       if (op->operands != before || !(op->attrs == attrsBefore)) changed = true;
     }
   }
-  for (Value *&o : g.outputs) {
-    auto r = replace.find(o);
-    if (r != replace.end()) o = r->second;
-  }
+  replace.apply(g.outputs);
   return changed;
 }
 
