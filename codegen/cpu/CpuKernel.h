@@ -1,0 +1,62 @@
+// Compiled tile programs on the host CPU: the public face of codegen for the runtime and the
+// executors. No LLVM header is included here (they stay inside codegen/), so the runtime and
+// the tools include this cheaply.
+//
+// A tile::Function compiles to machine code that runs a range of its grid's programs; launch()
+// splits the grid over worker threads (one per core by default). Compilation is cached by the
+// function's printed text (its identity), so a kernel specialized once is compiled once per
+// process.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace tsr::tile { class Function; }
+
+namespace tsr::codegen {
+
+constexpr int kMaxRank = 8;
+
+/// One argument of a compiled tile program, one per parameter, in order.
+/// - Tensor parameters: `data` points at element 0 of the view (possibly inside a larger
+///   buffer); shape and strides (in elements) for the parameter's rank. A stride may be 0 (a
+///   broadcast axis) or negative (a reversed axis). Storage as rt::Tensor's (runtime/Tensor.h).
+/// - Scalar parameters: integers and bools in `i`, floats in `f` (converted to the parameter's
+///   dtype by the program).
+struct KernelArg {
+  void *data = nullptr;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+  int64_t i = 0;
+  double f = 0;
+};
+
+/// Code generation failed: an internal error (the Tile IR was well formed but a construct has
+/// no lowering), reported with the function's name.
+class CodegenError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+class CompiledKernel {
+public:
+  virtual ~CompiledKernel() = default;
+  /// Runs every program of `grid` (axis 0 varies fastest; sizes >= 0; a zero axis runs
+  /// nothing) on up to `threads` threads (0: the number of cores). Programs of one launch may
+  /// run in any order and concurrently, as on a GPU.
+  virtual void launch(const KernelArg *args, size_t nargs, std::array<int64_t, 3> grid, int threads = 0) const = 0;
+  virtual const std::string &name() const = 0;
+};
+
+/// Machine code for `f` on this CPU (vectorised for its features), compiled once per distinct
+/// function text and process. Throws CodegenError. Thread-safe.
+std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f);
+
+/// The LLVM IR (optimized or not) that compileForHost builds for `f`: `tsrc --emit=llvm`.
+std::string hostLLVMText(const tile::Function &f, bool optimized);
+
+} // namespace tsr::codegen
