@@ -603,6 +603,8 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
           std::string sym = wd.symbols()[0];
           auto e = env.find(sym);
           if (e == env.end()) { env[sym] = got->dims[i]; boundBy[sym] = p.name; continue; }
+          // Sizes known only at run time (a `main` flag's value) are guarded when the call runs.
+          if (isRuntimeDim(e->second) || isRuntimeDim(got->dims[i])) continue;
           if (provablyDifferent(e->second, got->dims[i])) {
             D.report(DiagKind::SymbolConflict, a->range, {"\"" + sym + "\"", dimStr(e->second), boundBy[sym], dimStr(got->dims[i]), p.name});
             ok = false;

@@ -1065,7 +1065,7 @@ struct Interpreter::Impl {
       } catch (RuntimeError &) {
         throw;
       } catch (std::exception &e) {
-        fail(e.what(), at);
+        fail(e.what(), at, 3); // a missing or malformed file is a run-time error (exit 3)
       }
     }
     if (name == "load_csv") {
@@ -1076,7 +1076,7 @@ struct Interpreter::Impl {
       try {
         return tensor(rt::loadCsv(args.at(0)->s, dt, delim));
       } catch (std::exception &e) {
-        fail(e.what(), at);
+        fail(e.what(), at, 3);
       }
     }
     if (name == "min" || name == "max" || name == "abs" || name == "round" || name == "sum") {
