@@ -1,0 +1,183 @@
+#include "ir/schedule/Fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <ostream>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tsr::ir::schedule {
+
+std::string_view stepKindName(StepKind k) {
+  switch (k) {
+  case StepKind::Elementwise: return "elementwise";
+  case StepKind::Reduce: return "reduce";
+  case StepKind::MatMul: return "matmul";
+  case StepKind::View: return "view";
+  case StepKind::Library: return "library";
+  }
+  return "?";
+}
+
+bool isElementwiseOp(OpKind k) {
+  switch (opClass(k)) {
+  case OpClass::Unary: case OpClass::Binary: case OpClass::Compare: case OpClass::Ternary: return true;
+  default: break;
+  }
+  return k == OpKind::Cast || k == OpKind::Constant || k == OpKind::Iota;
+}
+
+bool isViewOp(OpKind k) {
+  return k == OpKind::Transpose || k == OpKind::BroadcastTo || k == OpKind::Slice || k == OpKind::Reverse ||
+         k == OpKind::Reshape;
+}
+
+bool isFusedReduction(OpKind k) {
+  return k == OpKind::ReduceSum || k == OpKind::ReduceMax || k == OpKind::ReduceMin || k == OpKind::ReduceProd;
+}
+
+namespace {
+
+bool elementwiseResult(const Value *v) { return v->def && isElementwiseOp(v->def->kind) && v->def->results.size() == 1; }
+bool alwaysRecomputed(const Value *v) {
+  return v->def && (v->def->kind == OpKind::Constant || v->def->kind == OpKind::Iota);
+}
+
+// The elementwise ops a value is computed from, stopping at materialized values, in graph order.
+std::vector<const Op *> coneOf(const Graph &g, const Value *root, bool includeRoot,
+                               const std::unordered_set<const Value *> &materialized) {
+  std::unordered_set<const Op *> seen;
+  std::vector<const Value *> work;
+  if (includeRoot) {
+    if (elementwiseResult(root)) { seen.insert(root->def); for (const Value *o : root->def->operands) work.push_back(o); }
+  } else {
+    work.push_back(root);
+  }
+  while (!work.empty()) {
+    const Value *v = work.back();
+    work.pop_back();
+    if (!elementwiseResult(v) || (materialized.count(v) && !alwaysRecomputed(v))) continue;
+    if (!seen.insert(v->def).second) continue;
+    for (const Value *o : v->def->operands) work.push_back(o);
+  }
+  std::vector<const Op *> ops(seen.begin(), seen.end());
+  std::sort(ops.begin(), ops.end(), [&](const Op *a, const Op *b) { return g.opIndex(a) < g.opIndex(b); });
+  return ops;
+}
+
+// Values a cone reads from memory: operands of its ops not computed in it, in first-use order.
+std::vector<const Value *> inputsOf(const std::vector<const Op *> &cone, const Value *direct) {
+  std::unordered_set<const Op *> in(cone.begin(), cone.end());
+  std::vector<const Value *> res;
+  std::unordered_set<const Value *> seen;
+  auto add = [&](const Value *v) {
+    if (v->def && in.count(v->def)) return;
+    if (seen.insert(v).second) res.push_back(v);
+  };
+  if (direct) add(direct);
+  for (const Op *op : cone)
+    for (const Value *o : op->operands) add(o);
+  return res;
+}
+
+} // namespace
+
+Schedule planFusion(const Graph &g) {
+  std::unordered_set<const Value *> materialized;
+  for (const Value *v : g.outputs) materialized.insert(v);
+  for (const Op *op : g.ops) {
+    if (isElementwiseOp(op->kind)) continue;
+    for (const Value *r : op->results) materialized.insert(r);
+    if (isFusedReduction(op->kind)) continue;
+    for (const Value *o : op->operands) materialized.insert(o);
+  }
+  // Values that three or more steps would recompute are materialized, repeatedly: materializing
+  // one shortens the cones that read it.
+  for (;;) {
+    std::unordered_map<const Value *, int> readers;
+    auto count = [&](const std::vector<const Op *> &cone, const Op *except) {
+      for (const Op *op : cone)
+        if (op != except) ++readers[op->result()];
+    };
+    for (const Op *op : g.ops) {
+      if (isElementwiseOp(op->kind) && op->results.size() == 1 && materialized.count(op->result()))
+        count(coneOf(g, op->result(), true, materialized), op);
+      else if (isFusedReduction(op->kind) && !op->operands.empty())
+        count(coneOf(g, op->operands[0], false, materialized), nullptr);
+    }
+    bool changed = false;
+    for (auto &[v, n] : readers)
+      if (n >= 3 && !alwaysRecomputed(v) && materialized.insert(v).second) changed = true;
+    if (!changed) break;
+  }
+
+  Schedule s;
+  for (const Op *op : g.ops) {
+    Step st;
+    st.anchor = op;
+    if (isElementwiseOp(op->kind)) {
+      if (op->results.size() != 1 || !materialized.count(op->result())) continue;
+      st.kind = StepKind::Elementwise;
+      st.cone = coneOf(g, op->result(), true, materialized);
+      st.inputs = inputsOf(st.cone, nullptr);
+    } else if (isFusedReduction(op->kind) && op->operands.size() == 1) {
+      st.kind = StepKind::Reduce;
+      st.cone = coneOf(g, op->operands[0], false, materialized);
+      st.inputs = inputsOf(st.cone, st.cone.empty() ? op->operands[0] : nullptr);
+    } else {
+      st.kind = op->kind == OpKind::MatMul && op->operands.size() == 2 ? StepKind::MatMul
+                : isViewOp(op->kind) && op->operands.size() == 1 ? StepKind::View
+                                                                  : StepKind::Library;
+      for (const Value *o : op->operands) st.inputs.push_back(o);
+    }
+    for (const Value *r : op->results) st.outputs.push_back(r);
+    s.steps.push_back(std::move(st));
+  }
+  return s;
+}
+
+namespace {
+std::string valueName(const Value *v) { return "%" + (v->name.empty() ? std::to_string(v->id) : v->name); }
+std::string dimsText(const std::vector<Dim> &dims) {
+  std::string s = "<";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    auto c = dims[i].constantValue();
+    s += c ? std::to_string(*c) : "\"" + dims[i].str() + "\"";
+  }
+  return s + ">";
+}
+} // namespace
+
+void printSchedule(std::ostream &os, const Graph &g, const Schedule &s) {
+  os << "schedule @" << g.name << " {\n";
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step &st = s.steps[i];
+    const Op *a = st.anchor;
+    os << "  step " << i << " " << stepKindName(st.kind);
+    for (size_t r = 0; r < st.outputs.size(); ++r) os << (r ? ", " : " ") << valueName(st.outputs[r]);
+    os << " = " << opSpelling(a->kind);
+    if (!st.outputs.empty() && !st.outputs[0]->type.isKey()) os << " " << dimsText(st.outputs[0]->type.dims);
+    if (st.kind == StepKind::Reduce && !a->operands.empty()) os << " from " << dimsText(a->operands[0]->type.dims);
+    os << "\n";
+    std::vector<const Op *> inner;
+    for (const Op *op : st.cone) if (op != a) inner.push_back(op);
+    if (!inner.empty()) {
+      os << "    cone:";
+      for (size_t k = 0; k < inner.size(); ++k)
+        os << (k ? ", " : " ") << valueName(inner[k]->result()) << " = " << opSpelling(inner[k]->kind);
+      os << "\n";
+    }
+    if (!st.inputs.empty()) {
+      os << "    inputs:";
+      for (size_t k = 0; k < st.inputs.size(); ++k) os << (k ? ", " : " ") << valueName(st.inputs[k]);
+      os << "\n";
+    }
+  }
+  os << "  return";
+  for (size_t i = 0; i < g.outputs.size(); ++i) os << (i ? ", " : " ") << valueName(g.outputs[i]);
+  os << "\n}\n";
+}
+
+} // namespace tsr::ir::schedule

@@ -1,0 +1,570 @@
+#include "ir/schedule/LowerGroups.h"
+
+#include "runtime/Numeric.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <unordered_map>
+
+namespace tsr::ir::schedule {
+
+namespace {
+
+using TV = tile::Value;
+using TK = tile::OpKind;
+
+// Elementwise tiles hold about this many elements: enough to amortise a program's overhead
+// and to fill the vector units, small enough for the working set of a fused chain to stay in L1/L2.
+constexpr int64_t kTileElems = 4096;
+
+int64_t pow2Ceil(int64_t x) {
+  int64_t p = 1;
+  while (p < x && p < (int64_t(1) << 40)) p <<= 1;
+  return p;
+}
+
+// The dtype a value of dtype t is computed in inside a program: f32 for the narrow floats.
+DType reprOf(DType t) {
+  if (isFloat(t) && (dtypeBits(t) <= 16 || t == DType::TF32)) return DType::F32;
+  return t;
+}
+
+Policies roundingPolicies(const Policies &p) {
+  Policies r;
+  r.saturate = p.saturate;
+  return r;
+}
+
+// The accumulator of sums, products and matmuls of result type t (the evaluator's accumulatorOf).
+DType accumulatorOf(const Type &t) {
+  if (t.policies.accum) return *t.policies.accum;
+  if (isFloat(t.dtype) && (dtypeBits(t.dtype) <= 16 || t.dtype == DType::TF32)) return DType::F32;
+  return t.dtype;
+}
+
+// Builds ops into one block of a function, all with one source location.
+struct Builder {
+  tile::Function &f;
+  tile::Block *blk;
+  Loc loc;
+
+  TV *op(TK k, std::vector<TV *> ops, std::vector<Attr> attrs = {}) { return f.add(blk, k, std::move(ops), std::move(attrs), loc); }
+  TV *i64(int64_t v) { return constant({}, DType::I64, v); }
+  TV *constant(const std::vector<int64_t> &shape, DType dt, AttrValue value) {
+    std::vector<Attr> a{{"value", std::move(value)}, {"dtype", DTypeAttr{dt, {}}}};
+    if (!shape.empty()) a.push_back({"shape", shape});
+    return op(TK::Constant, {}, std::move(a));
+  }
+  TV *cast(TV *x, DType to, const Policies &p = {}) {
+    if (x->type.dtype == to) return x;
+    return op(TK::Cast, {x}, {{"dtype", DTypeAttr{to, roundingPolicies(p)}}});
+  }
+  TV *pid(int axis) { return op(TK::ProgramId, {}, {{"axis", int64_t(axis)}}); }
+  TV *dim(TV *t, int axis) { return op(TK::TensorDim, {t}, {{"axis", int64_t(axis)}}); }
+  TV *bin(TK k, TV *a, TV *b) { return op(k, {a, b}); }
+  // A scalar or an equal-rank tile with 1s broadcast to `shape`.
+  TV *broadcast(TV *x, const std::vector<int64_t> &shape) {
+    if (x->type.shape == shape) return x;
+    return op(TK::Broadcast, {x}, {{"shape", shape}});
+  }
+};
+
+// Converts a tile holding a value of graph dtype `from` (in reprOf(from)) to graph dtype `to`
+// (held in reprOf(to)), rounding as the evaluator's cast does.
+TV *convert(Builder &b, TV *x, DType from, DType to, const Policies &p = {}) {
+  if (from == to || reprOf(from) == to) return x;
+  TV *y = b.cast(x, to, p);
+  return b.cast(y, reprOf(to));
+}
+
+// Rounds a result computed in reprOf(t) into t (and back into the representation).
+TV *roundTo(Builder &b, TV *x, DType t, const Policies &p) {
+  if (reprOf(t) == t) return x;
+  return b.cast(b.cast(x, t, p), reprOf(t));
+}
+
+// Where a program is in its iteration space: per axis, a scalar index (an axis outside the
+// tile) or a start and a block (an axis of the tile, in axis order).
+struct Coords {
+  std::vector<TV *> start;     // per axis: the index, or the tile's first index
+  std::vector<int64_t> block;  // per axis: 0 outside the tile, else the tile's extent
+  std::vector<int64_t> tileShape() const {
+    std::vector<int64_t> s;
+    for (int64_t b : block) if (b > 0) s.push_back(b);
+    return s;
+  }
+  int tilePos(size_t axis) const {
+    int p = 0;
+    for (size_t d = 0; d < axis; ++d) p += block[d] > 0;
+    return p;
+  }
+};
+
+TV *loadBox(Builder &b, TV *tensor, const Coords &c) {
+  std::vector<TV *> ops{tensor};
+  for (TV *s : c.start) ops.push_back(s);
+  return b.op(TK::LoadBox, ops, {{"box", c.block}});
+}
+
+void storeBox(Builder &b, TV *tensor, const Coords &c, TV *value) {
+  std::vector<TV *> ops{tensor};
+  for (TV *s : c.start) ops.push_back(s);
+  ops.push_back(value);
+  b.f.addWithTypes(b.blk, TK::StoreBox, ops, {{"box", c.block}}, {}, b.loc);
+}
+
+// The index along `axis` of every element of the tile (i64, the tile's shape).
+TV *axisIndex(Builder &b, const Coords &c, size_t axis) {
+  std::vector<int64_t> shape = c.tileShape();
+  if (c.block[axis] == 0) return shape.empty() ? c.start[axis] : b.broadcast(c.start[axis], shape);
+  TV *r = b.op(TK::Arange, {}, {{"n", c.block[axis]}, {"dtype", DTypeAttr{DType::I64, {}}}});
+  r = b.bin(TK::Add, r, b.broadcast(c.start[axis], {c.block[axis]}));
+  if (shape.size() == 2) {
+    int p = c.tilePos(axis);
+    r = b.op(TK::ExpandDims, {r}, {{"axis", int64_t(p == 0 ? 1 : 0)}});
+    r = b.broadcast(r, shape);
+  }
+  return r;
+}
+
+// Indices of the axes `axes` from one program id: the last axis varies fastest.
+void decompose(Builder &b, TV *p, const std::vector<int> &axes, TV *shapeOf, std::vector<TV *> &start) {
+  for (size_t i = axes.size(); i-- > 0;) {
+    if (i == 0) { start[axes[i]] = p; break; }
+    TV *ext = b.dim(shapeOf, axes[i]);
+    TV *q = b.bin(TK::Div, p, ext);
+    start[axes[i]] = b.bin(TK::Sub, p, b.bin(TK::Mul, q, ext));
+    p = q;
+  }
+}
+
+bool intSafeNarrow(OpKind k, DType t) {
+  if (t == DType::I64) return true;
+  if (t == DType::Bool) return k == OpKind::And || k == OpKind::Or || k == OpKind::Xor || k == OpKind::Not;
+  switch (k) {
+  case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::And: case OpKind::Or: case OpKind::Xor:
+  case OpKind::Max: case OpKind::Min: case OpKind::Not: case OpKind::Relu: return true;
+  default: return false;
+  }
+}
+
+TK tileKindOf(OpKind k) {
+  auto t = tile::opFromSpelling(opSpelling(k));
+  if (!t) throw tile::TileError{std::string("no tile op for `") + std::string(opSpelling(k)) + "`"};
+  return *t;
+}
+
+// Computes the ops of a cone at the tile shape. `load` reads an input value (a Graph value not
+// computed in the cone) as a tile in its representation dtype.
+class ConeLowering {
+public:
+  ConeLowering(Builder &b, const Coords &c, std::function<TV *(const Value *)> load)
+      : b_(b), c_(c), load_(std::move(load)) {}
+
+  TV *get(const Value *v) {
+    auto it = vals_.find(v);
+    if (it != vals_.end()) return it->second;
+    TV *t = load_(v);
+    vals_[v] = t;
+    return t;
+  }
+  void run(const std::vector<const Op *> &cone) {
+    for (const Op *op : cone) {
+      b_.loc = op->loc;
+      vals_[op->result()] = lower(*op);
+    }
+  }
+
+private:
+  TV *operandAs(const Op &op, size_t i, DType to, const Policies &p = {}) {
+    const Value *v = op.operands[i];
+    return convert(b_, get(v), v->type.dtype, to, p);
+  }
+
+  TV *lower(const Op &op) {
+    const Type &ty = op.result()->type;
+    const DType T = ty.dtype;
+    const Policies &pol = ty.policies;
+    const std::vector<int64_t> shape = c_.tileShape();
+    switch (op.kind) {
+    case OpKind::Constant: return constant(op, T, shape);
+    case OpKind::Iota: {
+      const auto *axis = op.attrAs<int64_t>("axis");
+      int64_t rank = int64_t(ty.rank()), a = axis ? *axis : 0;
+      if (a < 0) a += rank;
+      size_t it = size_t(a + int64_t(c_.start.size()) - rank);
+      TV *idx;
+      auto one = ty.dims[size_t(a)].constantValue();
+      if (one && *one == 1) idx = b_.constant(shape, DType::I64, int64_t(0));
+      else idx = axisIndex(b_, c_, it);
+      return convert(b_, idx, DType::I64, T, pol);
+    }
+    case OpKind::Cast: {
+      const auto *d = op.attrAs<DTypeAttr>("dtype");
+      return operandAs(op, 0, T, d ? d->policies : pol);
+    }
+    case OpKind::Where: {
+      TV *cond = operandAs(op, 0, DType::Bool);
+      TV *x = operandAs(op, 1, T, pol), *y = operandAs(op, 2, T, pol);
+      return b_.op(TK::Select, {cond, x, y});
+    }
+    default: break;
+    }
+    const OpClass cls = opClass(op.kind);
+    if (cls == OpClass::Unary) {
+      TV *x = operandAs(op, 0, T);
+      if (!isFloat(T)) {
+        if (op.kind == OpKind::Floor || op.kind == OpKind::Ceil || op.kind == OpKind::Round) return x;
+        if (intSafeNarrow(op.kind, T)) return b_.op(tileKindOf(op.kind), {x});
+        TV *w = b_.op(tileKindOf(op.kind), {b_.cast(x, DType::I64)});
+        return b_.cast(w, T);
+      }
+      std::vector<Attr> attrs;
+      if (const auto *a = op.attrAs<std::string>("approximate")) attrs.push_back({"approximate", *a});
+      return roundTo(b_, b_.op(tileKindOf(op.kind), {x}, attrs), T, pol);
+    }
+    if (cls == OpClass::Compare) {
+      DType a = op.operands[0]->type.dtype, c = op.operands[1]->type.dtype;
+      DType cmp = a == c ? a : promote(a, c).value_or(T);
+      TV *x = operandAs(op, 0, cmp), *y = operandAs(op, 1, cmp);
+      return b_.bin(tileKindOf(op.kind), x, y);
+    }
+    if (cls == OpClass::Binary) {
+      TV *x = operandAs(op, 0, T), *y = operandAs(op, 1, T);
+      if (!isFloat(T) && !intSafeNarrow(op.kind, T)) {
+        TV *w = b_.bin(tileKindOf(op.kind), b_.cast(x, DType::I64), b_.cast(y, DType::I64));
+        return b_.cast(w, T);
+      }
+      return roundTo(b_, b_.bin(tileKindOf(op.kind), x, y), T, pol);
+    }
+    throw tile::TileError{std::string("`") + std::string(opSpelling(op.kind)) + "` is not elementwise"};
+  }
+
+  // A splat of the attribute's value rounded into T as the evaluator rounds it.
+  TV *constant(const Op &op, DType T, const std::vector<int64_t> &shape) {
+    const AttrValue *v = op.attr("value");
+    const auto *d = op.attrAs<DTypeAttr>("dtype");
+    rt::Rounding r;
+    r.saturate = d && d->policies.saturate;
+    unsigned char one[8] = {};
+    if (!v) throw tile::TileError{"constant without a value"};
+    if (auto *i = std::get_if<int64_t>(v)) rt::storeI64(T, one, *i, r);
+    else if (auto *f = std::get_if<double>(v)) rt::storeF64(T, one, *f, r);
+    else if (auto *bv = std::get_if<bool>(v)) rt::storeI64(T, one, *bv ? 1 : 0, r);
+    else throw tile::TileError{"constant with a value that is not a number"};
+    if (isFloat(T)) return b_.constant(shape, reprOf(T), rt::loadF64(T, one));
+    if (T == DType::Bool) return b_.constant(shape, T, rt::loadI64(T, one) != 0);
+    return b_.constant(shape, T, rt::loadI64(T, one));
+  }
+
+  Builder &b_;
+  const Coords &c_;
+  std::function<TV *(const Value *)> load_;
+  std::unordered_map<const Value *, TV *> vals_;
+};
+
+void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g) {
+  f.gridRank = !g[2].axes.empty() ? 3 : !g[1].axes.empty() ? 2 : 1;
+}
+
+std::string opName(const Op &op) { return std::string(opSpelling(op.kind)); }
+
+} // namespace
+
+DType reductionCarryDType(const Op &reduce) {
+  DType x = reduce.operands[0]->type.dtype;
+  if (reduce.kind == OpKind::ReduceMax || reduce.kind == OpKind::ReduceMin) return reprOf(x);
+  return isFloat(x) ? accumulatorOf(reduce.result()->type) : DType::I64;
+}
+
+Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name) {
+  Kernel k;
+  k.fn = std::make_unique<tile::Function>(name);
+  tile::Function &f = *k.fn;
+  const Value *root = st.outputs.at(0);
+  f.loc = st.anchor ? st.anchor->loc : Loc{};
+  const size_t n = shape.size();
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), root->type.dtype));
+  std::unordered_map<const Value *, TV *> params;
+  for (size_t i = 0; i < st.inputs.size(); ++i)
+    params[st.inputs[i]] = f.addParam("in" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.inputs[i]->type.dtype));
+
+  Builder b{f, f.body, f.loc};
+  Coords c;
+  c.start.assign(n, nullptr);
+  c.block.assign(n, 0);
+  int64_t BC = 1, BR = 1;
+  if (n >= 1) {
+    BC = std::min(pow2Ceil(std::max<int64_t>(shape[n - 1], 1)), n == 1 ? kTileElems : int64_t(1024));
+    c.block[n - 1] = BC;
+    c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
+    k.grid[0] = {{int(n - 1)}, BC};
+  }
+  if (n >= 2) {
+    BR = std::max<int64_t>(1, std::min(pow2Ceil(std::max<int64_t>(shape[n - 2], 1)), kTileElems / BC));
+    c.block[n - 2] = BR;
+    c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
+    k.grid[1] = {{int(n - 2)}, BR};
+  }
+  if (n >= 3) {
+    std::vector<int> lead;
+    for (size_t d = 0; d + 2 < n; ++d) lead.push_back(int(d));
+    k.grid[2] = {lead, 1};
+    decompose(b, b.pid(2), lead, out, c.start);
+  }
+  setGrid(f, k.grid);
+  k.tiles = n >= 2 ? "BR=" + std::to_string(BR) + " BC=" + std::to_string(BC) : n == 1 ? "BC=" + std::to_string(BC) : "scalar";
+
+  ConeLowering cone(b, c, [&](const Value *v) -> TV * {
+    auto it = params.find(v);
+    if (it == params.end()) throw tile::TileError{"an operand that is neither computed nor an input"};
+    TV *t = loadBox(b, it->second, c);
+    return b.cast(t, reprOf(v->type.dtype));
+  });
+  cone.run(st.cone);
+  b.loc = f.loc;
+  TV *val = b.cast(cone.get(root), root->type.dtype);
+  storeBox(b, out, c, val);
+  return k;
+}
+
+Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
+                        const std::string &name) {
+  const Op &red = *st.anchor;
+  const Value *operand = red.operands.at(0);
+  const Type &rty = red.result()->type;
+  const DType carry = reductionCarryDType(red);
+  const DType inDType = stage == 0 ? operand->type.dtype : carry;
+  const DType outDType = last ? rty.dtype : carry;
+  const bool extreme = red.kind == OpKind::ReduceMax || red.kind == OpKind::ReduceMin;
+
+  Kernel k;
+  k.fn = std::make_unique<tile::Function>(name);
+  tile::Function &f = *k.fn;
+  f.loc = red.loc;
+  const size_t n = shape.size();
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), outDType));
+  std::unordered_map<const Value *, TV *> params;
+  TV *prev = nullptr;
+  if (stage == 0) {
+    for (size_t i = 0; i < st.inputs.size(); ++i)
+      params[st.inputs[i]] = f.addParam("in" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.inputs[i]->type.dtype));
+  } else {
+    prev = f.addParam("in0", tile::Type::tensor(uint32_t(n), carry));
+  }
+  TV *extent = f.addParam("extent", tile::Type::scalar(DType::I64));
+
+  // c: the last axis other than the reduced one; it spans the tile with the reduced axis.
+  int cax = -1;
+  for (int d = int(n) - 1; d >= 0; --d)
+    if (d != axis) { cax = d; break; }
+  const int64_t K = std::max<int64_t>(shape[size_t(axis)], 1);
+  int64_t BK, BC = 1;
+  if (cax < 0) {
+    BK = std::min(pow2Ceil(K), kTileElems);
+  } else if (axis == int(n) - 1) {
+    BK = std::min(pow2Ceil(K), int64_t(1024));
+    BC = std::max<int64_t>(1, std::min(pow2Ceil(std::max<int64_t>(shape[size_t(cax)], 1)), kTileElems / BK));
+  } else {
+    BC = std::min(pow2Ceil(std::max<int64_t>(shape[size_t(cax)], 1)), int64_t(128));
+    BK = std::max<int64_t>(1, std::min(pow2Ceil(K), kTileElems / BC));
+  }
+  k.tiles = (cax >= 0 ? "BC=" + std::to_string(BC) + " " : std::string()) + "BK=" + std::to_string(BK);
+
+  Builder b{f, f.body, red.loc};
+  Coords c;
+  c.start.assign(n, nullptr);
+  c.block.assign(n, 0);
+  std::vector<int> lead;
+  for (int d = 0; d < int(n); ++d)
+    if (d != axis && d != cax) lead.push_back(d);
+  if (cax >= 0) {
+    c.block[size_t(cax)] = BC;
+    c.start[size_t(cax)] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
+    k.grid[0] = {{cax}, BC};
+  }
+  if (!lead.empty()) {
+    k.grid[1] = {lead, 1};
+    decompose(b, b.pid(1), lead, out, c.start);
+  }
+  setGrid(f, k.grid);
+  c.block[size_t(axis)] = BK;
+  const std::vector<int64_t> tshape = c.tileShape();
+  const int rpos = c.tilePos(size_t(axis));
+
+  // The accumulator's identity.
+  const DType acc = carry;
+  AttrValue identity;
+  switch (red.kind) {
+  case OpKind::ReduceSum: identity = isFloat(acc) ? AttrValue(0.0) : AttrValue(int64_t(0)); break;
+  case OpKind::ReduceProd: identity = isFloat(acc) ? AttrValue(1.0) : AttrValue(int64_t(1)); break;
+  default: {
+    const bool mx = red.kind == OpKind::ReduceMax;
+    if (isFloat(acc)) identity = mx ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    else if (acc == DType::Bool) identity = !mx;
+    else if (acc == DType::I8) identity = int64_t(mx ? -128 : 127);
+    else if (acc == DType::I32) identity = int64_t(mx ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max());
+    else identity = mx ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  }
+  }
+  TV *init = b.constant(tshape, acc, identity);
+  TV *zero = b.i64(0), *step = b.i64(BK);
+  tile::Op *loop = f.addWithTypes(f.body, TK::For, {zero, extent, step, init}, {}, {init->type}, red.loc);
+  tile::Block *body = f.newBlock(loop);
+  TV *iv = f.addBlockArg(body, tile::Type::scalar(DType::I64));
+  TV *carried = f.addBlockArg(body, init->type);
+  Builder lb{f, body, red.loc};
+  c.start[size_t(axis)] = iv;
+
+  TV *val;
+  DType valDType;
+  if (stage == 0) {
+    ConeLowering cone(lb, c, [&](const Value *v) -> TV * {
+      auto it = params.find(v);
+      if (it == params.end()) throw tile::TileError{"an operand that is neither computed nor an input"};
+      return lb.cast(loadBox(lb, it->second, c), reprOf(v->type.dtype));
+    });
+    cone.run(st.cone);
+    lb.loc = red.loc;
+    val = cone.get(operand);
+    valDType = operand->type.dtype;
+  } else {
+    val = loadBox(lb, prev, c);
+    valDType = carry;
+  }
+  // Elements are converted to the accumulator exactly (the evaluator's f64 / i64 values).
+  if (extreme) val = lb.cast(val, acc);
+  else val = isFloat(valDType) ? lb.cast(lb.cast(val, reprOf(valDType)), acc) : lb.cast(val, DType::I64);
+  (void)inDType;
+  // Elements past the extent (the loaded `other`, then the cone's results of it) are replaced by
+  // the identity before they are combined.
+  std::vector<int64_t> rshape(tshape.size(), 1);
+  rshape[size_t(rpos)] = BK;
+  TV *idx = lb.op(TK::Arange, {}, {{"n", BK}, {"dtype", DTypeAttr{DType::I64, {}}}});
+  idx = lb.bin(TK::Add, idx, lb.broadcast(iv, {BK}));
+  TV *inside = lb.bin(TK::Lt, idx, lb.broadcast(extent, {BK}));
+  if (tshape.size() == 2) inside = lb.op(TK::ExpandDims, {inside}, {{"axis", int64_t(rpos == 0 ? 1 : 0)}});
+  inside = lb.broadcast(inside, tshape);
+  val = lb.op(TK::Select, {inside, val, lb.constant(tshape, acc, identity)});
+  TK combine = red.kind == OpKind::ReduceSum ? TK::Add : red.kind == OpKind::ReduceProd ? TK::Mul
+               : red.kind == OpKind::ReduceMax ? TK::Max : TK::Min;
+  TV *next = lb.bin(combine, carried, val);
+  if (!extreme && isFloat(acc) && reprOf(acc) != acc) next = lb.cast(lb.cast(next, acc), reprOf(acc));
+  f.addWithTypes(body, TK::Yield, {next}, {}, {}, red.loc);
+
+  TK rk = red.kind == OpKind::ReduceSum ? TK::ReduceSum : red.kind == OpKind::ReduceProd ? TK::ReduceProd
+          : red.kind == OpKind::ReduceMax ? TK::ReduceMax : TK::ReduceMin;
+  TV *r = b.op(rk, {loop->result()}, {{"axis", int64_t(rpos)}});
+  // One rounding into the result dtype (the evaluator's), or the carry for the next stage.
+  if (last) r = b.cast(r, outDType, rty.policies);
+  else r = b.cast(r, outDType);
+  Coords oc = c;
+  oc.block[size_t(axis)] = 0;
+  oc.start[size_t(axis)] = b.i64(0);
+  storeBox(b, out, oc, r);
+  (void)opName;
+  return k;
+}
+
+Kernel lowerMatMul(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result,
+                   const std::array<int64_t, 3> &mnk, const std::string &name) {
+  Kernel k;
+  k.fn = std::make_unique<tile::Function>(name);
+  tile::Function &f = *k.fn;
+  f.loc = op.loc;
+  const size_t n = batchRank + 2;
+  const DType T = result.dtype;
+  const DType acc = isFloat(T) ? accumulatorOf(result) : DType::I64;
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), T));
+  TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
+  TV *B = f.addParam("b", tile::Type::tensor(uint32_t(n), bdt));
+  const int64_t BM = std::min<int64_t>(64, pow2Ceil(std::max<int64_t>(mnk[0], 1)));
+  const int64_t BN = std::min<int64_t>(64, pow2Ceil(std::max<int64_t>(mnk[1], 1)));
+  const int64_t BK = std::min<int64_t>(64, pow2Ceil(std::max<int64_t>(mnk[2], 1)));
+  k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK);
+
+  Builder b{f, f.body, op.loc};
+  std::vector<TV *> batch(n, nullptr);
+  k.grid[0] = {{int(n - 1)}, BN};
+  k.grid[1] = {{int(n - 2)}, BM};
+  if (batchRank > 0) {
+    std::vector<int> lead;
+    for (size_t d = 0; d < batchRank; ++d) lead.push_back(int(d));
+    k.grid[2] = {lead, 1};
+    decompose(b, b.pid(2), lead, out, batch);
+  }
+  setGrid(f, k.grid);
+  TV *n0 = b.bin(TK::Mul, b.pid(0), b.i64(BN));
+  TV *m0 = b.bin(TK::Mul, b.pid(1), b.i64(BM));
+  TV *K = b.dim(A, int(n - 1));
+  TV *init = b.constant({BM, BN}, acc, isFloat(acc) ? AttrValue(0.0) : AttrValue(int64_t(0)));
+  tile::Op *loop = f.addWithTypes(f.body, TK::For, {b.i64(0), K, b.i64(BK), init}, {}, {init->type}, op.loc);
+  tile::Block *body = f.newBlock(loop);
+  TV *k0 = f.addBlockArg(body, tile::Type::scalar(DType::I64));
+  TV *carried = f.addBlockArg(body, init->type);
+  Builder lb{f, body, op.loc};
+  auto coords = [&](TV *r0, int64_t br, TV *c0, int64_t bc) {
+    Coords c;
+    c.start = batch;
+    c.block.assign(n, 0);
+    c.start[n - 2] = r0;
+    c.block[n - 2] = br;
+    c.start[n - 1] = c0;
+    c.block[n - 1] = bc;
+    return c;
+  };
+  // Operands in the result dtype (the evaluator's rule), then in the accumulator's.
+  auto operand = [&](TV *t, DType dt, const Coords &c) {
+    TV *x = lb.cast(loadBox(lb, t, c), reprOf(dt));
+    x = convert(lb, x, dt, T);
+    return lb.cast(x, acc);
+  };
+  TV *a = operand(A, adt, coords(m0, BM, k0, BK));
+  TV *bt = operand(B, bdt, coords(k0, BK, n0, BN));
+  TV *next = lb.op(TK::Dot, {a, bt, carried});
+  f.addWithTypes(body, TK::Yield, {next}, {}, {}, op.loc);
+  TV *r = b.cast(loop->result(), T, result.policies);
+  storeBox(b, out, coords(m0, BM, n0, BN), r);
+  return k;
+}
+
+Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, const std::vector<int64_t> &shape,
+                 const std::string &name) {
+  Kernel k;
+  k.fn = std::make_unique<tile::Function>(name);
+  tile::Function &f = *k.fn;
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(rank), to));
+  TV *in = f.addParam("in0", tile::Type::tensor(uint32_t(rank), from));
+  Builder b{f, f.body, {}};
+  Coords c;
+  const size_t n = rank;
+  c.start.assign(n, nullptr);
+  c.block.assign(n, 0);
+  if (n >= 1) {
+    int64_t BC = std::min(pow2Ceil(std::max<int64_t>(shape[n - 1], 1)), n == 1 ? kTileElems : int64_t(1024));
+    c.block[n - 1] = BC;
+    c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
+    k.grid[0] = {{int(n - 1)}, BC};
+    if (n >= 2) {
+      int64_t BR = std::max<int64_t>(1, std::min(pow2Ceil(std::max<int64_t>(shape[n - 2], 1)), kTileElems / BC));
+      c.block[n - 2] = BR;
+      c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
+      k.grid[1] = {{int(n - 2)}, BR};
+    }
+  }
+  if (n >= 3) {
+    std::vector<int> lead;
+    for (size_t d = 0; d + 2 < n; ++d) lead.push_back(int(d));
+    k.grid[2] = {lead, 1};
+    decompose(b, b.pid(2), lead, out, c.start);
+  }
+  setGrid(f, k.grid);
+  TV *x = loadBox(b, in, c);
+  if (from != to) x = b.cast(convert(b, b.cast(x, reprOf(from)), from, to, policies), to);
+  storeBox(b, out, c, x);
+  return k;
+}
+
+} // namespace tsr::ir::schedule
