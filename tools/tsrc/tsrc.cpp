@@ -6,6 +6,8 @@
 #include "ir/Text.h"
 #include "ir/Verifier.h"
 #include "ir/lower/LowerGraph.h"
+#include "ir/lower/LowerKernel.h"
+#include "ir/tile/TileText.h"
 #include "sema/Program.h"
 
 #include <CLI/CLI.hpp>
@@ -29,11 +31,14 @@ int main(int argc, char **argv) {
   app.add_option("--emit", emit, "print a form of the program instead of compiling it:\n"
                                  "  ast    the syntax tree, with source ranges\n"
                                  "  types  every function's signature and every binding's inferred type\n"
-                                 "  graph  the Graph IR of each graph function (and of each specialization)")
-      ->check(CLI::IsMember({"ast", "types", "graph"}));
+                                 "  graph  the Graph IR of each graph function (and of each specialization)\n"
+                                 "  tile   the Tile IR of each kernel launch (from graph functions and from main's module)")
+      ->check(CLI::IsMember({"ast", "types", "graph", "tile"}));
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
+  bool readTile = false;
+  app.add_flag("--read-tile", readTile, "read FILE as Tile IR text, verify it, and print it back (the IR's round trip)");
   app.add_option("--max-errors", maxErrors, "stop reporting after this many errors (default 50)")->check(CLI::Range(1, 100000));
   try {
     app.parse(argc, argv);
@@ -63,8 +68,30 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (readTile) {
+    std::ifstream in(file);
+    if (!in) {
+      std::cerr << "tsrc: cannot open `" << file << "`\n";
+      return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      auto m = tile::parseTileModule(text.str());
+      for (auto &f : m->functions)
+        for (auto &problem : tile::verify(*f)) {
+          std::cerr << file << ": tile @" << f->name << ": " << problem << "\n";
+          return 1;
+        }
+      tile::printModule(std::cout, *m);
+      return 0;
+    } catch (const tile::TileError &e) {
+      std::cerr << file << ":" << e.message << "\n";
+      return 1;
+    }
+  }
   if (!check && emit.empty()) {
-    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph\n";
+    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph|tile\n";
     return 2;
   }
   return runWithLargeStack(512u << 20, [&]() -> int {
@@ -85,6 +112,11 @@ int main(int argc, char **argv) {
         if (emit == "graph" && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
           if (!diags.hasErrors()) ir::printModule(std::cout, *graphs);
+        }
+        if (emit == "tile" && !diags.hasErrors()) {
+          auto graphs = ir::lowerProgram(*program, diags);
+          auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
+          if (!diags.hasErrors()) tile::printModule(std::cout, *kernels);
         }
       }
     } catch (const std::exception &e) {
