@@ -976,9 +976,19 @@ private:
     if (n == "tile.mask_causal") return maskCausal(x0("S"), need(a, 1, "row0", at), need(a, 2, "col0", at), at);
     if (n == "tile.softmax_online") return softmaxOnline(x0("S"), need(a, 1, "m", at), need(a, 2, "l", at), at);
     if (n == "tile.context") {
+      // The configuration as docs/language.md gives it: the launch's knobs, the keyword-only
+      // parameters, and warps and stages (a Schedule's defaults, 4 and 2, when nothing sets them).
       KV cfg;
       cfg.kind = KV::K::Config;
       cfg.fields = config_;
+      auto put = [&](const std::string &name, const KVRef &v) {
+        for (auto &[k, x] : cfg.fields) if (k == name) return;
+        cfg.fields.push_back({name, v});
+      };
+      for (const Param &prm : kernel_->def->params)
+        if (prm.kind == ParamKind::KeywordOnly) put(prm.name, frames_.front()->env.at(prm.name));
+      put("warps", integer(4));
+      put("stages", integer(2));
       return mk(cfg);
     }
     if (n == "float" || n == "int" || n == "bool") {
