@@ -1,0 +1,430 @@
+// The host CPU back end: Tile IR -> LLVM IR (codegen/llvm) -> O3 for this CPU -> ORC LLJIT, a
+// compile cache keyed by the function's text, and a persistent worker pool that runs a grid.
+//
+// The entry each kernel gets (its ABI, used by launch() only):
+//   void entry(const KernelArg *args, int64_t begin, int64_t end, const int64_t *grid)
+// runs programs [begin, end) of the flattened grid (axis 0 fastest: p = x + g0 * (y + g1 * z)),
+// each an inlined copy of the program function, so a call per chunk rather than per program.
+#include "codegen/cpu/CpuKernel.h"
+#include "codegen/llvm/TileToLLVM.h"
+
+#include "ir/tile/TileText.h"
+#include "runtime/Numeric.h"
+
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+// ---- runtime helpers called by generated code (conversions with no instruction) ----
+// dtype codes are tsr::DType's values.
+extern "C" {
+float tsr_cg_round_f32(int32_t dt, float x, int32_t sat) {
+  unsigned char b[8];
+  tsr::rt::storeF64(tsr::DType(dt), b, double(x), {bool(sat), false});
+  return float(tsr::rt::loadF64(tsr::DType(dt), b));
+}
+float tsr_cg_round_f64(int32_t dt, double x, int32_t sat) {
+  unsigned char b[8];
+  tsr::rt::storeF64(tsr::DType(dt), b, x, {bool(sat), false});
+  return float(tsr::rt::loadF64(tsr::DType(dt), b));
+}
+float tsr_cg_round_i64(int32_t dt, int64_t x, int32_t sat) {
+  unsigned char b[8];
+  tsr::rt::storeI64(tsr::DType(dt), b, x, {bool(sat), false});
+  return float(tsr::rt::loadF64(tsr::DType(dt), b));
+}
+uint8_t tsr_cg_encode_f32(int32_t dt, float x, int32_t sat) {
+  return tsr::DType(dt) == tsr::DType::F8E4M3 ? tsr::rt::toE4M3(x, {bool(sat), false})
+                                              : tsr::rt::toE5M2(x, {bool(sat), false});
+}
+// Python's integer power (Evaluator.h): x ** -n truncates 1 / x^n; 0 ** -n gives 0 here
+// (compiled code cannot raise); wraps modulo 2^64.
+int64_t tsr_cg_ipow(int64_t x, int64_t n) {
+  if (n < 0) {
+    if (x == 1) return 1;
+    if (x == -1) return (n & 1) ? -1 : 1;
+    return 0;
+  }
+  uint64_t r = 1, b = uint64_t(x);
+  for (uint64_t e = uint64_t(n); e; e >>= 1) {
+    if (e & 1) r *= b;
+    b *= b;
+  }
+  return int64_t(r);
+}
+}
+
+namespace tsr::codegen {
+
+using namespace llvm;
+
+namespace {
+
+/// The host CPU as a TargetDesc: the program function is
+///   void program(const KernelArg *args, i64 pid0, i64 pid1, i64 pid2, const i64 *grid)
+/// and math functions are the C library's.
+class CpuTarget : public TargetDesc {
+public:
+  FunctionType *programType(LLVMContext &c) const override {
+    Type *p = PointerType::get(c, 0), *i64 = Type::getInt64Ty(c);
+    return FunctionType::get(Type::getVoidTy(c), {p, i64, i64, i64, p}, false);
+  }
+  Value *kernelArgs(IRBuilderBase &, Function *fn) const override { return fn->getArg(0); }
+  Value *programId(IRBuilderBase &, Function *fn, int axis) const override { return fn->getArg(1 + axis); }
+  Value *numPrograms(IRBuilderBase &b, Function *fn, int axis) const override {
+    return b.CreateLoad(b.getInt64Ty(), b.CreateConstInBoundsGEP1_64(b.getInt64Ty(), fn->getArg(4), axis));
+  }
+  Value *mathCall(IRBuilderBase &b, const std::string &name, Value *x) const override {
+    Module *m = b.GetInsertBlock()->getModule();
+    FunctionCallee f = m->getOrInsertFunction(name, FunctionType::get(x->getType(), {x->getType()}, false));
+    if (auto *fn = dyn_cast<Function>(f.getCallee())) {
+      fn->setDoesNotThrow();
+      fn->setDoesNotAccessMemory();
+    }
+    return b.CreateCall(f, {x});
+  }
+  Value *helperCall(IRBuilderBase &b, const std::string &name, Type *ret, ArrayRef<Value *> args) const override {
+    Module *m = b.GetInsertBlock()->getModule();
+    std::vector<Type *> ts;
+    for (Value *a : args) ts.push_back(a->getType());
+    FunctionCallee f = m->getOrInsertFunction(name, FunctionType::get(ret, ts, false));
+    if (auto *fn = dyn_cast<Function>(f.getCallee())) {
+      fn->setDoesNotThrow();
+      fn->setDoesNotAccessMemory();
+      fn->setWillReturn();
+    }
+    return b.CreateCall(f, args);
+  }
+};
+
+std::once_flag gNativeInit;
+void initNative() {
+  std::call_once(gNativeInit, [] {
+    InitializeNativeTarget();
+    InitializeNativeTargetAsmPrinter();
+  });
+}
+
+std::string hostFeatures() {
+  SubtargetFeatures f;
+  for (auto &kv : sys::getHostCPUFeatures()) f.AddFeature(kv.first(), kv.second);
+  return f.getString();
+}
+
+std::unique_ptr<TargetMachine> hostMachine() {
+  initNative();
+  auto jtmb = orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) throw CodegenError("internal error: cannot describe the host CPU to LLVM: " + toString(jtmb.takeError()));
+  jtmb->setCodeGenOptLevel(CodeGenOptLevel::Aggressive);
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) throw CodegenError("internal error: no LLVM target for the host CPU: " + toString(tm.takeError()));
+  return std::move(*tm);
+}
+
+/// Builds the module of `f`: the program function and the entry `entryName` around it.
+std::unique_ptr<Module> buildModule(const tile::Function &f, LLVMContext &ctx, TargetMachine &tm,
+                                    const std::string &entryName) {
+  auto m = std::make_unique<Module>("tsr." + f.name, ctx);
+  m->setDataLayout(tm.createDataLayout());
+  m->setTargetTriple(tm.getTargetTriple().str());
+  CpuTarget target;
+  Function *prog = lowerTileFunction(f, *m, target, "tsr.program." + f.name);
+
+  Type *ptr = PointerType::get(ctx, 0), *i64 = Type::getInt64Ty(ctx);
+  Function *entry = Function::Create(FunctionType::get(Type::getVoidTy(ctx), {ptr, i64, i64, ptr}, false),
+                                     GlobalValue::ExternalLinkage, entryName, *m);
+  entry->addFnAttr(Attribute::NoUnwind);
+  entry->addParamAttr(0, Attribute::ReadOnly);
+  entry->addParamAttr(0, Attribute::NoAlias);
+  entry->addParamAttr(3, Attribute::ReadOnly);
+  entry->addParamAttr(3, Attribute::NoAlias);
+  IRBuilder<> b(BasicBlock::Create(ctx, "entry", entry));
+  Value *args = entry->getArg(0), *begin = entry->getArg(1), *end = entry->getArg(2), *grid = entry->getArg(3);
+  Value *g0 = b.CreateLoad(i64, grid), *g1 = b.CreateLoad(i64, b.CreateConstInBoundsGEP1_64(i64, grid, 1));
+  BasicBlock *head = BasicBlock::Create(ctx, "head", entry), *body = BasicBlock::Create(ctx, "body", entry),
+             *exit = BasicBlock::Create(ctx, "exit", entry);
+  BasicBlock *pre = b.GetInsertBlock();
+  b.CreateBr(head);
+  b.SetInsertPoint(head);
+  PHINode *p = b.CreatePHI(i64, 2, "p");
+  p->addIncoming(begin, pre);
+  b.CreateCondBr(b.CreateICmpSLT(p, end), body, exit);
+  b.SetInsertPoint(body);
+  Value *x = b.CreateURem(p, g0), *yz = b.CreateUDiv(p, g0);
+  Value *y = b.CreateURem(yz, g1), *z = b.CreateUDiv(yz, g1);
+  b.CreateCall(prog, {args, x, y, z, grid});
+  p->addIncoming(b.CreateAdd(p, b.getInt64(1)), body);
+  b.CreateBr(head);
+  b.SetInsertPoint(exit);
+  b.CreateRetVoid();
+
+  // This CPU's features on every function; 512-bit vectors where the CPU has them.
+  std::string cpu = tm.getTargetCPU().str(), feats = tm.getTargetFeatureString().str();
+  bool avx512 = feats.find("+avx512f") != std::string::npos;
+  for (Function &fn : *m) {
+    if (fn.isDeclaration()) continue;
+    fn.addFnAttr("target-cpu", cpu);
+    fn.addFnAttr("target-features", feats);
+    if (avx512) {
+      fn.addFnAttr("prefer-vector-width", "512");
+      fn.addFnAttr("min-legal-vector-width", "512");
+    }
+  }
+  std::string err;
+  raw_string_ostream es(err);
+  if (verifyModule(*m, &es))
+    throw CodegenError("internal error: codegen of tile function @" + f.name + " made invalid LLVM IR: " + es.str() +
+                       " (please report this)");
+  return m;
+}
+
+/// The new pass manager's O3 pipeline with loop and SLP vectorization, for `tm`'s CPU.
+void optimize(Module &m, TargetMachine &tm) {
+  LoopAnalysisManager lam;
+  FunctionAnalysisManager fam;
+  CGSCCAnalysisManager cgam;
+  ModuleAnalysisManager mam;
+  PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  pto.LoopUnrolling = true;
+  PassBuilder pb(&tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+// ---- the worker pool ----
+
+thread_local bool tInWorker = false;
+constexpr size_t kWorkerStack = size_t(256) << 20; // tiles live on the stack (allocas)
+constexpr int64_t kCallerFrameLimit = int64_t(4) << 20;
+
+class Pool {
+public:
+  static Pool &instance() {
+    static Pool *p = new Pool(); // never destroyed: workers outlive static destruction
+    return *p;
+  }
+  int size() const { return int(workers_.size()) + 1; }
+
+  /// Runs fn over [0, total) in chunks on up to `threads` threads (the caller among them unless
+  /// `callerJoins` is false).
+  void run(int64_t total, int threads, bool callerJoins, const std::function<void(int64_t, int64_t)> &fn) {
+    int maxWorkers = int(workers_.size());
+    int n = std::min<int64_t>(threads, total);
+    int nWorkers = std::min(maxWorkers, callerJoins ? n - 1 : std::max(n, 1));
+    if (tInWorker || nWorkers <= 0) {
+      fn(0, total); // nested launch, or one thread: run here
+      return;
+    }
+    std::lock_guard<std::mutex> launch(launchMu_);
+    int parts = nWorkers + (callerJoins ? 1 : 0);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job_ = &fn;
+      total_ = total;
+      chunk_ = std::max<int64_t>(1, total / (int64_t(parts) * 4));
+      next_.store(0);
+      wanted_ = nWorkers;
+      pending_ = nWorkers;
+      ++gen_;
+    }
+    cv_.notify_all();
+    if (callerJoins) work(fn);
+    std::unique_lock<std::mutex> lk(mu_);
+    done_.wait(lk, [&] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+private:
+  Pool() {
+    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i + 1 < hw; ++i) {
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setstacksize(&attr, kWorkerStack);
+      pthread_t t;
+      auto *arg = new std::pair<Pool *, int>(this, int(i));
+      if (pthread_create(&t, &attr, &Pool::main, arg) == 0) workers_.push_back(t);
+      else delete arg;
+      pthread_attr_destroy(&attr);
+    }
+  }
+  static void *main(void *p) {
+    auto [pool, index] = *static_cast<std::pair<Pool *, int> *>(p);
+    delete static_cast<std::pair<Pool *, int> *>(p);
+    tInWorker = true;
+    pool->loop(index);
+    return nullptr;
+  }
+  void loop(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return gen_ != seen; });
+      seen = gen_;
+      if (index >= wanted_ || !job_) continue;
+      const auto *fn = job_;
+      lk.unlock();
+      work(*fn);
+      lk.lock();
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+  void work(const std::function<void(int64_t, int64_t)> &fn) {
+    for (;;) {
+      int64_t s = next_.fetch_add(chunk_);
+      if (s >= total_) return;
+      fn(s, std::min(total_, s + chunk_));
+    }
+  }
+
+  std::vector<pthread_t> workers_;
+  std::mutex launchMu_, mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int64_t, int64_t)> *job_ = nullptr;
+  int64_t total_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+  int wanted_ = 0, pending_ = 0;
+  uint64_t gen_ = 0;
+};
+
+using EntryFn = void (*)(const KernelArg *, int64_t, int64_t, const int64_t *);
+
+class HostKernel : public CompiledKernel {
+public:
+  HostKernel(std::string name, EntryFn fn, size_t nparams, int64_t frame)
+      : name_(std::move(name)), fn_(fn), nparams_(nparams), frame_(frame) {}
+  void launch(const KernelArg *args, size_t nargs, std::array<int64_t, 3> grid, int threads) const override {
+    if (nargs != nparams_)
+      throw CodegenError("kernel @" + name_ + " takes " + std::to_string(nparams_) + " arguments, got " + std::to_string(nargs));
+    for (int64_t g : grid)
+      if (g < 0) throw CodegenError("kernel @" + name_ + ": a negative grid size");
+    int64_t total = grid[0] * grid[1] * grid[2];
+    if (total == 0) return;
+    Pool &pool = Pool::instance();
+    int n = threads <= 0 ? pool.size() : std::min(threads, pool.size());
+    const int64_t *g = grid.data();
+    EntryFn fn = fn_;
+    pool.run(total, n, frame_ <= kCallerFrameLimit, [&](int64_t b, int64_t e) { fn(args, b, e, g); });
+  }
+  const std::string &name() const override { return name_; }
+
+private:
+  std::string name_;
+  EntryFn fn_;
+  size_t nparams_;
+  int64_t frame_;
+};
+
+struct Jit {
+  std::unique_ptr<orc::LLJIT> jit;
+  std::unique_ptr<TargetMachine> tm;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>> cache;
+  uint64_t counter = 0;
+
+  Jit() {
+    tm = hostMachine();
+    auto jtmb = orc::JITTargetMachineBuilder::detectHost();
+    if (!jtmb) throw CodegenError("internal error: " + toString(jtmb.takeError()));
+    jtmb->setCodeGenOptLevel(CodeGenOptLevel::Aggressive);
+    auto j = orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+    if (!j) throw CodegenError("internal error: cannot start LLVM's JIT: " + toString(j.takeError()));
+    jit = std::move(*j);
+    auto gen = orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit->getDataLayout().getGlobalPrefix());
+    if (!gen) throw CodegenError("internal error: " + toString(gen.takeError()));
+    jit->getMainJITDylib().addGenerator(std::move(*gen));
+    orc::SymbolMap syms;
+    auto add = [&](const char *name, void *p) {
+      syms[jit->mangleAndIntern(name)] = {orc::ExecutorAddr::fromPtr(p), JITSymbolFlags::Exported | JITSymbolFlags::Callable};
+    };
+    add("tsr_cg_round_f32", reinterpret_cast<void *>(&tsr_cg_round_f32));
+    add("tsr_cg_round_f64", reinterpret_cast<void *>(&tsr_cg_round_f64));
+    add("tsr_cg_round_i64", reinterpret_cast<void *>(&tsr_cg_round_i64));
+    add("tsr_cg_encode_f32", reinterpret_cast<void *>(&tsr_cg_encode_f32));
+    add("tsr_cg_ipow", reinterpret_cast<void *>(&tsr_cg_ipow));
+    if (auto e = jit->getMainJITDylib().define(orc::absoluteSymbols(std::move(syms))))
+      throw CodegenError("internal error: " + toString(std::move(e)));
+  }
+};
+
+Jit &theJit() {
+  static Jit *j = [] {
+    initNative();
+    return new Jit();
+  }();
+  return *j;
+}
+
+void checkVerified(const tile::Function &f) {
+  auto problems = tile::verify(f);
+  if (!problems.empty())
+    throw CodegenError("internal error: tile function @" + f.name + " is malformed: " + problems.front() +
+                       " (please report this)");
+}
+
+} // namespace
+
+std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f) {
+  checkVerified(f);
+  std::string key = tile::toString(f);
+  Jit &j = theJit();
+  std::lock_guard<std::mutex> lk(j.mu);
+  if (auto it = j.cache.find(key); it != j.cache.end()) return it->second;
+  int64_t frame = tileFrameBytes(f);
+  if (frame > int64_t(kWorkerStack) - (int64_t(16) << 20))
+    throw CodegenError("tile function @" + f.name + " needs " + std::to_string(frame >> 20) +
+                       " MiB of tiles per program, more than the CPU back end's thread stacks hold");
+  std::string sym = "tsr_kernel_" + std::to_string(j.counter++) + "_" + f.name;
+  auto ctx = std::make_unique<LLVMContext>();
+  auto m = buildModule(f, *ctx, *j.tm, sym);
+  optimize(*m, *j.tm);
+  if (auto e = j.jit->addIRModule(orc::ThreadSafeModule(std::move(m), std::move(ctx))))
+    throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(std::move(e)));
+  auto addr = j.jit->lookup(sym);
+  if (!addr) throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(addr.takeError()));
+  auto k = std::make_shared<HostKernel>(f.name, addr->toPtr<EntryFn>(), f.params.size(), frame);
+  j.cache.emplace(std::move(key), k);
+  return k;
+}
+
+std::string hostLLVMText(const tile::Function &f, bool optimized) {
+  checkVerified(f);
+  auto tm = hostMachine();
+  LLVMContext ctx;
+  auto m = buildModule(f, ctx, *tm, f.name);
+  if (optimized) optimize(*m, *tm);
+  std::string s;
+  raw_string_ostream os(s);
+  m->print(os, nullptr);
+  return os.str();
+}
+
+} // namespace tsr::codegen

@@ -1,0 +1,71 @@
+// Tile IR -> LLVM IR, for any target: the lowering knows nothing of the CPU or the GPU except
+// through a TargetDesc (how a program finds its grid position and arguments, how the math
+// library is reached), so the host JIT (codegen/cpu) and NVPTX share one lowering.
+//
+// Shape of the generated code (the CPU's O3 pipeline relies on it, see docs/design.md):
+// - A rank-0 tile is an SSA value; a tile of N elements is a 64-byte aligned alloca of N
+//   elements in its *compute type* and each elementwise op a counted loop over the contiguous
+//   elements (the loop vectorizer widens it). Compute types: f32 for f32/tf32/bf16/f16/fp8 (a
+//   value of a narrow float dtype is kept as the f32 of that dtype's value, rounded after every
+//   op), f64, i8/i32/i64, and i8 0/1 in buffers (i1 in registers) for bool.
+// - Shape ops are index-mapping copy loops, reductions loops, `dot` an i-k-j loop nest whose j
+//   loop is innermost and contiguous, blocked by 4 rows of i.
+// - Boxes are nested loops over the box with the tensor's strides, masked at its bounds.
+// - `for` and `if` become loops and branches with phis for carried values (tiles: buffers
+//   copied at the loop's back edge).
+//
+// Tensor parameters are read from the KernelArg array of codegen/cpu/CpuKernel.h (one struct per
+// parameter: data, shape[8], strides[8], i, f); the target gives the pointer to it.
+#pragma once
+
+#include "ir/tile/TileIR.h"
+
+#include <string>
+
+#include "llvm/ADT/ArrayRef.h"
+
+namespace llvm {
+class Function;
+class FunctionType;
+class LLVMContext;
+class Module;
+class Value;
+class Type;
+class IRBuilderBase;
+} // namespace llvm
+
+namespace tsr::codegen {
+
+/// What the lowering asks of a target. The generated program function has the target's
+/// signature; everything the lowering needs from its arguments comes through these hooks.
+class TargetDesc {
+public:
+  virtual ~TargetDesc() = default;
+  /// The signature of one program's function.
+  virtual llvm::FunctionType *programType(llvm::LLVMContext &ctx) const = 0;
+  /// A pointer to the KernelArg array inside `fn` (the program's function).
+  virtual llvm::Value *kernelArgs(llvm::IRBuilderBase &b, llvm::Function *fn) const = 0;
+  /// program_id(axis) and num_programs(axis) as i64.
+  virtual llvm::Value *programId(llvm::IRBuilderBase &b, llvm::Function *fn, int axis) const = 0;
+  virtual llvm::Value *numPrograms(llvm::IRBuilderBase &b, llvm::Function *fn, int axis) const = 0;
+  /// A call of a scalar libm function (`name` as C's: "erff", "log1p", ...) on `args`, which
+  /// all have the function's float type. The CPU calls the C library; NVPTX maps to libdevice.
+  virtual llvm::Value *mathCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Value *x) const = 0;
+  /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
+  /// from f64): `name` is one of the tsr_cg_* functions of codegen/cpu/HostJit.cpp.
+  virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,
+                                  llvm::ArrayRef<llvm::Value *> args) const = 0;
+  /// Whether atomic float adds are native (atomicrmw fadd); otherwise a CAS loop.
+  virtual bool nativeFloatAtomics() const { return true; }
+};
+
+/// Lowers `f` into `m` as a function named `name` of the target's program type, internal and
+/// always-inline (the target wraps it in its entry). Throws CodegenError (CpuKernel.h) for a
+/// construct with no lowering; the function must verify (tile::verify) beforehand.
+llvm::Function *lowerTileFunction(const tile::Function &f, llvm::Module &m, const TargetDesc &target,
+                                  const std::string &name);
+
+/// Bytes of tile buffers (allocas) one program of `f` uses: the launcher sizes thread stacks by it.
+int64_t tileFrameBytes(const tile::Function &f);
+
+} // namespace tsr::codegen
