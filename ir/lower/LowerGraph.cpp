@@ -1,5 +1,6 @@
 #include "ir/lower/LowerGraph.h"
 
+#include "ir/autodiff/Autodiff.h"
 #include "ir/passes/Pipeline.h"
 #include "sema/Builtins.h"
 
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <unordered_set>
 
 namespace tsr::ir {
 
@@ -25,7 +27,7 @@ struct LV;
 using LVRef = std::shared_ptr<const LV>;
 
 struct LV {
-  enum class K : uint8_t { None, Bool, Int, Float, Str, DType, Tensor, Key, Tuple, List, Dict, Function, Builtin, Module, Lambda };
+  enum class K : uint8_t { None, Bool, Int, Float, Str, DType, Tensor, Key, Tuple, List, Dict, Function, Builtin, Module, Lambda, Transformed };
   K kind = K::None;
   bool b = false;
   Dim i;                    // Int: a size, constant or symbolic
@@ -40,6 +42,21 @@ struct LV {
   LVRef self;               // a method's receiver
   const ModuleInfo *module = nullptr;
   const Lambda *lambda = nullptr;
+  // Transformed: grad, value_and_grad or checkpoint of `inner`, or a vjp's pullback (`tape`).
+  sema::Transform transform = sema::Transform::None;
+  LVRef inner;
+  std::vector<int> argnums;
+  bool tupleArgnums = false;
+  std::shared_ptr<const struct Tape> tape;
+};
+
+// What vjp recorded for its pullback: the span of the forward ops, the differentiated leaves
+// (aliases of the primals' float tensors), the output's leaves and the structures.
+struct Tape {
+  size_t begin = 0, end = 0;
+  std::vector<Value *> inputs, outputs;
+  LVRef out;
+  std::vector<LVRef> primals;
 };
 
 LVRef mk(LV v) { return std::make_shared<const LV>(std::move(v)); }
@@ -54,6 +71,8 @@ LVRef tuple(std::vector<LVRef> e, bool list = false) { LV v; v.kind = list ? LV:
 struct Returned {
   LVRef value;
 };
+
+TypeRef structureOf(const LVRef &v, SourceRange at);
 
 class Lowering {
 public:
@@ -169,7 +188,7 @@ private:
   }
 
   static std::string kindName(const LVRef &x) {
-    static const char *names[] = {"None", "bool", "int", "float", "str", "dtype", "tensor", "key", "tuple", "list", "dict", "function", "builtin", "module", "lambda"};
+    static const char *names[] = {"None", "bool", "int", "float", "str", "dtype", "tensor", "key", "tuple", "list", "dict", "function", "builtin", "module", "lambda", "transformed function"};
     return names[static_cast<int>(x->kind)];
   }
 
@@ -837,13 +856,21 @@ public:
       else if (a.kind == ArgKind::Keyword) kwargs[a.name] = expr(a.value);
       else unsupported("`*` or `**` arguments", a.range);
     }
+    if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, c->range, c->func->range);
+    return callValue(callee, args, kwargs, c->range);
+  }
+
+  // Calls a function value: a graph or inline function, a lambda, a builtin or a transformed
+  // function.
+  LVRef callValue(const LVRef &callee, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
     if (callee->kind == LV::K::Function) {
-      if (callee->fn->kind == FunctionKind::Kernel) unsupported("a kernel launch inside a graph function", c->range);
-      if (callee->fn->customVjp) {
-        // The primal definition of a function with a custom VJP is its forward computation.
-      }
-      return callFunction(*callee->fn, args, kwargs, c->range);
+      if (callee->fn->kind == FunctionKind::Kernel) unsupported("a kernel launch inside a graph function", at);
+      // Outside differentiation, a function with a custom VJP computes its primal definition.
+      if (callee->fn->customVjp && diffDepth_ > 0 && callee->fn->vjpFwd && callee->fn->vjpBwd)
+        return customVjpCall(*callee->fn, args, kwargs, at);
+      return callFunction(*callee->fn, args, kwargs, at);
     }
+    if (callee->kind == LV::K::Transformed) return callTransformed(*callee, args, kwargs, at);
     if (callee->kind == LV::K::Lambda) {
       std::map<std::string, LVRef> env = env_copy();
       size_t i = 0;
@@ -854,11 +881,373 @@ public:
       frames_.pop_back();
       return r;
     }
-    if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, c->range, c->func->range);
-    unsupported("calling a " + kindName(callee), c->range);
+    if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, at, at);
+    unsupported("calling a " + kindName(callee), at);
   }
 
   std::map<std::string, LVRef> env_copy() { return frames_.back()->env; }
+
+  // ---- autodiff (docs/ir.md, "Autodiff") ---------------------------------------------------
+  //
+  // A transformed call is lowered in place: the differentiated arguments get fresh aliases (so
+  // that a tensor also passed elsewhere is differentiated only here), the function is lowered
+  // inline, and ir/autodiff appends the derivative of that span of ops. Values the function
+  // closes over are constants of the span. Checkpoints and custom_vjp calls record regions that
+  // reverse mode treats with their own rules; stop_gradient's results are the span's constants.
+
+  std::string locText(Loc l) const {
+    if (!l.valid() || l.file > m_.files.size()) return "";
+    return m_.files[l.file - 1] + ":" + std::to_string(l.line) + ":" + std::to_string(l.col);
+  }
+
+  // A diagnostic of autodiff, reported at the transform's call.
+  [[noreturn]] void autodiffError(DiagKind k, std::vector<std::string> args, SourceRange at, std::vector<std::string> notes = {}) {
+    CompileError e{formatDiag(k, args), at, k, std::move(args), std::move(notes)};
+    throw e;
+  }
+
+  // Runs a transform of ir/autodiff, turning its errors into diagnostics at `at`.
+  template <typename F> auto runAutodiff(F &&f, SourceRange at) -> decltype(f()) {
+    try {
+      return f();
+    } catch (autodiff::AutodiffError &e) {
+      std::vector<std::string> notes;
+      if (std::string where = locText(e.loc); !where.empty()) notes.push_back("the operation is at " + where);
+      if (e.kind == autodiff::AutodiffError::Kind::Structure) autodiffError(DiagKind::AutodiffStructure, {"custom_vjp", e.what}, at, notes);
+      if (e.what.find("kernel") != std::string::npos)
+        notes.push_back("give the kernel a gradient with @custom_vjp(fwd=..., bwd=...) on a function that launches it");
+      autodiffError(DiagKind::NonDifferentiable, {e.what}, at, notes);
+    } catch (IRError &e) {
+      throw CompileError{"internal: autodiff: " + e.message, at};
+    }
+  }
+
+  // The tensor leaves of a pytree, in the order collectOutputs uses (keys included when asked).
+  static void tensorLeaves(const LVRef &v, std::vector<Value *> &out, bool keys = false) {
+    switch (v->kind) {
+    case LV::K::Tensor: out.push_back(v->v); return;
+    case LV::K::Key: if (keys) out.push_back(v->v); return;
+    case LV::K::Tuple: case LV::K::List: for (auto &e : v->elems) tensorLeaves(e, out, keys); return;
+    case LV::K::Dict: for (auto &f : v->fields) tensorLeaves(f.second, out, keys); return;
+    default: return;
+    }
+  }
+
+  static bool isFloatTensor(const LVRef &v) { return v->kind == LV::K::Tensor && autodiff::differentiable(v->v->type); }
+
+  // A copy of the pytree `v` whose float tensors are fresh aliases, appended to `inputs`. With
+  // `strict` (grad's arguments) every leaf must be a float tensor: anything else is
+  // GradNonFloat, named by its path (`argument 0["step"]`).
+  LVRef aliasLeaves(const LVRef &v, std::vector<Value *> &inputs, SourceRange at, bool strict, const std::string &path) {
+    switch (v->kind) {
+    case LV::K::Tensor:
+      if (autodiff::differentiable(v->v->type)) {
+        Value *a = op(OpKind::Reshape, {v->v}, {{"shape", v->v->type.dims}}, at);
+        inputs.push_back(a);
+        return tensor(a);
+      }
+      break;
+    case LV::K::Tuple: case LV::K::List: {
+      LV c = *v;
+      for (size_t i = 0; i < c.elems.size(); ++i) c.elems[i] = aliasLeaves(c.elems[i], inputs, at, strict, path + "[" + std::to_string(i) + "]");
+      return mk(c);
+    }
+    case LV::K::Dict: {
+      LV c = *v;
+      for (auto &f : c.fields) f.second = aliasLeaves(f.second, inputs, at, strict, path + "[\"" + f.first + "\"]");
+      return mk(c);
+    }
+    case LV::K::None: return v;
+    default: break;
+    }
+    if (strict) {
+      std::string what = v->kind == LV::K::Tensor ? v->v->type.str() : kindName(v);
+      autodiffError(DiagKind::GradNonFloat, {path + " (" + what + ")"}, at);
+    }
+    return v;
+  }
+
+  // `like` with its float tensor leaves replaced by `vals[next++]`, in aliasLeaves' order; other
+  // tensors become zeros of their type and other leaves None (they have no derivative).
+  LVRef replaceLeaves(const LVRef &like, const std::vector<Value *> &vals, size_t &next, SourceRange at) {
+    switch (like->kind) {
+    case LV::K::Tensor:
+      if (isFloatTensor(like)) return tensor(vals.at(next++));
+      return tensor(autodiff::Emitter(g_, loc(at)).zeros(like->v->type));
+    case LV::K::Tuple: case LV::K::List: {
+      LV c = *like;
+      for (auto &e : c.elems) e = replaceLeaves(e, vals, next, at);
+      return mk(c);
+    }
+    case LV::K::Dict: {
+      LV c = *like;
+      for (auto &f : c.fields) f.second = replaceLeaves(f.second, vals, next, at);
+      return mk(c);
+    }
+    default: return none();
+    }
+  }
+
+  // The leaves of `given` (a cotangent or tangent) at the float tensor leaves of `like`, as
+  // tensors of those leaves' types: numbers become constants; None gives null (zero). False when
+  // the structures differ.
+  bool matchLeaves(const LVRef &like, const LVRef &given, std::vector<Value *> &out, SourceRange at) {
+    if (like->kind == LV::K::Tensor) {
+      if (!isFloatTensor(like)) return true;
+      if (given->kind == LV::K::None) { out.push_back(nullptr); return true; }
+      const Type &t = like->v->type;
+      if (given->kind == LV::K::Tensor) {
+        if (given->v->type.dims != t.dims) return false;
+        out.push_back(autodiff::Emitter(g_, loc(at)).fit(given->v, t));
+        return true;
+      }
+      if ((given->kind == LV::K::Float || given->kind == LV::K::Int) && t.dims.empty()) {
+        out.push_back(autodiff::Emitter(g_, loc(at)).fit(asTensor(given, t.dtype, at), t));
+        return true;
+      }
+      return false;
+    }
+    if (like->kind == LV::K::Tuple || like->kind == LV::K::List) {
+      if ((given->kind != LV::K::Tuple && given->kind != LV::K::List) || given->elems.size() != like->elems.size()) return false;
+      for (size_t i = 0; i < like->elems.size(); ++i)
+        if (!matchLeaves(like->elems[i], given->elems[i], out, at)) return false;
+      return true;
+    }
+    if (like->kind == LV::K::Dict) {
+      if (given->kind != LV::K::Dict || given->fields.size() != like->fields.size()) return false;
+      for (auto &[k, v] : like->fields) {
+        const LVRef *g = nullptr;
+        for (auto &f : given->fields) if (f.first == k) g = &f.second;
+        if (!g || !matchLeaves(v, *g, out, at)) return false;
+      }
+      return true;
+    }
+    return true;
+  }
+
+  std::string structureText(const LVRef &v, SourceRange at) {
+    try {
+      return sema::typeStr(structureOf(v, at));
+    } catch (CompileError &) {
+      return "a " + kindName(v);
+    }
+  }
+
+  static std::string functionName(const LVRef &f) {
+    if (f->kind == LV::K::Function) return f->fn->name;
+    if (f->kind == LV::K::Lambda) return "lambda";
+    if (f->kind == LV::K::Builtin) return f->builtin->name;
+    return "the function";
+  }
+
+  autodiff::Span span(size_t begin, size_t end, std::vector<Value *> inputs, std::vector<Value *> outputs) {
+    autodiff::Span s;
+    s.g = &g_;
+    s.begin = begin;
+    s.end = end;
+    s.inputs = std::move(inputs);
+    s.outputs = std::move(outputs);
+    s.constants = &constants_;
+    s.regions = &regions_;
+    return s;
+  }
+
+  // Lowers f(args) inline as the span to differentiate.
+  LVRef lowerSpan(const LVRef &f, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at, size_t &begin, size_t &end) {
+    begin = g_.ops.size();
+    ++diffDepth_;
+    LVRef out;
+    try {
+      out = callValue(f, args, kwargs, at);
+    } catch (...) {
+      --diffDepth_;
+      throw;
+    }
+    --diffDepth_;
+    end = g_.ops.size();
+    return out;
+  }
+
+  LVRef callTransformed(const LV &t, std::vector<LVRef> args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
+    switch (t.transform) {
+    case sema::Transform::Grad: case sema::Transform::ValueAndGrad: return gradCall(t, std::move(args), kwargs, at);
+    case sema::Transform::Checkpoint: {
+      // Forward, a checkpointed function computes what the function does; the region tells
+      // reverse mode to recompute it instead of keeping its intermediates.
+      size_t begin = g_.ops.size();
+      LVRef out = callValue(t.inner, args, kwargs, at);
+      autodiff::Region r;
+      r.kind = autodiff::Region::Kind::Checkpoint;
+      r.begin = begin;
+      r.end = g_.ops.size();
+      tensorLeaves(out, r.outputs);
+      if (r.end > r.begin) regions_.push_back(r);
+      return out;
+    }
+    case sema::Transform::Pullback: {
+      if (args.size() != 1 || !kwargs.empty()) unsupported("a pullback called with other than one cotangent", at);
+      const Tape &tp = *t.tape;
+      std::vector<Value *> seeds;
+      if (!matchLeaves(tp.out, args[0], seeds, at))
+        autodiffError(DiagKind::AutodiffStructure, {"vjp", "the cotangent " + structureText(args[0], at) + " does not have the structure of the output " + structureText(tp.out, at)}, at);
+      std::vector<Value *> outs;
+      std::vector<Value *> seedsFull;
+      {
+        std::vector<Value *> all;
+        tensorLeaves(tp.out, all);
+        size_t k = 0;
+        for (Value *o : all) {
+          if (!autodiff::differentiable(o->type)) continue;
+          outs.push_back(o);
+          seedsFull.push_back(seeds.at(k++));
+        }
+      }
+      auto cots = runAutodiff([&] { return autodiff::reverseMode(span(tp.begin, tp.end, tp.inputs, outs), seedsFull); }, at);
+      std::vector<LVRef> per;
+      size_t next = 0;
+      for (auto &p : tp.primals) per.push_back(replaceLeaves(p, cots, next, at));
+      return tuple(per);
+    }
+    default: unsupported("this transformed function", at);
+    }
+  }
+
+  // grad(f, argnums)(*args) and value_and_grad: reverse mode from a scalar output, seeded with
+  // 1, or with k under @loss_scale(k) (spec 6), whose gradients are then divided by k.
+  LVRef gradCall(const LV &t, std::vector<LVRef> args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
+    std::string tname = t.transform == sema::Transform::Grad ? "grad" : "value_and_grad";
+    std::string fname = functionName(t.inner);
+    std::vector<int> nums = t.argnums.empty() ? std::vector<int>{0} : t.argnums;
+    std::vector<Value *> inputs;
+    for (int n : nums) {
+      if (n < 0 || static_cast<size_t>(n) >= args.size())
+        autodiffError(DiagKind::ArgnumsRange, {std::to_string(n), fname, std::to_string(args.size())}, at);
+      args[static_cast<size_t>(n)] = aliasLeaves(args[static_cast<size_t>(n)], inputs, at, true, "argument " + std::to_string(n));
+    }
+    size_t begin = 0, end = 0;
+    LVRef out = lowerSpan(t.inner, args, kwargs, at, begin, end);
+    Value *y = nullptr;
+    if (out->kind == LV::K::Tensor && autodiff::differentiable(out->v->type)) {
+      Dim n = Dim::constant(1);
+      for (auto &d : out->v->type.dims) n = n * d;
+      if (n.isOne()) y = out->v;
+    } else if (out->kind == LV::K::Float) {
+      y = constant(out->f, DType::F32, at); // a constant: every gradient is zero
+    }
+    if (!y) autodiffError(DiagKind::GradNonScalar, {tname, fname, structureText(out, at)}, at);
+    autodiff::Emitter E(g_, loc(at));
+    std::optional<double> scale = y->type.policies.lossScale;
+    Value *seed = E.fit(E.broadcast(E.scalar(scale ? *scale : 1.0, y->type), y->type.dims), y->type);
+    auto cots = runAutodiff([&] { return autodiff::reverseMode(span(begin, end, inputs, {y}), {seed}); }, at);
+    if (scale)
+      for (Value *&c : cots) c = E.fit(E.div(c, E.scalar(*scale, c->type)), c->type);
+    std::vector<LVRef> grads;
+    size_t next = 0;
+    for (int n : nums) grads.push_back(replaceLeaves(args[static_cast<size_t>(n)], cots, next, at));
+    LVRef g = grads.size() == 1 && !t.tupleArgnums ? grads[0] : tuple(grads);
+    if (t.transform == sema::Transform::Grad) return g;
+    return tuple({out, g});
+  }
+
+  // vjp(f, *primals) -> (out, pullback).
+  LVRef vjpCall(const std::vector<LVRef> &all, SourceRange at) {
+    if (all.empty()) unsupported("vjp without a function", at);
+    std::vector<LVRef> primals(all.begin() + 1, all.end());
+    auto tp = std::make_shared<Tape>();
+    for (size_t i = 0; i < primals.size(); ++i) primals[i] = aliasLeaves(primals[i], tp->inputs, at, false, "primal " + std::to_string(i));
+    LVRef out = lowerSpan(all[0], primals, {}, at, tp->begin, tp->end);
+    tp->out = out;
+    tp->primals = primals;
+    tensorLeaves(out, tp->outputs);
+    LV pb;
+    pb.kind = LV::K::Transformed;
+    pb.transform = sema::Transform::Pullback;
+    pb.tape = tp;
+    return tuple({out, mk(pb)});
+  }
+
+  // jvp(f, primals, tangents) -> (out, tangent_out).
+  LVRef jvpCall(const LVRef &f, const LVRef &primalsArg, const LVRef &tangentsArg, SourceRange at) {
+    auto isSeq = [](const LVRef &v) { return v && (v->kind == LV::K::Tuple || v->kind == LV::K::List); };
+    if (!isSeq(primalsArg) || !isSeq(tangentsArg) || primalsArg->elems.size() != tangentsArg->elems.size())
+      autodiffError(DiagKind::TangentMismatch, {structureText(tangentsArg ? tangentsArg : none(), at), structureText(primalsArg ? primalsArg : none(), at)}, at);
+    std::vector<LVRef> primals = primalsArg->elems;
+    std::vector<Value *> inputs, tangents;
+    for (size_t i = 0; i < primals.size(); ++i) {
+      std::vector<Value *> ts;
+      if (!matchLeaves(primals[i], tangentsArg->elems[i], ts, at))
+        autodiffError(DiagKind::TangentMismatch, {structureText(tangentsArg->elems[i], at), structureText(primals[i], at)}, at);
+      std::vector<Value *> ins;
+      primals[i] = aliasLeaves(primals[i], ins, at, false, "primal " + std::to_string(i));
+      for (size_t k = 0; k < ins.size(); ++k) {
+        inputs.push_back(ins[k]);
+        tangents.push_back(ts[k] ? ts[k] : autodiff::Emitter(g_, loc(at)).zeros(ins[k]->type));
+      }
+    }
+    size_t begin = 0, end = 0;
+    LVRef out = lowerSpan(f, primals, {}, at, begin, end);
+    std::vector<Value *> outs;
+    tensorLeaves(out, outs);
+    std::vector<Value *> floatOuts;
+    for (Value *o : outs) if (autodiff::differentiable(o->type)) floatOuts.push_back(o);
+    auto touts = runAutodiff([&] { return autodiff::forwardMode(span(begin, end, inputs, floatOuts), tangents); }, at);
+    size_t next = 0;
+    return tuple({out, replaceLeaves(out, touts, next, at)});
+  }
+
+  // A function with @custom_vjp(fwd=..., bwd=...) called while differentiating: its forward
+  // function runs (returning the output and the residuals), and a region records how the
+  // backward function maps the output's cotangent to the positional arguments' cotangents.
+  LVRef customVjpCall(const FunctionInfo &fn, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
+    size_t begin = g_.ops.size();
+    LVRef r = callFunction(*fn.vjpFwd, args, kwargs, at);
+    if ((r->kind != LV::K::Tuple && r->kind != LV::K::List) || r->elems.size() != 2)
+      autodiffError(DiagKind::CustomVjpSignature, {"the forward function `" + fn.vjpFwd->name + "` returns " + structureText(r, at) + ", not (output, residuals)"}, at);
+    LVRef out = r->elems[0], res = r->elems[1];
+    autodiff::Region region;
+    region.kind = autodiff::Region::Kind::Custom;
+    region.begin = begin;
+    region.end = g_.ops.size();
+    for (auto &a : args) tensorLeaves(a, region.inputs);
+    tensorLeaves(out, region.outputs);
+    const FunctionInfo *bwd = fn.vjpBwd;
+    std::string name = fn.name;
+    region.backward = [this, bwd, name, out, res, args, kwargs, at](const std::vector<Value *> &cots) {
+      std::vector<Value *> floatCots;
+      {
+        std::vector<Value *> leaves;
+        tensorLeaves(out, leaves);
+        for (size_t i = 0; i < leaves.size(); ++i)
+          if (autodiff::differentiable(leaves[i]->type)) floatCots.push_back(cots.at(i));
+      }
+      size_t next = 0;
+      LVRef g = replaceLeaves(out, floatCots, next, at);
+      LVRef back = callFunction(*bwd, {res, g}, kwargs, at);
+      std::vector<LVRef> per;
+      if ((back->kind == LV::K::Tuple || back->kind == LV::K::List) && !(args.size() == 1 && back->elems.size() != 1)) per = back->elems;
+      else per = {back};
+      if (per.size() != args.size())
+        throw autodiff::AutodiffError{autodiff::AutodiffError::Kind::Structure,
+                                      "the backward function `" + bwd->name + "` returns " + std::to_string(per.size()) +
+                                          " cotangent(s) for the " + std::to_string(args.size()) + " argument(s) of `" + name + "`", loc(at)};
+      std::vector<Value *> ins;
+      for (size_t i = 0; i < args.size(); ++i) {
+        // One entry per tensor leaf of the argument (the region's inputs), null for none.
+        std::vector<Value *> fl;
+        if (!matchLeaves(args[i], per[i], fl, at))
+          throw autodiff::AutodiffError{autodiff::AutodiffError::Kind::Structure,
+                                        "the backward function `" + bwd->name + "` returns " + structureText(per[i], at) + " as the cotangent of " +
+                                            structureText(args[i], at) + " (argument " + std::to_string(i) + " of `" + name + "`)", loc(at)};
+        std::vector<Value *> leaves;
+        tensorLeaves(args[i], leaves);
+        size_t k = 0;
+        for (Value *l : leaves) ins.push_back(autodiff::differentiable(l->type) ? fl.at(k++) : nullptr);
+      }
+      return ins;
+    };
+    regions_.push_back(region);
+    return out;
+  }
 
   // ---- builtins ------------------------------------------------------------------------------
 
@@ -1223,10 +1612,48 @@ public:
       for (int64_t i = 0; i < *n; ++i) out.push_back(tensor(op(OpKind::KeySplit, {key->v}, {{"index", i}, {"count", *n}}, at)));
       return tuple(out);
     }
-    if (name == "stop_gradient") return A(0, "x");
-    // Forward, a checkpointed function computes what the function does; what checkpoint
-    // changes is what the backward pass keeps (autodiff).
-    if (name == "checkpoint") return A(0, "f");
+    if (name == "random.bernoulli") {
+      // bernoulli(p) is uniform < p (runtime/Random.h draws both from the same 24 bits).
+      LVRef key = A(0, "key"), p = A(1, "p"), shapeArg = A(2, "shape");
+      if (!key || key->kind != LV::K::Key) unsupported("a random draw without a key", at);
+      Value *pv = p ? asTensor(p, DType::F32, at) : constant(0.5, DType::F32, at);
+      std::vector<Dim> shape = shapeArg && shapeArg->kind != LV::K::None ? shapeOf(shapeArg, at) : pv->type.dims;
+      Value *u = op(OpKind::RandomUniform, {key->v}, {{"shape", shape}, {"dtype", DTypeAttr{DType::F32, {}}}}, at);
+      return tensor(op(OpKind::Lt, {u, pv}, {}, at));
+    }
+    if (name == "stop_gradient") {
+      // A fresh alias of each tensor leaf that autodiff treats as a constant.
+      std::function<LVRef(const LVRef &)> stop = [&](const LVRef &x) -> LVRef {
+        if (x->kind == LV::K::Tensor) {
+          Value *a = op(OpKind::Reshape, {x->v}, {{"shape", x->v->type.dims}}, at);
+          constants_.insert(a);
+          return tensor(a);
+        }
+        if (x->kind == LV::K::Tuple || x->kind == LV::K::List || x->kind == LV::K::Dict) {
+          LV c = *x;
+          for (auto &e : c.elems) e = stop(e);
+          for (auto &f : c.fields) f.second = stop(f.second);
+          return mk(c);
+        }
+        return x;
+      };
+      return stop(A(0, "x"));
+    }
+    if (name == "grad" || name == "value_and_grad" || name == "checkpoint") {
+      LVRef f = A(0, "f");
+      if (!f) unsupported("`" + name + "` without a function", at);
+      LV v;
+      v.kind = LV::K::Transformed;
+      v.transform = name == "grad" ? sema::Transform::Grad : name == "value_and_grad" ? sema::Transform::ValueAndGrad : sema::Transform::Checkpoint;
+      v.inner = f;
+      if (LVRef an = A(1, "argnums"); an && name != "checkpoint") {
+        v.tupleArgnums = an->kind == LV::K::Tuple || an->kind == LV::K::List;
+        for (int64_t n : intsOf(an, at)) v.argnums.push_back(static_cast<int>(n));
+      }
+      return mk(v);
+    }
+    if (name == "vjp") return vjpCall(args, at);
+    if (name == "jvp") return jvpCall(A(0, "f"), A(1, "primals"), A(2, "tangents"), at);
     unsupported("`" + name + "` in a graph function", calleeRange);
   }
 
@@ -1235,6 +1662,11 @@ public:
   Graph &g_;
   std::vector<Frame *> frames_;
   int depth_ = 0;
+  // Autodiff: the regions recorded so far (checkpoints, custom_vjp calls), stop_gradient's
+  // results, and how many differentiated calls are being lowered.
+  std::vector<autodiff::Region> regions_;
+  std::unordered_set<const Value *> constants_;
+  int diffDepth_ = 0;
 };
 
 // Turns a parameter of checker type `t` into graph parameters (pytrees flatten, leaf by leaf,
@@ -1266,6 +1698,24 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     throw CompileError{"a string parameter whose value is not known", at};
   case TypeKind::None: return none();
   case TypeKind::DTypeVal: { LV v; v.kind = LV::K::DType; v.dt = {t->dtype, t->policies}; return mk(v); }
+  case TypeKind::Function: {
+    // A function passed from host code (`value_and_grad(loss_fn)` called by `tsr run`).
+    if (t->transform == sema::Transform::None) {
+      if (!t->fn) break;
+      LV v;
+      v.kind = LV::K::Function;
+      v.fn = t->fn;
+      return mk(v);
+    }
+    if (!t->inner || t->transform == sema::Transform::Pullback) break;
+    LV v;
+    v.kind = LV::K::Transformed;
+    v.transform = t->transform;
+    v.inner = paramValue(g, name, t->inner, at, compileTime);
+    v.argnums = t->argnums;
+    v.tupleArgnums = t->name == "tuple";
+    return mk(v);
+  }
   case TypeKind::Builtin: {
     LV v;
     v.kind = LV::K::Builtin;
@@ -1286,8 +1736,9 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     for (auto &[k, ft] : t->fields) v.fields.push_back({k, paramValue(g, name + "." + k, ft, at, compileTime)});
     return mk(v);
   }
-  default: throw CompileError{"a parameter of type " + sema::typeStr(t), at};
+  default: break;
   }
+  throw CompileError{"a parameter of type " + sema::typeStr(t), at};
 }
 
 void collectOutputs(const LVRef &v, std::vector<Value *> &out, SourceRange at, bool keepConstants = false) {
@@ -1410,7 +1861,10 @@ std::unique_ptr<Module> lowerProgram(const sema::Program &p, DiagnosticEngine &d
         runGraphPipeline(*g, true);
       } catch (CompileError &e) {
         if (e.what.rfind("internal: ", 0) == 0) diags.internalError(e.what.substr(10), e.range);
-        else diags.report(DiagKind::NotCompilableYet, e.range, {e.what});
+        else if (e.kind != DiagKind::NotCompilableYet) {
+          diags.report(e.kind, e.range, e.args);
+          for (auto &n : e.notes) diags.note(n);
+        } else diags.report(DiagKind::NotCompilableYet, e.range, {e.what});
         // The partial graph is dropped.
         if (!m->graphs.empty() && m->graphs.back()->name == names[i]) m->graphs.pop_back();
       } catch (IRError &e) {

@@ -17,6 +17,11 @@ namespace tsr::ir {
 struct CompileError {
   std::string what; // "a `while` loop", used as "{what} cannot be compiled yet"
   SourceRange range;
+  /// Errors of the program that only lowering can see (autodiff's, docs/diagnostics.md) have a
+  /// kind of their own, its arguments, and notes; `what` is then the formatted message.
+  DiagKind kind = DiagKind::NotCompilableYet;
+  std::vector<std::string> args;
+  std::vector<std::string> notes;
 };
 Graph *lowerGraphFunction(Module &m, const sema::Program &p, const sema::FunctionInfo &fn,
                           const std::vector<std::pair<std::string, sema::TypeRef>> &params, const std::string &name);

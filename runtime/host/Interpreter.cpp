@@ -104,7 +104,7 @@ struct Interpreter::Impl {
   // ---- values and types -------------------------------------------------------------------
 
   static std::string kindName(const ValueRef &v) {
-    static const char *n[] = {"None", "bool", "int", "float", "str", "tensor", "random key", "list", "tuple", "dict", "function", "builtin", "module", "lambda", "range", "dtype"};
+    static const char *n[] = {"None", "bool", "int", "float", "str", "tensor", "random key", "list", "tuple", "dict", "function", "builtin", "module", "lambda", "range", "dtype", "transformed function"};
     return n[static_cast<int>(v->k)];
   }
 
@@ -141,6 +141,19 @@ struct Interpreter::Impl {
   // Tensors (and keys, as i64 [2]) of a value, in the order lowering makes parameters.
   void flatten(const ValueRef &v, std::vector<rt::Tensor> &out) {
     switch (v->k) {
+    case K::Function: return T::function(v->fn);
+    case K::Transform: {
+      // grad(f), value_and_grad(f, argnums=...), checkpoint(f): the checker's type of the
+      // transformed function, which lowering turns back into the transform.
+      if (v->transform == sema::Transform::Pullback) fail("a pullback cannot be passed to compiled code", at);
+      auto t = std::make_shared<sema::Type>();
+      t->kind = TypeKind::Function;
+      t->transform = v->transform;
+      t->inner = typeOf(v->inner, at);
+      t->argnums = v->argnums;
+      if (v->argnumsTuple) t->name = "tuple";
+      return t;
+    }
     case K::Tensor: out.push_back(v->t); return;
     case K::Key: out.push_back(ir::keyTensor(v->key)); return;
     case K::List: case K::Tuple: for (auto &e : v->items) flatten(e, out); return;
@@ -191,6 +204,13 @@ struct Interpreter::Impl {
 
   // Evaluates `e` (a synthetic expression over the names _0, _1, ...) as a graph.
   ValueRef eager(Expr *e, const std::vector<ValueRef> &operands, const sema::ModuleInfo &mod, const void *site) {
+    // Functions and transforms: which function, which transform, which argument numbers.
+    if (t->fn) s += "@" + std::to_string(reinterpret_cast<uintptr_t>(t->fn));
+    if (t->transform != sema::Transform::None) {
+      s += "~" + std::to_string(static_cast<int>(t->transform)) + t->name;
+      for (int n : t->argnums) s += "," + std::to_string(n);
+    }
+    if (t->inner) s += "inner:" + key(t->inner);
     std::vector<ir::EagerInput> inputs;
     std::string k = std::to_string(reinterpret_cast<uintptr_t>(site)) + "|";
     for (size_t i = 0; i < operands.size(); ++i) {
@@ -206,7 +226,7 @@ struct Interpreter::Impl {
       try {
         g = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
       } catch (ir::CompileError &err) {
-        fail(err.what + " cannot run yet", err.range.valid() ? err.range : e->range);
+        fail(compileMessage(err), err.range.valid() ? err.range : e->range);
       } catch (ir::IRError &err) {
         fail("internal error: " + err.message, e->range, 70);
       }
@@ -234,6 +254,15 @@ struct Interpreter::Impl {
     if (v->self && hasTensor(v->self)) return true;
     return false;
   }
+  // A lowering failure as a run-time message: what cannot run yet, or an error of the program
+  // that lowering found (autodiff's), with its code and notes.
+  static std::string compileMessage(const ir::CompileError &err) {
+    if (err.kind == DiagKind::NotCompilableYet) return err.what + " cannot run yet";
+    std::string m = err.what;
+    for (auto &n : err.notes) m += "\n  note: " + n;
+    return m;
+  }
+
 
   // ---- statements --------------------------------------------------------------------------
 
@@ -841,7 +870,7 @@ struct Interpreter::Impl {
         ir::runGraphPipeline(*lowered, true);
         g = lowered;
       } catch (ir::CompileError &err) {
-        fail(err.what + " cannot run yet", err.range.valid() ? err.range : at);
+        fail(compileMessage(err), err.range.valid() ? err.range : at);
       } catch (ir::IRError &err) {
         fail("internal error: " + err.message, at, 70);
       }
@@ -895,10 +924,47 @@ struct Interpreter::Impl {
     }
     if (name == "range") {
       Value r;
+    case K::Transform: return callTransform(callee, args, kwargs, c, env);
       r.k = K::Range;
       auto intArg = [&](const ValueRef &v) {
         if (v->k != K::Int) fail("range() takes ints", at);
         return v->i;
+  // A call of grad(f), value_and_grad(f), checkpoint(f) or a pullback: one graph computing the
+  // transform's result, compiled per argument signature and cached like other eager graphs. A
+  // pullback's graph recomputes the forward pass from the primals (vjp(f, *primals)[1](g)).
+  ValueRef callTransform(const ValueRef &t, const std::vector<ValueRef> &args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                         Call *c, std::shared_ptr<Env> &env) {
+    SourceRange at = c ? c->range : SourceRange{};
+    std::vector<ValueRef> operands;
+    Expr *func = nullptr;
+    if (t->transform == sema::Transform::Pullback) {
+      Value vb;
+      vb.k = K::Builtin;
+      vb.builtin = sema::findBuiltin("vjp");
+      operands.push_back(mk(vb));
+      operands.push_back(t->inner);
+      for (auto &p : t->items) operands.push_back(p);
+      auto *vc = synth.make<Call>(at, nameNode(0, at));
+      for (size_t i = 1; i < operands.size(); ++i) vc->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
+      auto *sub = synth.make<Subscript>(at, vc);
+      sub->indices.push_back(synth.make<IntLit>(at, 1));
+      func = sub;
+    } else {
+      operands.push_back(t);
+      func = nameNode(0, at);
+    }
+    auto *node = synth.make<Call>(at, func);
+    for (auto &a : args) {
+      operands.push_back(a);
+      node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
+    }
+    for (auto &[k, v] : kwargs) {
+      operands.push_back(v);
+      node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
+    }
+    return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
+  }
+
       };
       if (args.size() == 1) r.stop = intArg(args[0]);
       else { r.start = intArg(args[0]); r.stop = intArg(args[1]); if (args.size() > 2) r.step = intArg(args[2]); }
@@ -1086,6 +1152,34 @@ struct Interpreter::Impl {
         if (name == "abs") {
           ValueRef x = args.at(0);
           return x->k == K::Float ? floating(std::fabs(x->f)) : integer(x->i < 0 ? -x->i : x->i);
+    if (name == "grad" || name == "value_and_grad" || name == "checkpoint") {
+      // The transformed function; calling it compiles one graph (callTransform).
+      Value v;
+      v.k = K::Transform;
+      v.transform = name == "grad" ? sema::Transform::Grad : name == "value_and_grad" ? sema::Transform::ValueAndGrad : sema::Transform::Checkpoint;
+      v.inner = argOr(0, "f");
+      if (!v.inner) fail(name + "() needs a function", at);
+      if (ValueRef an = name == "checkpoint" ? nullptr : argOr(1, "argnums")) {
+        v.argnumsTuple = an->k == K::Tuple || an->k == K::List;
+        for (auto &n : v.argnumsTuple ? an->items : std::vector<ValueRef>{an}) {
+          if (n->k != K::Int) fail("argnums are ints", at);
+          v.argnums.push_back(static_cast<int>(n->i));
+        }
+      }
+      return mk(v);
+    }
+    if (name == "vjp") {
+      // vjp(f, *primals) -> (f(*primals), pullback); the pullback's graph recomputes f.
+      if (args.empty()) fail("vjp() needs a function", at);
+      std::vector<ValueRef> primals(args.begin() + 1, args.end());
+      ValueRef out = callValue(args[0], primals, {}, c, env);
+      Value pb;
+      pb.k = K::Transform;
+      pb.transform = sema::Transform::Pullback;
+      pb.inner = args[0];
+      pb.items = primals;
+      return seq({out, mk(pb)}, false);
+    }
         }
         if (name == "round") {
           ValueRef x = args.at(0);

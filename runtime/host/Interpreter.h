@@ -26,7 +26,7 @@ using ValueRef = std::shared_ptr<Value>;
 struct Env;
 
 struct Value {
-  enum class K : uint8_t { None, Bool, Int, Float, Str, Tensor, Key, List, Tuple, Dict, Function, Builtin, Module, Lambda, Range, DType };
+  enum class K : uint8_t { None, Bool, Int, Float, Str, Tensor, Key, List, Tuple, Dict, Function, Builtin, Module, Lambda, Range, DType, Transform };
   K k = K::None;
   bool b = false;
   int64_t i = 0;
@@ -49,6 +49,12 @@ struct Value {
 };
 
 /// Runs graphs: the reference evaluator today, compiled code as it lands.
+  // Transform: grad, value_and_grad or checkpoint of `inner` (argnums as given, `argnumsTuple`
+  // when given as a tuple), or vjp's pullback of `inner` at the primals in `items`.
+  sema::Transform transform = sema::Transform::None;
+  ValueRef inner;
+  std::vector<int> argnums;
+  bool argnumsTuple = false;
 class GraphExecutor {
 public:
   virtual ~GraphExecutor() = default;
