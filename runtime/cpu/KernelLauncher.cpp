@@ -1,0 +1,153 @@
+#include "runtime/cpu/KernelLauncher.h"
+
+#include "codegen/cpu/CpuKernel.h"
+#include "ir/lower/LowerKernel.h"
+#include "ir/tile/TileText.h"
+
+#include <algorithm>
+#include <array>
+#include <functional>
+
+namespace tsr::cpu {
+
+using namespace tsr::ast;
+
+struct KernelLauncher::Entry {
+  const tile::Function *fn = nullptr;
+  std::shared_ptr<const codegen::CompiledKernel> compiled;
+};
+
+KernelLauncher::KernelLauncher(const sema::Program &p, int threads) : P_(p), threads_(threads) {}
+KernelLauncher::~KernelLauncher() = default;
+
+std::vector<size_t> KernelLauncher::writtenOperands(const sema::FunctionInfo &k) {
+  // The same walk as LowerGraph's: the base names of the views given to tile.store and
+  // tile.atomic_add, in the order the body mentions them.
+  std::vector<std::string> names;
+  std::function<void(Node *)> walk = [&](Node *n) {
+    if (auto *c = dyn_cast<Call>(n)) {
+      auto *at = dyn_cast<Attribute>(c->func);
+      if (at && (at->attr == "store" || at->attr == "atomic_add") && at->value->kind == Kind::Name &&
+          static_cast<Name *>(at->value)->id == "tile" && !c->args.empty()) {
+        Expr *v = c->args[0].value;
+        while (auto *s = dyn_cast<Subscript>(v)) v = s->value;
+        if (auto *nm = dyn_cast<Name>(v))
+          if (std::find(names.begin(), names.end(), nm->id) == names.end()) names.push_back(nm->id);
+      }
+    }
+    forEachChild(n, walk);
+  };
+  for (Stmt *st : k.def->body) walk(st);
+  std::vector<size_t> out;
+  for (const std::string &w : names) {
+    size_t pos = 0;
+    for (const sema::ParamInfo &prm : k.params) {
+      if (prm.compileTime()) continue;
+      if (prm.name == w) {
+        out.push_back(pos);
+        break;
+      }
+      ++pos;
+    }
+  }
+  return out;
+}
+
+const KernelLauncher::Entry &KernelLauncher::entry(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
+                                                   const std::vector<rt::Tensor> &args) const {
+  std::vector<ir::Type> types;
+  std::string key = k.module->name + "." + k.name + "|";
+  for (const rt::Tensor &t : args) {
+    std::vector<Dim> dims;
+    for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
+    types.push_back(ir::Type::tensor(std::move(dims), t.dtype()));
+    key += types.back().str() + ";";
+  }
+  std::vector<ir::Attr> config;
+  for (const ir::Attr &a : attrs) {
+    if (a.name == "callee") continue;
+    if (a.name == "grid") {
+      // Only the grid's rank reaches the kernel.
+      if (auto *g = std::get_if<std::vector<Dim>>(&a.value)) key += "grid" + std::to_string(g->size()) + ",";
+      config.push_back(a);
+      continue;
+    }
+    config.push_back(a);
+    key += a.name + "=";
+    if (auto *i = std::get_if<int64_t>(&a.value)) key += std::to_string(*i);
+    else if (auto *b = std::get_if<bool>(&a.value)) key += *b ? "true" : "false";
+    else if (auto *d = std::get_if<double>(&a.value)) key += std::to_string(*d);
+    key += ",";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return *it->second;
+  auto e = std::make_unique<Entry>();
+  try {
+    e->fn = ir::lowerKernel(module_, P_, k, types, config, (k.module->name.empty() ? "" : k.module->name + ".") + k.name);
+  } catch (const ir::CompileError &err) {
+    std::string where;
+    if (err.range.valid() && P_.sm.has(err.range.file)) {
+      const SourceFile &f = P_.sm.file(err.range.file);
+      LineCol lc = f.lineCol(err.range.begin);
+      where = f.path() + ":" + std::to_string(lc.line) + ":" + std::to_string(lc.column) + ": ";
+    }
+    throw LaunchError(where + err.what + " cannot run yet", err.range, err.what);
+  }
+  e->compiled = codegen::compileForHost(*e->fn);
+  return *cache_.emplace(key, std::move(e)).first->second;
+}
+
+const tile::Function &KernelLauncher::lowered(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
+                                              const std::vector<rt::Tensor> &args) const {
+  return *entry(k, attrs, args).fn;
+}
+
+void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, std::vector<rt::Tensor> &args,
+                            const std::vector<int64_t> &grid) const {
+  if (grid.empty() || grid.size() > 3) throw LaunchError("kernel `" + k.name + "`: a grid has 1 to 3 axes, not " + std::to_string(grid.size()), {}, "");
+  std::array<int64_t, 3> g{1, 1, 1};
+  for (size_t i = 0; i < grid.size(); ++i) {
+    if (grid[i] < 0) throw LaunchError("kernel `" + k.name + "`: grid axis " + std::to_string(i) + " has the negative size " + std::to_string(grid[i]), {}, "");
+    g[i] = grid[i];
+  }
+  const Entry &e = entry(k, attrs, args);
+  const tile::Function &f = *e.fn;
+  if (f.params.size() != args.size())
+    throw LaunchError("kernel `" + k.name + "`: " + std::to_string(args.size()) + " arguments for " + std::to_string(f.params.size()) + " parameters", {}, "");
+  std::vector<codegen::KernelArg> kargs(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const tile::Type &t = f.params[i]->type;
+    rt::Tensor &a = args[i];
+    if (t.isTensor()) {
+      if (a.ndim() != static_cast<int64_t>(t.rank) || a.dtype() != t.dtype)
+        throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is a " + std::string(dtypeName(a.dtype())) + " tensor of shape " +
+                              rt::formatShape(a.shape()) + ", not of rank " + std::to_string(t.rank) + " and dtype " + std::string(dtypeName(t.dtype)), {}, "");
+      if (a.ndim() > codegen::kMaxRank) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(codegen::kMaxRank), {}, "");
+      kargs[i].data = a.data();
+      auto strides = a.strides();
+      for (int64_t d = 0; d < a.ndim(); ++d) {
+        kargs[i].shape[d] = a.shape()[d];
+        kargs[i].strides[d] = strides[d];
+      }
+    } else {
+      if (a.numel() != 1) throw LaunchError("kernel `" + k.name + "`: scalar argument `" + f.params[i]->name + "` has " + std::to_string(a.numel()) + " elements", {}, "");
+      if (isFloat(t.dtype)) kargs[i].f = a.toF64(0);
+      else kargs[i].i = a.toI64(0);
+    }
+  }
+  e.compiled->launch(kargs.data(), kargs.size(), g, threads_);
+}
+
+std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid) const {
+  const std::string *callee = op.attrAs<std::string>("callee");
+  const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr;
+  if (!k) throw LaunchError("kernel_call of an unknown kernel `" + (callee ? *callee : std::string("?")) + "`", {}, "");
+  launch(*k, op.attrs, operands, grid);
+  std::vector<rt::Tensor> out;
+  for (size_t w : writtenOperands(*k))
+    if (w < operands.size()) out.push_back(operands[w]);
+  return out;
+}
+
+} // namespace tsr::cpu

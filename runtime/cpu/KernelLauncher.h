@@ -1,0 +1,82 @@
+// Kernel launches on the host CPU: a `@kernel` is lowered to Tile IR for the launch's argument
+// types and configuration (ir/lower/LowerKernel.h), compiled to machine code by codegen's host
+// JIT (codegen/cpu/CpuKernel.h), and run over its grid on CPU tensors. Used by the graph
+// evaluator for kernel_call ops (as its ir::KernelRunner) and by the host interpreter for
+// launches written in host code (`saxpy[(cdiv(n, 1024),)](x, y, 2.5)`).
+//
+// Arguments: tensors are rt::Tensors (contiguous row-major: strides come from the shape) that
+// the kernel reads and writes in place; scalar parameters are 0-d tensors whose value is passed
+// as the parameter's number. Lowered and compiled kernels are cached per callee, configuration
+// and argument shapes and dtypes (tile extents may be a tensor's size, so shapes are part of a
+// kernel's identity), for the life of the launcher.
+#pragma once
+
+#include "ir/IR.h"
+#include "ir/eval/Evaluator.h"
+#include "ir/tile/TileIR.h"
+#include "runtime/Tensor.h"
+#include "sema/Program.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tsr::codegen { class CompiledKernel; }
+
+namespace tsr::cpu {
+
+/// A launch that cannot run: the kernel does not lower yet (`what` as ir::CompileError's, at
+/// `range` in the kernel's source), or its arguments do not fit it. what() reads
+/// "FILE:LINE:COL: <what> cannot run yet" for lowering failures, so that it stays useful when
+/// the graph evaluator wraps it.
+class LaunchError : public std::runtime_error {
+public:
+  LaunchError(const std::string &message, SourceRange range, std::string what)
+      : std::runtime_error(message), range(range), construct(std::move(what)) {}
+  SourceRange range;     // the construct that does not lower; invalid for argument errors
+  std::string construct; // ir::CompileError's `what`; empty for argument errors
+};
+
+class KernelLauncher : public ir::KernelRunner {
+public:
+  /// `threads`: worker threads per launch (0: one per core).
+  explicit KernelLauncher(const sema::Program &p, int threads = 0);
+  ~KernelLauncher() override;
+
+  /// ir::KernelRunner: runs `op`'s kernel (a kernel_call of Graph IR) on `operands` in place and
+  /// returns the operands the kernel writes, in the order of the op's results (the order in
+  /// which the kernel's body first stores into each parameter, as LowerGraph lists them).
+  /// Throws LaunchError (lowering), codegen::CodegenError.
+  std::vector<rt::Tensor> run(const ir::Op &op, std::vector<rt::Tensor> &operands,
+                              const std::vector<int64_t> &grid) const override;
+
+  /// Launches `k` over `grid` (1 to 3 sizes, each >= 0) with `attrs` (ir::launchConfig(k) plus
+  /// compile-time arguments by name) on `args`, one per run-time parameter in order, written in
+  /// place. Throws LaunchError, codegen::CodegenError.
+  void launch(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, std::vector<rt::Tensor> &args,
+              const std::vector<int64_t> &grid) const;
+
+  /// The tile function a launch of `k` with these attributes and arguments runs (lowered and
+  /// cached as launch() would). Throws LaunchError.
+  const tile::Function &lowered(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
+                                const std::vector<rt::Tensor> &args) const;
+
+  /// The positions (among the run-time parameters) of the tensors `k` writes, in the order its
+  /// body first stores into them: kernel_call's result order.
+  static std::vector<size_t> writtenOperands(const sema::FunctionInfo &k);
+
+private:
+  struct Entry;
+  const Entry &entry(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, const std::vector<rt::Tensor> &args) const;
+
+  const sema::Program &P_;
+  int threads_;
+  mutable std::mutex mu_;
+  mutable tile::Module module_;
+  mutable std::map<std::string, std::unique_ptr<Entry>> cache_;
+};
+
+} // namespace tsr::cpu

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Kernels run on the CPU end to end: `tsr run FILE` for each file given, which must exit with 0
+(each program checks its kernels against graph-level references with its own asserts, and an
+assert that fails exits with 1) and print what it measured. Prints the programs' output and ends
+with `N passed, N failed`.
+
+usage: run_kernels.py TSR FILE...
+"""
+import os
+import subprocess
+import sys
+
+
+def main():
+    tsr, files = os.path.abspath(sys.argv[1]), sys.argv[2:]
+    passed = failed = 0
+    for path in files:
+        p = subprocess.run([tsr, "run", os.path.basename(path)], cwd=os.path.dirname(os.path.abspath(path)),
+                           capture_output=True, text=True, timeout=600)
+        out = p.stdout.strip()
+        if p.returncode != 0 or not out:
+            failed += 1
+            print(f"FAIL {path}: exit code {p.returncode}")
+            print("    " + (out + "\n" + p.stderr.strip()).strip().replace("\n", "\n    "))
+        else:
+            passed += 1
+            print(f"ok   {path}")
+            print("    " + out.replace("\n", "\n    "))
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
