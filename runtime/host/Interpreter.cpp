@@ -4,6 +4,8 @@
 #include "ir/lower/LowerGraph.h"
 #include "ir/passes/Pipeline.h"
 #include "runtime/Formats.h"
+#include "runtime/cpu/KernelLauncher.h"
+#include "ir/lower/LowerKernel.h"
 #include "sema/Builtins.h"
 
 #include <chrono>
@@ -46,7 +48,7 @@ struct ReturnSignal { ValueRef value; };
 class EvaluatorExecutor : public GraphExecutor {
 public:
   std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override {
-    return ir::evaluate(m, g, inputs, nullptr);
+    return ir::evaluate(m, g, inputs, kernels);
   }
 };
 
@@ -95,9 +97,13 @@ struct Interpreter::Impl {
   std::map<std::string, const ir::Graph *> cache; // signature -> graph
   std::map<std::string, TypeRef> cacheResult;
   AstContext synth;                           // synthetic expressions for eager operations
+  std::unique_ptr<cpu::KernelLauncher> kernels; // kernels launched from host code and from graphs
   int depth = 0;
 
-  Impl(const sema::Program &p, GraphExecutor &e, std::ostream &o) : P(p), exec(e), out(o) {}
+  Impl(const sema::Program &p, GraphExecutor &e, std::ostream &o)
+      : P(p), exec(e), out(o), kernels(std::make_unique<cpu::KernelLauncher>(p)) {
+    if (!exec.kernels) exec.kernels = kernels.get();
+  }
 
   [[noreturn]] void fail(const std::string &m, SourceRange r, int code = 1) { throw RuntimeError{m, r, code}; }
 
@@ -771,6 +777,10 @@ struct Interpreter::Impl {
     if (base->k == K::Builtin && base->builtin->isNamespace) {
       if (const sema::BuiltinInfo *b = sema::findBuiltin(base->builtin->name + "." + n)) { Value v; v.k = K::Builtin; v.builtin = b; return mk(v); }
     }
+    if (base->k == K::Dict && base->s == kConfigMark) {
+      for (auto &[k, v] : base->dict) if (k == n) return v;
+      fail("the configuration has no entry `" + n + "`", a->attrRange);
+    }
     if (base->k == K::Dict || base->k == K::List) {
       Value v;
       v.k = K::Builtin;
@@ -781,9 +791,109 @@ struct Interpreter::Impl {
     fail("a " + kindName(base) + " has no attribute `" + n + "`", a->attrRange);
   }
 
+  // ---- kernel launches ---------------------------------------------------------------------
+
+  // A launch's configuration as a grid lambda sees it (`cfg.BM`): a dict marked as such, whose
+  // entries are read as attributes.
+  static constexpr const char *kConfigMark = "kernel configuration";
+
+  // kernel[grid](args) in host code: the kernel runs on the CPU (runtime/cpu/KernelLauncher.h)
+  // and writes into its tensor arguments in place, so the caller's tensors see its results.
+  // On the CPU an autotune space takes its first configuration, as in graphs (LowerGraph).
+  ValueRef launchKernel(Call *c, Subscript *sub, const sema::FunctionInfo &k, std::shared_ptr<Env> &env) {
+    std::vector<ir::Attr> attrs = ir::launchConfig(k);
+    std::vector<ValueRef> positional;
+    std::vector<std::pair<std::string, ValueRef>> keywords;
+    for (const Arg &a : c->args) {
+      if (a.kind == ArgKind::Positional) positional.push_back(expr(a.value, env));
+      else if (a.kind == ArgKind::Keyword) keywords.push_back({a.name, expr(a.value, env)});
+      else fail("`*` and `**` arguments of a kernel launch cannot run yet", a.range);
+    }
+    Value cfg;
+    cfg.k = K::Dict;
+    cfg.s = kConfigMark;
+    auto number = [](const ir::AttrValue &v) -> ValueRef {
+      if (auto *i = std::get_if<int64_t>(&v)) return integer(*i);
+      if (auto *b = std::get_if<bool>(&v)) return boolean(*b);
+      if (auto *f = std::get_if<double>(&v)) return floating(*f);
+      return nullptr;
+    };
+    for (auto &a : attrs)
+      if (ValueRef v = number(a.value)) cfg.dict.push_back({a.name, v});
+    std::vector<rt::Tensor> args;
+    size_t ai = 0;
+    for (const Param &p : k.def->params) {
+      ValueRef v;
+      for (auto &[name, x] : keywords) if (name == p.name) v = x;
+      if (!v && p.kind == ParamKind::Positional && ai < positional.size()) v = positional[ai++];
+      if (p.kind == ParamKind::KeywordOnly) {
+        bool configured = false;
+        for (auto &a : attrs) configured |= a.name == p.name;
+        if (configured) continue; // the autotune space or the schedule sets it
+        if (!v && p.defaultValue) {
+          auto scope = std::make_shared<Env>();
+          scope->module = k.module;
+          v = expr(p.defaultValue, scope);
+        }
+        if (!v) fail("the launch of `" + k.name + "` is missing the compile-time argument `" + p.name + "`", c->range);
+        if (v->k == K::Int) attrs.push_back({p.name, v->i});
+        else if (v->k == K::Bool) attrs.push_back({p.name, v->b});
+        else if (v->k == K::Float) attrs.push_back({p.name, v->f});
+        else fail("the compile-time argument `" + p.name + "` of a kernel must be an int, a float or a bool, not a " + kindName(v), c->range);
+        cfg.dict.push_back({p.name, v});
+        continue;
+      }
+      if (!v) fail("the launch of `" + k.name + "` is missing the argument `" + p.name + "`", c->range);
+      if (v->k == K::Tensor) { args.push_back(v->t); continue; }
+      // A number for a scalar parameter: its annotation's dtype (`alpha: f32`), else the number's.
+      DType d = v->k == K::Float ? DType::F32 : v->k == K::Bool ? DType::Bool : DType::I64;
+      if (auto *n = p.annotation ? dyn_cast<Name>(p.annotation) : nullptr)
+        if (auto a = dtypeFromName(n->id)) d = *a;
+      if (v->k == K::Int) args.push_back(rt::Tensor::fromI64({}, d, std::vector<int64_t>{v->i}));
+      else if (v->k == K::Float) args.push_back(rt::Tensor::scalar(v->f, d));
+      else if (v->k == K::Bool) args.push_back(rt::Tensor::fromI64({}, d, std::vector<int64_t>{v->b}));
+      else fail("a " + kindName(v) + " cannot be passed to a kernel", c->range);
+    }
+    for (const char *knob : {"warps", "stages"}) {
+      bool present = false;
+      for (auto &[name, x] : cfg.dict) present |= name == knob;
+      if (!present) cfg.dict.push_back({knob, integer(std::string(knob) == "warps" ? 4 : 2)});
+    }
+    // The grid: ints, a tuple of ints, or a lambda of the configuration giving either.
+    ValueRef grid;
+    if (sub->indices.size() == 1) grid = expr(sub->indices[0], env);
+    else {
+      std::vector<ValueRef> es;
+      for (Expr *i : sub->indices) es.push_back(expr(i, env));
+      grid = seq(es, false);
+    }
+    if (grid->k == K::Lambda) grid = callValue(grid, {mk(cfg)}, {}, nullptr, env);
+    std::vector<int64_t> sizes;
+    auto size = [&](const ValueRef &x) {
+      if (x->k != K::Int) fail("a grid is made of ints, not a " + kindName(x), sub->range);
+      sizes.push_back(x->i);
+    };
+    if (grid->k == K::Tuple || grid->k == K::List) for (auto &x : grid->items) size(x);
+    else size(grid);
+    attrs.push_back({"grid", std::vector<Dim>(sizes.size(), Dim::unknown())});
+    try {
+      kernels->launch(k, attrs, args, sizes);
+    } catch (const cpu::LaunchError &e) {
+      if (!e.construct.empty()) fail(e.construct + " cannot run yet", e.range.valid() ? e.range : c->range);
+      fail(e.what(), c->range);
+    } catch (const std::exception &e) {
+      fail("internal error: kernel `" + k.name + "`: " + e.what(), c->range, 70);
+    }
+    return none();
+  }
+
   // ---- calls -------------------------------------------------------------------------------
 
   ValueRef call(Call *c, std::shared_ptr<Env> &env) {
+    if (auto *sub = dyn_cast<Subscript>(c->func); sub && (sub->value->kind == Kind::Name || sub->value->kind == Kind::Attribute)) {
+      ValueRef base = expr(sub->value, env);
+      if (base->k == K::Function && base->fn->kind == sema::FunctionKind::Kernel) return launchKernel(c, sub, *base->fn, env);
+    }
     ValueRef callee = expr(c->func, env);
     std::vector<ValueRef> args;
     std::vector<std::pair<std::string, ValueRef>> kwargs;

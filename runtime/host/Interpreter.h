@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+namespace tsr::ir { class KernelRunner; }
+namespace tsr::cpu { class KernelLauncher; }
+
 namespace tsr::host {
 
 struct Value;
@@ -59,6 +62,9 @@ class GraphExecutor {
 public:
   virtual ~GraphExecutor() = default;
   virtual std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) = 0;
+  /// Runs the graphs' kernel_call ops; the interpreter sets it (to its kernel launcher) when a
+  /// caller has not.
+  const ir::KernelRunner *kernels = nullptr;
 };
 std::unique_ptr<GraphExecutor> makeReferenceExecutor();
 
