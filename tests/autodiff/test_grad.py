@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Gradients of Graph IR ops and of the stdlib's `nn` functions, against torch.autograd and
+against central finite differences of the program's own forward pass, all in f64.
+
+    test_grad.py TSR_EVAL TSRC
+
+For each case below the driver writes, into one generated program, a loss
+`f_i(inputs..., w) = sum(EXPR * w)` (w a fixed random weighting of EXPR's elements, so that every
+element's derivative matters), its gradient `d_i = value_and_grad(f_i, argnums=(the float
+inputs))`, and a directional difference quotient `fd_i(inputs..., w, directions...) =
+(f_i(x + h v) - f_i(x - h v)) / 2h`. `tsrc --emit=graph` lowers it (so the gradient goes through
+lowering and ir/autodiff exactly as user code does) and `tsr-eval` runs the graphs. Checks:
+- torch: every gradient element equals torch.autograd's for the same function (rtol 1e-9,
+  atol 1e-10, f64), and the value equals torch's;
+- finite differences: <grad, v> equals the difference quotient for 3 random directions v
+  (h = 1e-5, relative error 1e-6: central differences are accurate to O(h^2) and f64 rounding
+  adds about 1e-16 |f| / h).
+Cases with `torch=None` (random draws, whose bits torch cannot reproduce) check finite
+differences and a case-specific rule. Prints the largest errors per case; ends with `N passed,
+N failed`.
+
+PyTorch and NumPy are needed: the script re-runs itself under a Python that has them
+(TSR_TORCH_PYTHON, /usr/bin/python3, the python3s on PATH), and prints SKIP and passes when there
+is none.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def _has_torch(python):
+    try:
+        return subprocess.run([python, "-c", "import torch, numpy"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def reexec_with_torch(name):
+    try:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+        return
+    except ImportError:
+        pass
+    if not os.environ.get("TSR_AD_REEXEC"):
+        candidates = [os.environ.get("TSR_TORCH_PYTHON"), "/usr/bin/python3", "/usr/local/bin/python3"]
+        candidates += [os.path.join(d, "python3") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+        seen = {os.path.realpath(sys.executable)}
+        for c in candidates:
+            if not c or not os.path.exists(c) or os.path.realpath(c) in seen:
+                continue
+            seen.add(os.path.realpath(c))
+            if _has_torch(c):
+                os.execve(c, [c, os.path.abspath(sys.argv[0])] + sys.argv[1:], dict(os.environ, TSR_AD_REEXEC="1"))
+    print(f"SKIP {name}: no Python interpreter with torch and numpy")
+    print("0 passed, 0 failed")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    reexec_with_torch("autodiff_grad")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+torch.set_num_threads(1)
+H = 1e-5
+
+# ---- cases ---------------------------------------------------------------------------------------
+# (name, inputs, tsr expression, torch function)
+# inputs: (name, shape, kind) with kind "n" (standard normal), "p" (positive: 0.5 + |normal|),
+#   "u" (uniform in (-0.9, 0.9)), "i<N>" (integer indices in [0, N), i64), "key" (a random key).
+#   Float inputs are differentiated; the others are not.
+# torch function: of the inputs as torch tensors (None for keys), returning EXPR's value.
+# options (optional): "torch_tol" (rtol, atol) where the function itself differs from torch's,
+#   "fd_rtol" where rounding limits the difference quotient, "fd": False where it does not apply.
+
+def _gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def _rope(x, c, s):
+    half = x.shape[-1] // 2
+    return x * c + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * s
+
+
+def _sdpa(q, k, v, causal=False):
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+CASES = [
+    # -- unary --
+    ("neg", [("x", (3, 4), "n")], "-x", lambda x: -x),
+    ("abs", [("x", (3, 4), "n")], "abs(x)", torch.abs),
+    ("exp", [("x", (3, 4), "n")], "exp(x)", torch.exp),
+    ("log", [("x", (3, 4), "p")], "log(x)", torch.log),
+    ("log1p", [("x", (3, 4), "p")], "log1p(x)", torch.log1p),
+    ("expm1", [("x", (3, 4), "n")], "expm1(x)", torch.expm1),
+    ("sqrt", [("x", (3, 4), "p")], "sqrt(x)", torch.sqrt),
+    ("rsqrt", [("x", (3, 4), "p")], "rsqrt(x)", torch.rsqrt),
+    ("tanh", [("x", (3, 4), "n")], "tanh(x)", torch.tanh),
+    ("sigmoid", [("x", (3, 4), "n")], "sigmoid(x)", torch.sigmoid),
+    ("relu", [("x", (3, 4), "n")], "relu(x)", torch.relu),
+    ("gelu", [("x", (3, 4), "n")], "gelu(x)", F.gelu),
+    ("gelu_tanh", [("x", (3, 4), "n")], 'gelu(x, approximate="tanh")', _gelu_tanh),
+    ("silu", [("x", (3, 4), "n")], "silu(x)", F.silu),
+    ("sin", [("x", (3, 4), "n")], "sin(x)", torch.sin),
+    ("cos", [("x", (3, 4), "n")], "cos(x)", torch.cos),
+    ("erf", [("x", (3, 4), "n")], "erf(x)", torch.erf),
+    # Through f32, whose rounding (6e-8 relative) is large against h: a looser difference quotient.
+    ("cast", [("x", (3, 4), "n")], "cast(cast(x, f32), f64)", lambda x: x.float().double(), {"fd_rtol": 3e-2}),
+    # -- binary, with broadcasting on both sides --
+    ("add", [("x", (3, 4), "n"), ("y", (4,), "n")], "x + y", lambda x, y: x + y),
+    ("sub", [("x", (3, 1), "n"), ("y", (1, 4), "n")], "x - y", lambda x, y: x - y),
+    ("mul", [("x", (2, 3, 4), "n"), ("y", (3, 1), "n")], "x * y", lambda x, y: x * y),
+    ("div", [("x", (3, 4), "n"), ("y", (4,), "p")], "x / y", lambda x, y: x / y),
+    ("pow", [("x", (3, 4), "p"), ("y", (3, 4), "n")], "x ** y", lambda x, y: x ** y),
+    ("pow_const", [("x", (3, 4), "n")], "x ** 3", lambda x: x ** 3),
+    ("maximum", [("x", (3, 4), "n"), ("y", (4,), "n")], "maximum(x, y)", torch.maximum),
+    ("minimum", [("x", (3, 4), "n"), ("y", (3, 4), "n")], "minimum(x, y)", torch.minimum),
+    ("mod", [("x", (3, 4), "n"), ("y", (3, 4), "p")], "x % y", torch.remainder),
+    ("where", [("x", (3, 4), "n"), ("y", (4,), "n")], "where(x > 0.0, x * y, y)", lambda x, y: torch.where(x > 0, x * y, y)),
+    ("clamp", [("x", (3, 4), "n")], "clamp(x, -0.5, 0.5)", lambda x: torch.clamp(x, -0.5, 0.5)),
+    # -- reductions --
+    ("sum_axis", [("x", (3, 4, 5), "n")], "sum(x, axis=1)", lambda x: x.sum(1)),
+    ("sum_keep", [("x", (3, 4), "n")], "sum(x, axis=-1, keepdims=True)", lambda x: x.sum(-1, keepdim=True)),
+    ("mean", [("x", (3, 4), "n")], "mean(x, axis=0)", lambda x: x.mean(0)),
+    ("max", [("x", (3, 4), "n")], "max(x, axis=1)", lambda x: x.amax(1)),
+    ("min_all", [("x", (3, 4), "n")], "min(x)", lambda x: x.amin()),
+    ("prod", [("x", (3, 4), "n")], "prod(x, axis=1)", lambda x: x.prod(1)),
+    ("var", [("x", (3, 5), "n")], "var(x, axis=1)", lambda x: x.var(1, unbiased=False)),
+    ("logsumexp", [("x", (3, 5), "n")], "logsumexp(x, axis=-1)", lambda x: torch.logsumexp(x, -1)),
+    # -- matmul: matrices, batches that broadcast, vectors --
+    ("matmul", [("a", (3, 4), "n"), ("b", (4, 5), "n")], "a @ b", lambda a, b: a @ b),
+    ("matmul_batch", [("a", (2, 3, 4), "n"), ("b", (4, 5), "n")], "a @ b", lambda a, b: a @ b),
+    ("matmul_bcast", [("a", (2, 1, 3, 4), "n"), ("b", (3, 4, 2), "n")], "a @ b", lambda a, b: a @ b),
+    ("matvec", [("a", (3, 4), "n"), ("b", (4,), "n")], "a @ b", lambda a, b: a @ b),
+    ("vecmat", [("a", (4,), "n"), ("b", (4, 5), "n")], "a @ b", lambda a, b: a @ b),
+    ("dot", [("a", (4,), "n"), ("b", (4,), "n")], "a @ b", lambda a, b: a @ b),
+    # -- layout --
+    ("reshape", [("x", (3, 4), "n")], "reshape(x, (2, 6))", lambda x: x.reshape(2, 6)),
+    ("transpose", [("x", (2, 3, 4), "n")], "transpose(x, (2, 0, 1))", lambda x: x.permute(2, 0, 1)),
+    ("broadcast_to", [("x", (3, 1), "n")], "broadcast_to(x, (2, 3, 4))", lambda x: x.expand(2, 3, 4)),
+    ("slice", [("x", (5, 6), "n")], "x[1:4, 2:]", lambda x: x[1:4, 2:]),
+    ("slice_step", [("x", (7, 6), "n")], "x[1::2, ::3]", lambda x: x[1::2, ::3]),
+    ("reverse", [("x", (4, 3), "n")], "x[::-1]", lambda x: x.flip(0)),
+    ("index", [("x", (4, 3), "n")], "x[2]", lambda x: x[2]),
+    ("concat", [("x", (2, 3), "n"), ("y", (4, 3), "n")], "concat((x, y), axis=0)", lambda x, y: torch.cat([x, y], 0)),
+    ("stack", [("x", (2, 3), "n"), ("y", (2, 3), "n")], "stack((x, y), axis=1)", lambda x, y: torch.stack([x, y], 1)),
+    ("split", [("x", (6, 2), "n")], "split(x, 3, axis=0)[1] * 2.0", lambda x: torch.split(x, 2, 0)[1] * 2),
+    ("squeeze", [("x", (3, 1, 4), "n")], "unsqueeze(squeeze(x, axis=1), 0)", lambda x: x.squeeze(1).unsqueeze(0)),
+    ("gather", [("x", (4, 5), "n"), ("i", (4, 3), "i5")], "gather(x, i, axis=1)", lambda x, i: torch.gather(x, 1, i)),
+    ("gather_rows", [("x", (5, 3), "n"), ("i", (2, 3), "i5")], "gather(x, i, axis=0)", lambda x, i: torch.gather(x, 0, i)),
+    # -- compositions: fan-out (a value used many times), stop_gradient --
+    ("fanout", [("x", (3, 4), "n")], "x * tanh(x) + exp(x) * x", lambda x: x * torch.tanh(x) + torch.exp(x) * x),
+    # stop_gradient is the identity forward, so finite differences see through it: torch only.
+    ("stop_gradient", [("x", (3, 4), "n")], "x * stop_gradient(x * x)", lambda x: x * (x * x).detach(), {"fd": False}),
+    ("mask_bool", [("x", (3, 4), "n")], "x * cast(x > 0.0, f64)", lambda x: x * (x > 0).double()),
+    # -- the nn functions of the standard library (stdlib/nn.tsr) --
+    ("nn.linear", [("x", (3, 4), "n"), ("w", (4, 5), "n"), ("b", (5,), "n")], "nn.linear(x, w, b)", lambda x, w, b: x @ w + b),
+    ("nn.layer_norm", [("x", (3, 6), "n"), ("w", (6,), "n"), ("b", (6,), "n")], "nn.layer_norm(x, w, b)",
+     lambda x, w, b: F.layer_norm(x, (6,), w, b, eps=1e-5)),
+    ("nn.rms_norm", [("x", (3, 6), "n"), ("w", (6,), "n")], "nn.rms_norm(x, w)", lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w),
+    ("nn.softmax", [("x", (3, 5), "n")], "nn.softmax(x)", lambda x: F.softmax(x, -1)),
+    ("nn.softmax_axis0", [("x", (3, 5), "n")], "nn.softmax(x, axis=0)", lambda x: F.softmax(x, 0)),
+    ("nn.log_softmax", [("x", (3, 5), "n")], "nn.log_softmax(x)", lambda x: F.log_softmax(x, -1)),
+    # nn.gelu's erf is Abramowitz & Stegun 7.1.26 (error 1.5e-7, stdlib/nn.tsr): torch within that.
+    ("nn.gelu", [("x", (3, 4), "n")], "nn.gelu(x)", F.gelu, {"torch_tol": (1e-6, 1e-6)}),
+    ("nn.gelu_tanh", [("x", (3, 4), "n")], 'nn.gelu(x, approximate="tanh")', _gelu_tanh),
+    ("nn.silu", [("x", (3, 4), "n")], "nn.silu(x)", F.silu),
+    ("nn.relu", [("x", (3, 4), "n")], "nn.relu(x)", F.relu),
+    ("nn.embedding", [("ids", (2, 3), "i6"), ("t", (6, 4), "n")], "nn.embedding(ids, t)", lambda ids, t: F.embedding(ids, t)),
+    ("nn.cross_entropy", [("z", (4, 5), "n"), ("l", (4,), "i5")], "nn.cross_entropy(z, l)", lambda z, l: F.cross_entropy(z, l)),
+    ("nn.mse", [("p", (3, 4), "n"), ("t", (3, 4), "n")], "nn.mse(p, t)", F.mse_loss),
+    ("nn.sdpa", [("q", (2, 3, 4), "n"), ("k", (2, 5, 4), "n"), ("v", (2, 5, 3), "n")],
+     "nn.scaled_dot_product_attention(q, k, v)", _sdpa),
+    ("nn.sdpa_causal", [("q", (2, 4, 4), "n"), ("k", (2, 4, 4), "n"), ("v", (2, 4, 3), "n")],
+     "nn.scaled_dot_product_attention(q, k, v, causal=True)", lambda q, k, v: _sdpa(q, k, v, True)),
+    ("nn.rotary_embedding", [("x", (3, 4), "n"), ("c", (3, 4), "n"), ("s", (3, 4), "n")], "nn.rotary_embedding(x, c, s)", _rope),
+    # -- random draws: the key is a value; the backward pass uses the forward's mask --
+    ("nn.dropout", [("key", (), "key"), ("x", (4, 6), "n")], "nn.dropout(key, x, 0.5)", None),
+    ("uniform_mask", [("key", (), "key"), ("x", (4, 6), "n")], "where(random.uniform(key, (4, 6), f64) < 0.3, x * 2.0, x)", None),
+]
+
+
+def tsr_type(shape, kind):
+    dims = ", ".join(str(d) for d in shape)
+    if kind == "key":
+        return "Key"
+    dt = "i64" if kind.startswith("i") else "f64"
+    return f"Tensor[{dims + ', ' if dims else ''}{dt}]"
+
+
+def make_input(gen, shape, kind):
+    if kind == "key":
+        return None
+    if kind.startswith("i"):
+        return torch.randint(0, int(kind[1:]), shape, generator=gen, dtype=torch.int64)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64)
+    if kind == "p":
+        return 0.5 + x.abs()
+    if kind == "u":
+        return torch.rand(shape, generator=gen, dtype=torch.float64) * 1.8 - 0.9
+    return x
+
+
+def program(cases_with_shapes):
+    lines = ["import nn", ""]
+    for i, (name, inputs, expr, _fn, yshape) in enumerate(cases_with_shapes):
+        params = ", ".join(f"{n}: {tsr_type(s, k)}" for n, s, k in inputs)
+        wparam = f"w_: {tsr_type(yshape, 'n')}"
+        names = ", ".join(n for n, _, _ in inputs)
+        diff = [j for j, (_, _, k) in enumerate(inputs) if k in ("n", "p", "u")]
+        lines += [f"# {name}", "@jit", f"def f_{i}({params}, {wparam}) -> f64:", f"    return sum(({expr}) * w_)", ""]
+        lines += ["@jit", f"def d_{i}({params}, {wparam}):",
+                  f"    return value_and_grad(f_{i}, argnums=({', '.join(map(str, diff))},))({names}, w_)", ""]
+        vparams = ", ".join(f"v_{inputs[j][0]}: {tsr_type(inputs[j][1], 'n')}" for j in diff)
+        plus = ", ".join(f"{n} + {H} * v_{n}" if j in diff else n for j, (n, _, _) in enumerate(inputs))
+        minus = ", ".join(f"{n} - {H} * v_{n}" if j in diff else n for j, (n, _, _) in enumerate(inputs))
+        lines += ["@jit", f"def fd_{i}({params}, {wparam}, {vparams}) -> f64:",
+                  f"    return (f_{i}({plus}, w_) - f_{i}({minus}, w_)) / {2 * H}", ""]
+    return "\n".join(lines)
+
+
+def run_eval(tsr_eval, graph_file, graph, inputs, tmp):
+    args = []
+    for k, v in enumerate(inputs):
+        if isinstance(v, str) and v.startswith("key:"):
+            args += ["--key", v[4:]]
+        else:
+            path = os.path.join(tmp, f"in{k}.npy")
+            np.save(path, v.numpy() if isinstance(v, torch.Tensor) else v)
+            args += ["--in", path]
+    out = os.path.join(tmp, "out")
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(out):
+        os.remove(os.path.join(out, f))
+    p = subprocess.run([tsr_eval, graph_file, "--graph", graph, *args, "--out-dir", out], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"tsr-eval {graph}: {p.stderr.strip()}")
+    n = len([f for f in os.listdir(out) if f.endswith(".npy")])
+    return [torch.from_numpy(np.load(os.path.join(out, f"out{j}.npy"))) for j in range(n)]
+
+
+def main():
+    tsr_eval, tsrc = sys.argv[1], sys.argv[2]
+    gen = torch.Generator().manual_seed(1234)
+    prepared = []
+    for case in CASES:
+        name, inputs, expr, fn = case[:4]
+        opts = case[4] if len(case) > 4 else {}
+        vals = [make_input(gen, s, k) for _, s, k in inputs]
+        if fn is not None:
+            y = fn(*vals)
+            yshape = tuple(y.shape)
+        else:
+            yshape = tuple(inputs[-1][1])
+        prepared.append((name, inputs, expr, fn, yshape, vals, opts))
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "grads.tsr")
+        with open(src, "w") as f:
+            f.write(program([(n, i, e, fn, ys) for n, i, e, fn, ys, _, _ in prepared]))
+        p = subprocess.run([tsrc, src, "--emit=graph"], capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            print(p.stdout[-2000:], p.stderr[-4000:])
+            print("FAIL lowering the generated program")
+            print("0 passed, 1 failed")
+            return 1
+        graphs = os.path.join(tmp, "grads.graph")
+        with open(graphs, "w") as f:
+            f.write(p.stdout)
+        for i, (name, inputs, expr, fn, yshape, vals, opts) in enumerate(prepared):
+            try:
+                w = torch.randn(yshape, generator=gen, dtype=torch.float64)
+                diff = [j for j, (_, _, k) in enumerate(inputs) if k in ("n", "p", "u")]
+                ins = [f"key:{7 + i}" if k == "key" else v for (_, _, k), v in zip(inputs, vals)]
+                outs = run_eval(tsr_eval, graphs, f"d_{i}", ins + [w], tmp)
+                value, grads = outs[0], outs[1:]
+                problems = []
+                notes = []
+                if fn is not None:
+                    tv = [v.clone().requires_grad_(True) if j in diff else v for j, v in enumerate(vals)]
+                    ref = (fn(*tv) * w).sum()
+                    ref.backward()
+                    rtol, atol = opts.get("torch_tol", (1e-9, 1e-10))
+                    if not torch.allclose(value, ref.detach(), rtol=rtol, atol=atol):
+                        problems.append(f"value {value.item()} vs torch {ref.item()}")
+                    worst = 0.0
+                    for j, g in zip(diff, grads):
+                        tg = tv[j].grad
+                        err = (g - tg).abs().max().item() if g.numel() else 0.0
+                        worst = max(worst, err)
+                        if g.shape != tg.shape or not torch.allclose(g, tg, rtol=rtol, atol=atol):
+                            problems.append(f"grad of {inputs[j][0]}: max error {err:.3g} vs torch")
+                    notes.append(f"torch max err {worst:.1e}")
+                elif name == "nn.dropout":
+                    # The gradient is the mask times 1/(1-p) times w: exactly 0 or 2 w.
+                    g = grads[0]
+                    ok = torch.all((g == 0) | torch.isclose(g, 2 * w, rtol=1e-12, atol=0))
+                    kept = (g != 0).double().mean().item()
+                    if not ok or not (0.2 < kept < 0.8):
+                        problems.append(f"dropout gradient is not the scaled mask (kept {kept:.2f})")
+                    notes.append(f"kept {kept:.2f}")
+                worst_fd = 0.0
+                for _ in range(3 if opts.get("fd", True) else 0):
+                    vs = [torch.randn(vals[j].shape, generator=gen, dtype=torch.float64) for j in diff]
+                    (fd,) = run_eval(tsr_eval, graphs, f"fd_{i}", ins + [w] + vs, tmp)
+                    dot = sum((g * v).sum() for g, v in zip(grads, vs))
+                    rel = abs(fd.item() - float(dot)) / max(1.0, abs(float(dot)))
+                    worst_fd = max(worst_fd, rel)
+                    if rel > opts.get("fd_rtol", 1e-6):
+                        problems.append(f"finite differences {fd.item():.10g} vs <grad, v> {float(dot):.10g}")
+                if opts.get("fd", True):
+                    notes.append(f"fd rel err {worst_fd:.1e}")
+                if problems:
+                    failed += 1
+                    print(f"FAIL {name}: " + "; ".join(problems))
+                else:
+                    passed += 1
+                    print(f"ok   {name}: " + ", ".join(notes))
+            except Exception as e:  # noqa: BLE001 (a failure of one case is reported, the rest run)
+                failed += 1
+                print(f"FAIL {name}: {e}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
