@@ -116,7 +116,7 @@ private:
   // ---- values ----
   Value *get(const TValue *v) {
     auto it = vals.find(v);
-    if (it == vals.end()) fail(F, "a value is used before it is lowered");
+    if (it == vals.end()) fail(F, "value %" + std::to_string(v->id) + " is used before it is lowered");
     return it->second;
   }
   void set(const TValue *v, Value *x) { vals[v] = x; }
@@ -775,13 +775,14 @@ void Lowering::lowerClassReduce(const TOp &op) {
       });
       Value *acc = B.CreateLoad(ct, accSlot);
       if (narrowFloat(d)) acc = roundTo(d, acc, false);
-      if (scalarOut) set(op.result(), acc); // outer == 1: the loop body runs once
-      else storeElem(out, rt.dtype, o, acc);
+      if (!scalarOut) storeElem(out, rt.dtype, o, acc);
     });
     if (scalarOut) {
-      // The value computed inside the loop does not dominate the exit: reload it.
+      // outer == 1; the value computed inside the loop does not dominate the exit: reload it.
       Value *acc = B.CreateLoad(ct, accSlot);
       set(op.result(), narrowFloat(d) ? roundTo(d, acc, false) : acc);
+    } else {
+      set(op.result(), out);
     }
     return;
   }

@@ -1,0 +1,587 @@
+// The host CPU code generator (codegen/cpu): hand-built Tile IR functions compiled with
+// compileForHost and launched on the worker pool, checked against scalar C++ references and
+// runtime/Numeric.h's conversions.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "TileBuild.h"
+
+#include "runtime/Numeric.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+
+using namespace tsr;
+using namespace tsr::cgtest;
+using codegen::KernelArg;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::shared_ptr<const codegen::CompiledKernel> compile(Function &f) {
+  auto problems = tile::verify(f);
+  INFO(f.name << ": " << (problems.empty() ? "" : problems.front()));
+  REQUIRE(problems.empty());
+  return codegen::compileForHost(f);
+}
+
+bool close(double got, double want, double rtol, double atol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= atol + rtol * std::fabs(want);
+}
+
+double roundInto(DType d, double v) {
+  unsigned char b[8];
+  rt::storeF64(d, b, v);
+  return rt::loadF64(d, b);
+}
+
+// Python's float divmod (CPython's float_divmod).
+double pyFloorDiv(double a, double b) {
+  if (b == 0) return a / b;
+  double mod = std::fmod(a, b), div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+  if (div == 0) return std::copysign(0.0, a / b);
+  double fl = std::floor(div);
+  if (div - fl > 0.5) fl += 1;
+  return fl;
+}
+double pyMod(double a, double b) {
+  if (b == 0) return std::fmod(a, b);
+  double mod = std::fmod(a, b);
+  if (mod != 0) {
+    if ((b < 0) != (mod < 0)) mod += b;
+  } else {
+    mod = std::copysign(0.0, b);
+  }
+  return mod;
+}
+
+} // namespace
+
+TEST_CASE("saxpy over a masked box, n not a multiple of the block") {
+  Function f("saxpy");
+  Value *x = f.addParam("x", Type::tensor(1, DType::F32));
+  Value *y = f.addParam("y", Type::tensor(1, DType::F32));
+  Value *alpha = f.addParam("alpha", Type::scalar(DType::F32));
+  TB t{f, f.body};
+  const int64_t BLOCK = 64;
+  Value *start = t.mul(t.pid(0), t.i64(BLOCK));
+  Value *xb = t.loadBox(x, {start}, {BLOCK});
+  Value *yb = t.loadBox(y, {start}, {BLOCK});
+  Value *ab = t.op(OpKind::Broadcast, {alpha}, {A("shape", S({BLOCK}))});
+  t.storeBox(y, {start}, {BLOCK}, t.add(t.mul(ab, xb), yb));
+  auto k = compile(f);
+  for (int64_t n : {1, 63, 64, 1000, 100003}) {
+    auto X = rt::Tensor::empty({n + 1}, DType::F32), Y = rt::Tensor::empty({n + 1}, DType::F32);
+    for (int64_t i = 0; i <= n; ++i) {
+      X.data<float>()[i] = float(i % 17) - 3.0f;
+      Y.data<float>()[i] = float(i % 5);
+    }
+    X.data<float>()[n] = 1e9f; // beyond the view: must stay untouched
+    Y.data<float>()[n] = -7.0f;
+    KernelArg args[3] = {arg(X), arg(Y), scalarArg(2.5)};
+    args[0].shape[0] = args[1].shape[0] = n;
+    k->launch(args, 3, {(n + BLOCK - 1) / BLOCK, 1, 1});
+    for (int64_t i = 0; i < n; ++i) REQUIRE(Y.data<float>()[i] == 2.5f * (float(i % 17) - 3.0f) + float(i % 5));
+    CHECK(Y.data<float>()[n] == -7.0f);
+  }
+  // Compiled once per function text.
+  CHECK(codegen::compileForHost(f).get() == k.get());
+  CHECK(codegen::hostLLVMText(f, true).find("<16 x float>") != std::string::npos);
+}
+
+static void runGemm(int64_t M, int64_t N, int64_t K, int64_t BM, int64_t BN, int64_t BK, DType in, DType out) {
+  Function f("gemm");
+  buildGemm(f, BM, BN, BK, in, out);
+  auto k = compile(f);
+  auto Af = rt::Tensor::empty({M, K}, DType::F32), Bf = rt::Tensor::empty({K, N}, DType::F32);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < M * K; ++i) Af.data<float>()[i] = u(rng);
+  for (int64_t i = 0; i < K * N; ++i) Bf.data<float>()[i] = u(rng);
+  auto Ain = Af.cast(in), Bin = Bf.cast(in);
+  auto Cout = rt::Tensor::zeros({M, N}, out);
+  KernelArg args[3] = {arg(Ain), arg(Bin), arg(Cout)};
+  k->launch(args, 3, {(N + BN - 1) / BN, (M + BM - 1) / BM, 1});
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = 0;
+      for (int64_t q = 0; q < K; ++q) ref += Ain.toF64(i * K + q) * Bin.toF64(q * N + j);
+      ref = roundInto(out, ref);
+      double got = Cout.toF64(i * N + j);
+      INFO("C[" << i << "," << j << "] M=" << M << " N=" << N << " K=" << K << " tile " << BM << "x" << BN << "x" << BK);
+      REQUIRE(close(got, ref, out == DType::F32 ? 1e-5 : 1.0 / 128, 1e-5));
+    }
+}
+
+TEST_CASE("tiled gemm: for + dot + masked boxes on odd sizes") {
+  runGemm(70, 45, 37, 16, 16, 8, DType::F32, DType::F32);
+  runGemm(70, 131, 37, 32, 64, 8, DType::F32, DType::F32);   // the blocked micro-kernel and its edges
+  runGemm(67, 200, 41, 36, 72, 16, DType::F32, DType::F32);  // leftover rows and columns inside a tile
+  runGemm(70, 131, 37, 32, 64, 8, DType::BF16, DType::F32);  // bf16 operands, f32 accumulation
+  runGemm(33, 70, 20, 16, 64, 8, DType::F16, DType::BF16);   // f16 operands, bf16 result
+  runGemm(64, 64, 64, 64, 64, 32, DType::F32, DType::F32);
+}
+
+TEST_CASE("reductions along each axis: sum, max, min, prod, argmax, argmin") {
+  const int64_t R = 5, Cn = 7;
+  for (OpKind kind : {OpKind::ReduceSum, OpKind::ReduceMax, OpKind::ReduceMin, OpKind::ReduceProd, OpKind::ArgMax, OpKind::ArgMin})
+    for (int64_t axis : {0, 1})
+      for (DType d : {DType::F32, DType::I32, DType::BF16}) {
+        bool isArg = kind == OpKind::ArgMax || kind == OpKind::ArgMin;
+        Function f("reduce");
+        Value *x = f.addParam("x", Type::tensor(2, d));
+        DType od = isArg ? DType::I64 : d;
+        Value *o = f.addParam("o", Type::tensor(1, od));
+        TB t{f, f.body};
+        Value *z = t.i64(0);
+        Value *tx = t.loadBox(x, {z, z}, {8, 8}, nullptr, 1.0); // larger than the tensor: reads 1 outside
+        Value *r = t.op(kind, {tx}, {A("axis", axis)});
+        t.storeBox(o, {z}, {8}, r);
+        // And the scalar result of reducing one row.
+        Value *row = t.loadBox(x, {t.i64(1), z}, {0, 8}, nullptr, 1.0);
+        Value *rs = t.op(kind, {row}, {A("axis", int64_t(0))});
+        Value *o2 = f.addParam("o2", Type::tensor(1, od));
+        t.storeBox(o2, {z}, {0}, rs);
+        auto k = compile(f);
+        std::vector<double> in(R * Cn);
+        for (int64_t i = 0; i < R * Cn; ++i) in[i] = double((i * 7) % 11) - 4.0 + (isFloat(d) ? 0.5 : 0);
+        if (isFloat(d)) in[2 * Cn + 3] = kNaN; // NaN propagates through max/min/sum; argmax finds it first
+        auto X = rt::Tensor::fromF64({R, Cn}, d, in);
+        auto O = rt::Tensor::zeros({8}, od), O2 = rt::Tensor::zeros({1}, od);
+        KernelArg args[3] = {arg(X), arg(O), arg(O2)};
+        k->launch(args, 3, {1, 1, 1});
+        auto val = [&](int64_t i, int64_t j) { return i < R && j < Cn ? X.toF64(i * Cn + j) : 1.0; };
+        auto ref = [&](int64_t fixed, bool alongRows) {
+          double acc = kind == OpKind::ReduceSum ? 0 : kind == OpKind::ReduceProd ? 1 : val(alongRows ? 0 : fixed, alongRows ? fixed : 0);
+          int64_t best = 0;
+          for (int64_t q = 0; q < 8; ++q) {
+            double v = alongRows ? val(q, fixed) : val(fixed, q);
+            switch (kind) {
+            case OpKind::ReduceSum: acc += v; break;
+            case OpKind::ReduceProd: acc *= v; break;
+            case OpKind::ReduceMax: acc = (std::isnan(acc) || std::isnan(v)) ? kNaN : std::max(acc, v); break;
+            case OpKind::ReduceMin: acc = (std::isnan(acc) || std::isnan(v)) ? kNaN : std::min(acc, v); break;
+            default: {
+              bool better = kind == OpKind::ArgMax ? v > acc : v < acc;
+              if (better || (std::isnan(v) && !std::isnan(acc))) { acc = v; best = q; }
+            }
+            }
+          }
+          if (isArg) return double(best);
+          if (d == DType::I32) return double(int32_t(int64_t(acc)));
+          return roundInto(d, acc);
+        };
+        for (int64_t q = 0; q < 8; ++q) {
+          INFO(opSpelling(kind) << " axis " << axis << " " << dtypeName(d) << " at " << q);
+          CHECK(close(O.toF64(q), ref(q, axis == 0), d == DType::BF16 ? 1.0 / 128 : 1e-6, 0));
+        }
+        INFO(opSpelling(kind) << " of one row, " << dtypeName(d));
+        CHECK(close(O2.toF64(0), ref(1, false), d == DType::BF16 ? 1.0 / 128 : 1e-6, 0));
+      }
+}
+
+// One elementwise op over a tile and over a scalar (box axis dropped), against a reference.
+static void checkElementwise(OpKind kind, DType d, const std::vector<double> &a, const std::vector<double> &b,
+                             const std::function<double(double, double)> &ref, double rtol, double atol,
+                             std::vector<ir::Attr> attrs = {}) {
+  int64_t n = int64_t(a.size());
+  bool binary = !b.empty();
+  bool cmp = tile::opClass(kind) == tile::OpClass::Compare;
+  DType od = cmp ? DType::Bool : d;
+  Function f("elementwise");
+  Value *x = f.addParam("x", Type::tensor(1, d));
+  Value *y = f.addParam("y", Type::tensor(1, d));
+  Value *o = f.addParam("o", Type::tensor(1, od));
+  TB t{f, f.body};
+  Value *z = t.i64(0);
+  const int64_t BLOCK = 128;
+  REQUIRE(n <= BLOCK);
+  Value *tx = t.loadBox(x, {z}, {BLOCK}, nullptr, 1.0), *ty = t.loadBox(y, {z}, {BLOCK}, nullptr, 1.0);
+  std::vector<Value *> ops{tx};
+  if (binary) ops.push_back(ty);
+  t.storeBox(o, {z}, {BLOCK}, t.op(kind, ops, attrs));
+  Value *o2 = f.addParam("o2", Type::tensor(1, od));
+  Value *sx = t.loadBox(x, {t.i64(3)}, {0}), *sy = t.loadBox(y, {t.i64(3)}, {0});
+  std::vector<Value *> sops{sx};
+  if (binary) sops.push_back(sy);
+  t.storeBox(o2, {z}, {0}, t.op(kind, sops, attrs));
+  auto k = compile(f);
+  auto X = rt::Tensor::fromF64({n}, d, a), Y = rt::Tensor::fromF64({n}, d, binary ? b : a);
+  auto O = rt::Tensor::zeros({n}, od), O2 = rt::Tensor::zeros({1}, od);
+  KernelArg args[4] = {arg(X), arg(Y), arg(O), arg(O2)};
+  k->launch(args, 4, {1, 1, 1});
+  for (int64_t i = 0; i < n; ++i) {
+    double xa = X.toF64(i), xb = Y.toF64(i);
+    double want = ref(xa, xb);
+    if (!cmp) want = isFloat(d) ? roundInto(d, want) : want;
+    INFO(opSpelling(kind) << " " << dtypeName(d) << "(" << xa << (binary ? ", " + std::to_string(xb) : "") << ") = " << O.toF64(i) << ", want " << want);
+    CHECK(close(O.toF64(i), want, rtol, atol));
+    if (i == 3) CHECK(close(O2.toF64(0), want, rtol, atol));
+  }
+}
+
+TEST_CASE("unary float ops against libm, per dtype") {
+  std::vector<double> xs;
+  for (int i = -30; i <= 30; ++i) xs.push_back(i * 0.37);
+  for (double v : {0.0, -0.0, 1e-3, -1e-3, 20.0, -20.0, 88.0, -100.0, 1e-30, kNaN, kInf, -kInf}) xs.push_back(v);
+  using F = std::function<double(double, double)>;
+  struct U { OpKind k; F f; double rt32; };
+  auto gelu = [](double x, double) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); };
+  auto geluT = [](double x, double) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); };
+  std::vector<U> us = {
+      {OpKind::Neg, [](double x, double) { return -x; }, 0},
+      {OpKind::Abs, [](double x, double) { return std::fabs(x); }, 0},
+      {OpKind::Exp, [](double x, double) { return std::exp(x); }, 4e-7},
+      {OpKind::Exp2, [](double x, double) { return std::exp2(x); }, 4e-7},
+      {OpKind::Log, [](double x, double) { return std::log(x); }, 2e-7},
+      {OpKind::Log2, [](double x, double) { return std::log2(x); }, 2e-7},
+      {OpKind::Log1p, [](double x, double) { return std::log1p(x); }, 2e-7},
+      {OpKind::Expm1, [](double x, double) { return std::expm1(x); }, 2e-7},
+      {OpKind::Sqrt, [](double x, double) { return std::sqrt(x); }, 0},
+      {OpKind::Rsqrt, [](double x, double) { return 1 / std::sqrt(x); }, 2e-7},
+      {OpKind::Tanh, [](double x, double) { return std::tanh(x); }, 5e-7},
+      {OpKind::Sigmoid, [](double x, double) { return 1 / (1 + std::exp(-x)); }, 5e-7},
+      {OpKind::Relu, [](double x, double) { return x < 0 ? 0.0 : x; }, 0},
+      {OpKind::Silu, [](double x, double) { return x / (1 + std::exp(-x)); }, 5e-7},
+      {OpKind::Sin, [](double x, double) { return std::sin(x); }, 2e-7},
+      {OpKind::Cos, [](double x, double) { return std::cos(x); }, 2e-7},
+      {OpKind::Erf, [](double x, double) { return std::erf(x); }, 2e-7},
+      {OpKind::Floor, [](double x, double) { return std::floor(x); }, 0},
+      {OpKind::Ceil, [](double x, double) { return std::ceil(x); }, 0},
+      {OpKind::Round, [](double x, double) { return std::nearbyint(x); }, 0},
+      {OpKind::Sign, [](double x, double) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }, 0},
+  };
+  for (auto &u : us) {
+    checkElementwise(u.k, DType::F32, xs, {}, u.f, u.rt32, 1e-37);
+    checkElementwise(u.k, DType::F64, xs, {}, u.f, 1e-15, 1e-300);
+    checkElementwise(u.k, DType::BF16, xs, {}, u.f, 1.0 / 128, 1e-37);
+    checkElementwise(u.k, DType::F16, xs, {}, u.f, 1.0 / 1024, 1e-7);
+  }
+  checkElementwise(OpKind::Gelu, DType::F32, xs, {}, gelu, 1e-6, 1e-7, {A("approximate", std::string("none"))});
+  checkElementwise(OpKind::Gelu, DType::F32, xs, {}, geluT, 1e-6, 1e-7, {A("approximate", std::string("tanh"))});
+  checkElementwise(OpKind::Gelu, DType::BF16, xs, {}, gelu, 1.0 / 128, 1e-7, {A("approximate", std::string("none"))});
+}
+
+TEST_CASE("binary and comparison ops, floats and integers") {
+  std::vector<double> a, b;
+  for (int i = -6; i <= 6; ++i)
+    for (int j : {-3, -2, -1, 0, 1, 2, 5}) {
+      a.push_back(i * 1.5);
+      b.push_back(j * 0.75);
+    }
+  a.push_back(kNaN); b.push_back(1.0);
+  a.push_back(2.0); b.push_back(kNaN);
+  a.push_back(-0.0); b.push_back(0.0);
+  using F = std::function<double(double, double)>;
+  auto mx = [](double x, double y) { return std::isnan(x) || std::isnan(y) ? kNaN : (x == y ? (std::signbit(x) ? y : x) : std::max(x, y)); };
+  auto mn = [](double x, double y) { return std::isnan(x) || std::isnan(y) ? kNaN : (x == y ? (std::signbit(x) ? x : y) : std::min(x, y)); };
+  std::vector<std::pair<OpKind, F>> fs = {
+      {OpKind::Add, [](double x, double y) { return x + y; }}, {OpKind::Sub, [](double x, double y) { return x - y; }},
+      {OpKind::Mul, [](double x, double y) { return x * y; }}, {OpKind::Div, [](double x, double y) { return x / y; }},
+      {OpKind::FloorDiv, pyFloorDiv}, {OpKind::Mod, pyMod},
+      {OpKind::Pow, [](double x, double y) { return std::pow(x, y); }}, {OpKind::Max, mx}, {OpKind::Min, mn},
+      {OpKind::Eq, [](double x, double y) { return double(x == y); }}, {OpKind::Ne, [](double x, double y) { return double(x != y); }},
+      {OpKind::Lt, [](double x, double y) { return double(x < y); }}, {OpKind::Le, [](double x, double y) { return double(x <= y); }},
+      {OpKind::Gt, [](double x, double y) { return double(x > y); }}, {OpKind::Ge, [](double x, double y) { return double(x >= y); }},
+  };
+  for (auto &[k, fn] : fs) {
+    checkElementwise(k, DType::F32, a, b, fn, k == OpKind::Pow ? 2e-7 : 0, 1e-37);
+    checkElementwise(k, DType::F64, a, b, fn, k == OpKind::Pow ? 1e-15 : 0, 1e-300);
+    checkElementwise(k, DType::BF16, a, b, fn, 0, 1e-37);
+  }
+  // Integers: wrapping arithmetic, C division, Python floordiv/mod, shifts; by zero gives 0.
+  std::vector<double> ia, ib;
+  for (int i = -9; i <= 9; i += 2)
+    for (int j : {-4, -3, -1, 0, 1, 2, 3, 7, 40, 70}) {
+      ia.push_back(i);
+      ib.push_back(j);
+    }
+  ia.push_back(-2147483648.0); ib.push_back(-1);
+  auto w32 = [](double v) { return double(int32_t(uint32_t(int64_t(v)))); };
+  auto idiv = [&](double x, double y) { return y == 0 ? 0.0 : w32(double(int64_t(x) / int64_t(y))); };
+  auto ifdiv = [&](double x, double y) {
+    if (y == 0) return 0.0;
+    int64_t q = int64_t(x) / int64_t(y), r = int64_t(x) % int64_t(y);
+    if (r != 0 && ((r < 0) != (y < 0))) --q;
+    return w32(double(q));
+  };
+  auto imod = [&](double x, double y) {
+    if (y == 0) return 0.0;
+    int64_t r = int64_t(x) % int64_t(y);
+    if (r != 0 && ((r < 0) != (y < 0))) r += int64_t(y);
+    return double(r);
+  };
+  auto shl = [&](double x, double y) { return y < 0 || y >= 32 ? 0.0 : w32(double(int64_t(uint64_t(int64_t(x)) << int64_t(y)))); };
+  auto shr = [&](double x, double y) { return y < 0 || y >= 32 ? (x < 0 ? -1.0 : 0.0) : double(int64_t(x) >> int64_t(y)); };
+  std::vector<std::pair<OpKind, F>> is = {
+      {OpKind::Add, [&](double x, double y) { return w32(x + y); }}, {OpKind::Sub, [&](double x, double y) { return w32(x - y); }},
+      {OpKind::Mul, [&](double x, double y) { return w32(x * y); }}, {OpKind::Div, idiv}, {OpKind::FloorDiv, ifdiv},
+      {OpKind::Mod, imod}, {OpKind::Max, [](double x, double y) { return std::max(x, y); }},
+      {OpKind::Min, [](double x, double y) { return std::min(x, y); }},
+      {OpKind::And, [](double x, double y) { return double(int64_t(x) & int64_t(y)); }},
+      {OpKind::Or, [](double x, double y) { return double(int64_t(x) | int64_t(y)); }},
+      {OpKind::Xor, [](double x, double y) { return double(int64_t(x) ^ int64_t(y)); }},
+      {OpKind::Shl, shl}, {OpKind::Shr, shr},
+      {OpKind::Lt, [](double x, double y) { return double(x < y); }},
+  };
+  for (auto &[k, fn] : is) checkElementwise(k, DType::I32, ia, ib, fn, 0, 0);
+  // Integer power: x ** -n truncates 1 / x^n.
+  std::vector<double> pa{2, 3, -2, 1, -1, 5, 0}, pb{10, 3, 3, -2, -3, -1, 0};
+  checkElementwise(OpKind::Pow, DType::I64, pa, pb, [](double x, double y) {
+    if (y < 0) return x == 1 ? 1.0 : x == -1 ? (int64_t(y) % 2 ? -1.0 : 1.0) : 0.0;
+    return std::pow(x, y);
+  }, 0, 0);
+  // Unary on integers.
+  checkElementwise(OpKind::Neg, DType::I32, ia, {}, [&](double x, double) { return w32(-x); }, 0, 0);
+  checkElementwise(OpKind::Abs, DType::I64, ia, {}, [](double x, double) { return std::fabs(x); }, 0, 0);
+  checkElementwise(OpKind::Sign, DType::I32, ia, {}, [](double x, double) { return double((x > 0) - (x < 0)); }, 0, 0);
+  checkElementwise(OpKind::Not, DType::I32, ia, {}, [](double x, double) { return double(~int64_t(x)); }, 0, 0);
+  checkElementwise(OpKind::Relu, DType::I32, ia, {}, [](double x, double) { return std::max(x, 0.0); }, 0, 0);
+}
+
+// cast of every element of `in` (dtype `from`) to `to`, against rt::convert / Numeric.h.
+static void checkCast(DType from, DType to, const std::vector<double> &in, bool sat) {
+  int64_t n = int64_t(in.size());
+  Function f("cast");
+  Value *x = f.addParam("x", Type::tensor(1, from));
+  Value *o = f.addParam("o", Type::tensor(1, to));
+  TB t{f, f.body};
+  Value *z = t.i64(0);
+  int64_t BLOCK = 128;
+  REQUIRE(n <= BLOCK);
+  Value *c = t.op(OpKind::Cast, {t.loadBox(x, {z}, {BLOCK})}, {A("dtype", DT(to, sat))});
+  t.storeBox(o, {z}, {BLOCK}, c);
+  auto k = compile(f);
+  auto X = rt::Tensor::fromF64({n}, from, in);
+  auto O = rt::Tensor::zeros({n}, to), want = rt::Tensor::zeros({n}, to);
+  rt::convert(X.data(), from, want.data(), to, n, {sat, false});
+  KernelArg args[2] = {arg(X), arg(O)};
+  k->launch(args, 2, {1, 1, 1});
+  for (int64_t i = 0; i < n; ++i) {
+    INFO(dtypeName(from) << " -> " << dtypeName(to) << (sat ? " @saturate" : "") << " of " << X.toF64(i) << ": got "
+                         << O.toF64(i) << ", want " << want.toF64(i));
+    bool same = std::memcmp(static_cast<char *>(O.data()) + i * O.itemsize(), static_cast<char *>(want.data()) + i * O.itemsize(), O.itemsize()) == 0;
+    CHECK(same);
+  }
+}
+
+TEST_CASE("casts: nearest-even, saturation, fp8, float -> int, int -> float") {
+  std::vector<double> v;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-8, 8);
+  for (int i = 0; i < 60; ++i) v.push_back(std::ldexp(u(rng), int(u(rng) * 2)));
+  for (double s : {0.0, -0.0, 1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 448.0, 464.0, 465.0, 500.0, 57344.0, 61440.0, 65504.0, 65519.0,
+                   65520.0, 1e5, 1e-8, 3e38, 3.4e38, kNaN, -kNaN, kInf, -kInf, 2.5, -2.5, 1e-40})
+    v.push_back(s);
+  for (DType to : {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2, DType::TF32, DType::I32, DType::I8, DType::I64, DType::Bool})
+    for (bool sat : {false, true}) {
+      if (!isFloat(to) && sat) continue;
+      checkCast(DType::F32, to, v, sat);
+      checkCast(DType::F64, to, v, sat);
+    }
+  checkCast(DType::F64, DType::F32, v, false);
+  checkCast(DType::F64, DType::F32, v, true);
+  for (DType from : {DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2})
+    for (DType to : {DType::F32, DType::F64, DType::BF16, DType::I32}) checkCast(from, to, v, false);
+  std::vector<double> iv{0, 1, -1, 127, -128, 300, 16777217, -16777219, 2147483647, -2147483648.0, 1e15 + 1};
+  for (DType to : {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::I8, DType::I32, DType::Bool, DType::F64}) {
+    checkCast(DType::I64, to, iv, false);
+    checkCast(DType::Bool, to, {0, 1, 1}, false);
+  }
+  checkCast(DType::I32, DType::I64, {0, -5, 2147483647}, false);
+}
+
+TEST_CASE("strided, broadcast and negative-stride tensor arguments") {
+  // o[i, j] = x[i, j] + 1 over a 2-d box, x viewed through arbitrary strides.
+  Function f("strided");
+  Value *x = f.addParam("x", Type::tensor(2, DType::F32));
+  Value *o = f.addParam("o", Type::tensor(2, DType::F32));
+  TB t{f, f.body};
+  Value *r0 = t.mul(t.pid(0), t.i64(4));
+  Value *z = t.i64(0);
+  Value *tx = t.loadBox(x, {r0, z}, {4, 16});
+  t.storeBox(o, {r0, z}, {4, 16}, t.add(tx, t.cst(1.0, DType::F32, {4, 16})));
+  auto k = compile(f);
+  auto base = rt::Tensor::empty({12, 10}, DType::F32);
+  for (int i = 0; i < 120; ++i) base.data<float>()[i] = float(i);
+  struct V { int64_t rows, cols, s0, s1, off; };
+  // transposed view, broadcast rows (stride 0), reversed rows and columns, column slice
+  for (V vw : {V{10, 12, 1, 10, 0}, V{7, 10, 0, 1, 20}, V{12, 10, -10, -1, 119}, V{12, 5, 10, 2, 1}, V{9, 6, -10, 1, 90}}) {
+    auto O = rt::Tensor::zeros({vw.rows, vw.cols}, DType::F32);
+    KernelArg args[2] = {arg(base), arg(O)};
+    args[0].data = base.data<float>() + vw.off;
+    args[0].shape[0] = vw.rows; args[0].shape[1] = vw.cols;
+    args[0].strides[0] = vw.s0; args[0].strides[1] = vw.s1;
+    k->launch(args, 2, {(vw.rows + 3) / 4, 1, 1});
+    for (int64_t i = 0; i < vw.rows; ++i)
+      for (int64_t j = 0; j < vw.cols; ++j) {
+        INFO("view " << vw.s0 << "," << vw.s1 << " at " << i << "," << j);
+        REQUIRE(O.data<float>()[i * vw.cols + j] == base.data<float>()[vw.off + i * vw.s0 + j * vw.s1] + 1.0f);
+      }
+  }
+}
+
+TEST_CASE("shape ops: broadcast, expand_dims, reshape, transpose, arange, select") {
+  Function f("shapes");
+  Value *x = f.addParam("x", Type::tensor(1, DType::F32));
+  Value *o = f.addParam("o", Type::tensor(2, DType::F32));
+  TB t{f, f.body};
+  Value *z = t.i64(0);
+  Value *v = t.loadBox(x, {z}, {8});                                     // [8]
+  Value *col = t.op(OpKind::ExpandDims, {v}, {A("axis", int64_t(1))});   // [8,1]
+  Value *b = t.op(OpKind::Broadcast, {col}, {A("shape", S({8, 4}))});    // [8,4]: b[i,j] = x[i]
+  Value *tr = t.op(OpKind::Transpose, {b}, {A("perm", S({1, 0}))});      // [4,8]: tr[i,j] = x[j]
+  Value *rs = t.op(OpKind::Reshape, {tr}, {A("shape", S({8, 4}))});      // [8,4]: rs[i,j] = x[(4i+j)%8]
+  Value *ar = t.op(OpKind::Arange, {}, {A("n", int64_t(4)), A("dtype", DT(DType::I64))});
+  Value *arf = t.op(OpKind::Cast, {ar}, {A("dtype", DT(DType::F32))});
+  Value *row = t.op(OpKind::Broadcast, {t.op(OpKind::ExpandDims, {arf}, {A("axis", int64_t(0))})}, {A("shape", S({8, 4}))});
+  Value *cond = t.op(OpKind::Gt, {row, t.cst(1.5, DType::F32, {8, 4})});
+  Value *sel = t.op(OpKind::Select, {cond, b, rs});                      // j > 1 ? x[i] : x[(4i+j)%8]
+  t.storeBox(o, {z, z}, {8, 4}, t.add(sel, row));
+  auto k = compile(f);
+  auto X = rt::Tensor::empty({8}, DType::F32);
+  for (int i = 0; i < 8; ++i) X.data<float>()[i] = float(10 * i);
+  auto O = rt::Tensor::zeros({8, 4}, DType::F32);
+  KernelArg args[2] = {arg(X), arg(O)};
+  k->launch(args, 2, {1, 1, 1});
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 4; ++j) {
+      float want = (j > 1 ? float(10 * i) : float(10 * ((4 * i + j) % 8))) + float(j);
+      CHECK(O.data<float>()[i * 4 + j] == want);
+    }
+}
+
+TEST_CASE("gathers and scatters by offsets with masks") {
+  // o[perm[i]] = x[2 * i] * 3 for i < n; a masked gather reads `other` elsewhere.
+  Function f("gather");
+  Value *x = f.addParam("x", Type::tensor(1, DType::F32));
+  Value *p = f.addParam("perm", Type::tensor(1, DType::I64));
+  Value *o = f.addParam("o", Type::tensor(1, DType::F32));
+  Value *g = f.addParam("g", Type::tensor(1, DType::F32));
+  Value *n = f.addParam("n", Type::scalar(DType::I64));
+  TB t{f, f.body};
+  Value *z = t.i64(0);
+  Value *ar = t.op(OpKind::Arange, {}, {A("n", int64_t(16)), A("dtype", DT(DType::I64))});
+  Value *mask = t.op(OpKind::Lt, {ar, t.op(OpKind::Broadcast, {n}, {A("shape", S({16}))})});
+  Value *offs = t.mul(ar, t.op(OpKind::Constant, {}, {A("value", int64_t(2)), A("shape", S({16})), A("dtype", DT(DType::I64))}));
+  Value *vx = t.op(OpKind::Load, {x, offs, mask}, {A("other", -1.0)});
+  t.storeBox(g, {z}, {16}, vx);
+  Value *dst = t.loadBox(p, {z}, {16}, mask);
+  Value *val = t.mul(vx, t.cst(3.0, DType::F32, {16}));
+  f.addWithTypes(f.body, OpKind::Store, {o, dst, val, mask}, {}, {});
+  auto k = compile(f);
+  const int64_t N = 11;
+  auto X = rt::Tensor::empty({2 * N}, DType::F32);
+  for (int i = 0; i < 2 * N; ++i) X.data<float>()[i] = float(i);
+  std::vector<int64_t> perm(N);
+  for (int i = 0; i < N; ++i) perm[i] = (i * 5) % N;
+  auto P = rt::Tensor::fromI64({N}, DType::I64, perm);
+  auto O = rt::Tensor::full({N}, DType::F32, -5), G = rt::Tensor::zeros({16}, DType::F32);
+  KernelArg args[5] = {arg(X), arg(P), arg(O), arg(G), scalarArg(0, N)};
+  k->launch(args, 5, {1, 1, 1});
+  for (int i = 0; i < 16; ++i) CHECK(G.data<float>()[i] == (i < N ? float(2 * i) : -1.0f));
+  for (int i = 0; i < N; ++i) CHECK(O.data<float>()[perm[i]] == float(6 * i));
+}
+
+TEST_CASE("atomic_add from many programs at once") {
+  for (DType d : {DType::F32, DType::I64, DType::I32, DType::BF16, DType::F64}) {
+    Function f("atomics");
+    Value *o = f.addParam("o", Type::tensor(1, d));
+    Value *ob = f.addParam("ob", Type::tensor(1, d));
+    TB t{f, f.body};
+    Value *pid = t.pid(0);
+    // offsets pid % 7 and (pid + 1) % 7, value 1
+    Value *ar = t.op(OpKind::Arange, {}, {A("n", int64_t(2)), A("dtype", DT(DType::I64))});
+    Value *pb = t.op(OpKind::Broadcast, {pid}, {A("shape", S({2}))});
+    Value *offs = t.op(OpKind::Mod, {t.add(pb, ar), t.op(OpKind::Constant, {}, {A("value", int64_t(7)), A("shape", S({2})), A("dtype", DT(DType::I64))})});
+    f.addWithTypes(f.body, OpKind::AtomicAdd, {o, offs, t.cst(1.0, d, {2})}, {}, {});
+    t.storeBox(ob, {t.i64(0)}, {4}, t.cst(1.0, d, {4}), nullptr, OpKind::AtomicAddBox);
+    auto k = compile(f);
+    const int64_t P = 7 * 30; // bf16 counts stay exact below 256
+    auto O = rt::Tensor::zeros({7}, d), OB = rt::Tensor::zeros({3}, d);
+    KernelArg args[2] = {arg(O), arg(OB)};
+    k->launch(args, 2, {P, 1, 1});
+    for (int i = 0; i < 7; ++i) CHECK(O.toF64(i) == double(2 * P / 7));
+    for (int i = 0; i < 3; ++i) CHECK(OB.toF64(i) == double(P)); // box [4] masked at the tensor's 3
+  }
+}
+
+TEST_CASE("for and if with carried scalars and tiles; 3-d grids") {
+  // o[pid] = sum_{i<n} (i odd ? i : 2 i) computed with a scalar and a tile carried together,
+  // plus num_programs and program_id on every axis.
+  Function f("control");
+  Value *o = f.addParam("o", Type::tensor(3, DType::F32));
+  Value *n = f.addParam("n", Type::scalar(DType::I64));
+  f.gridRank = 3;
+  TB t{f, f.body};
+  Value *s0 = t.cst(0.0, DType::F32);
+  Value *v0 = t.cst(0.0, DType::F32, {4});
+  tile::Op *loop = f.addWithTypes(f.body, OpKind::For, {t.i64(0), n, t.i64(1), s0, v0}, {}, {s0->type, v0->type});
+  Block *body = f.newBlock(loop);
+  Value *i = f.addBlockArg(body, Type::scalar(DType::I64));
+  Value *s = f.addBlockArg(body, s0->type);
+  Value *v = f.addBlockArg(body, v0->type);
+  TB l{f, body};
+  Value *odd = l.op(OpKind::Eq, {l.op(OpKind::Mod, {i, l.i64(2)}), l.i64(1)});
+  tile::Op *br = f.addWithTypes(body, OpKind::If, {odd}, {}, {Type::scalar(DType::F32)});
+  Block *th = f.newBlock(br), *el = f.newBlock(br);
+  TB tt{f, th}, te{f, el};
+  Value *fi = tt.op(OpKind::Cast, {i}, {A("dtype", DT(DType::F32))});
+  f.addWithTypes(th, OpKind::Yield, {fi}, {}, {});
+  Value *fi2 = te.op(OpKind::Cast, {te.mul(i, te.i64(2))}, {A("dtype", DT(DType::F32))});
+  f.addWithTypes(el, OpKind::Yield, {fi2}, {}, {});
+  Value *inc = br->results[0];
+  Value *s1 = l.add(s, inc);
+  Value *v1 = l.add(v, l.op(OpKind::Broadcast, {inc}, {A("shape", S({4}))}));
+  // swap-free, but the tile is carried next to the scalar
+  f.addWithTypes(body, OpKind::Yield, {s1, v1}, {}, {});
+  Value *tot = t.add(loop->results[0], t.op(OpKind::ReduceSum, {loop->results[1]}, {A("axis", int64_t(0))}));
+  Value *np = t.op(OpKind::Cast, {t.add(t.op(OpKind::NumPrograms, {}, {A("axis", int64_t(2))}), t.op(OpKind::NumPrograms, {}, {A("axis", int64_t(1))}))}, {A("dtype", DT(DType::F32))});
+  t.storeBox(o, {t.pid(2), t.pid(1), t.pid(0)}, {0, 0, 0}, t.add(tot, np));
+  auto k = compile(f);
+  for (int64_t N : {0, 1, 10, 37}) {
+    auto O = rt::Tensor::zeros({3, 5, 6}, DType::F32);
+    KernelArg args[2] = {arg(O), scalarArg(0, N)};
+    k->launch(args, 2, {6, 5, 3});
+    double s = 0;
+    for (int64_t q = 0; q < N; ++q) s += q % 2 ? q : 2 * q;
+    for (int q = 0; q < 90; ++q) REQUIRE(O.data<float>()[q] == float(5 * s + 3 + 5));
+  }
+}
+
+TEST_CASE("loop-carried tiles that swap") {
+  Function f("swap");
+  Value *o = f.addParam("o", Type::tensor(1, DType::F32));
+  TB t{f, f.body};
+  Value *a0 = t.cst(1.0, DType::F32, {8}), *b0 = t.cst(2.0, DType::F32, {8});
+  tile::Op *loop = f.addWithTypes(f.body, OpKind::For, {t.i64(0), t.i64(3), t.i64(1), a0, b0}, {}, {a0->type, b0->type});
+  Block *body = f.newBlock(loop);
+  f.addBlockArg(body, Type::scalar(DType::I64));
+  Value *a = f.addBlockArg(body, a0->type), *b = f.addBlockArg(body, b0->type);
+  f.addWithTypes(body, OpKind::Yield, {b, a}, {}, {});
+  Value *z = t.i64(0);
+  t.storeBox(o, {z}, {8}, t.op(OpKind::Sub, {loop->results[0], loop->results[1]}));
+  auto k = compile(f);
+  auto O = rt::Tensor::zeros({8}, DType::F32);
+  KernelArg args[1] = {arg(O)};
+  k->launch(args, 1, {1, 1, 1});
+  for (int i = 0; i < 8; ++i) CHECK(O.data<float>()[i] == 1.0f); // three swaps: a = 2, b = 1
+}
+
+TEST_CASE("launch errors and empty grids") {
+  Function f("noop");
+  f.addParam("o", Type::tensor(1, DType::F32));
+  auto k = compile(f);
+  KernelArg args[1];
+  CHECK_NOTHROW(k->launch(args, 1, {0, 5, 1}));
+  CHECK_THROWS_AS(k->launch(args, 2, {1, 1, 1}), codegen::CodegenError);
+  CHECK_THROWS_AS(k->launch(args, 1, {-1, 1, 1}), codegen::CodegenError);
+}
