@@ -32,7 +32,7 @@ struct ViewAxis {
 };
 
 struct KV {
-  enum class K : uint8_t { None, Bool, Int, Float, Str, DType, Tuple, Config, Builtin, Function, Module, Range, Tile, Tensor, View };
+  enum class K : uint8_t { None, Bool, Int, Float, Str, DType, Tuple, Config, Builtin, Function, Module, Range, Tile, Tensor, View, Index };
   K kind = K::None;
   bool b = false;
   int64_t i = 0;
@@ -55,6 +55,8 @@ struct KV {
   std::vector<Dim> dims;
   std::vector<ViewAxis> axes;
   int64_t stages = 0; // Range
+  // Index: tile.row_index() (b) or tile.col_index(col0) (elems[0] = col0), whose shape is that
+  // of the tile it meets.
 };
 
 KVRef mk(KV v) { return std::make_shared<const KV>(std::move(v)); }
@@ -76,7 +78,7 @@ bool isNumber(const KVRef &x) { return x->kind == KV::K::Bool || x->kind == KV::
 bool isRuntime(const KVRef &x) { return x->kind == KV::K::Tile; }
 
 std::string kindName(const KVRef &x) {
-  static const char *n[] = {"None", "bool", "int", "float", "str", "dtype", "tuple", "configuration", "builtin", "function", "module", "range", "tile", "tensor", "view"};
+  static const char *n[] = {"None", "bool", "int", "float", "str", "dtype", "tuple", "configuration", "builtin", "function", "module", "range", "tile", "tensor", "view", "tile index"};
   return n[static_cast<int>(x->kind)];
 }
 
@@ -370,6 +372,19 @@ private:
 
   // ---- arithmetic ---------------------------------------------------------------------------
 
+  // tile.row_index() / tile.col_index(col0) meeting a tile: i32 indices of that tile's shape,
+  // along its first axis (rows) or its last (columns, plus col0).
+  KVRef resolveIndex(const KVRef &x, const std::vector<KVRef> &others, SourceRange at) {
+    if (x->kind != KV::K::Index) return x;
+    for (const KVRef &o : others) {
+      if (o->kind != KV::K::Tile || o->v->type.shape.empty()) continue;
+      const auto &shape = o->v->type.shape;
+      size_t axis = x->b ? 0 : shape.size() - 1;
+      return tileOf(castTo(indexAlong(shape, axis, x->b ? integer(0) : x->elems[0], at), DType::I32, at));
+    }
+    unsupported(std::string(x->b ? "tile.row_index()" : "tile.col_index()") + " not combined with a tile", at);
+  }
+
   KVRef foldNumbers(BinOp o, const KVRef &a, const KVRef &b, SourceRange at) {
     bool flt = a->kind == KV::K::Float || b->kind == KV::K::Float;
     auto asF = [](const KVRef &x) { return x->kind == KV::K::Float ? x->f : x->kind == KV::K::Int ? double(x->i) : double(x->b); };
@@ -417,7 +432,8 @@ private:
     }
   }
 
-  KVRef binary(BinOp o, const KVRef &a, const KVRef &b, SourceRange at) {
+  KVRef binary(BinOp o, const KVRef &a0, const KVRef &b0, SourceRange at) {
+    KVRef a = resolveIndex(a0, {b0}, at), b = resolveIndex(b0, {a0}, at);
     if (o == BinOp::MatMul) return dot(a, b, nullptr, at);
     if (isNumber(a) && isNumber(b)) return foldNumbers(o, a, b, at);
     if (!(isNumber(a) || isRuntime(a)) || !(isNumber(b) || isRuntime(b)))
@@ -457,7 +473,8 @@ private:
     return tileOf(op(k, {convert(a, d, shape, at), convert(b, d, shape, at)}, {}, at), weak);
   }
 
-  KVRef compare(CmpOp o, const KVRef &a, const KVRef &b, SourceRange at) {
+  KVRef compare(CmpOp o, const KVRef &a0, const KVRef &b0, SourceRange at) {
+    KVRef a = resolveIndex(a0, {b0}, at), b = resolveIndex(b0, {a0}, at);
     if (isNumber(a) && isNumber(b)) {
       auto asF = [](const KVRef &x) { return x->kind == KV::K::Float ? x->f : x->kind == KV::K::Int ? double(x->i) : double(x->b); };
       bool ints = a->kind != KV::K::Float && b->kind != KV::K::Float;
@@ -501,7 +518,9 @@ private:
 
   // An elementwise op of any arity over tiles and numbers: a joined dtype (or `d` when given),
   // the broadcast shape.
-  KVRef elementwise(TOp k, const std::vector<KVRef> &xs, SourceRange at, std::optional<DType> d = std::nullopt) {
+  KVRef elementwise(TOp k, const std::vector<KVRef> &xs0, SourceRange at, std::optional<DType> d = std::nullopt) {
+    std::vector<KVRef> xs;
+    for (const KVRef &x : xs0) xs.push_back(resolveIndex(x, xs0, at));
     DType dt = d ? *d : weakDType(xs[0]);
     bool weak = true;
     std::vector<int64_t> shape;
@@ -932,7 +951,8 @@ private:
       return tileOf(castTo(value(x, at), d, at));
     }
     if (n == "tile.where") {
-      KVRef cnd = x0("c"), x = need(a, 1, "a", at), y = need(a, 2, "b", at);
+      KVRef c0 = x0("c"), a0 = need(a, 1, "a", at), b0 = need(a, 2, "b", at);
+      KVRef cnd = resolveIndex(c0, {a0, b0}, at), x = resolveIndex(a0, {c0, b0}, at), y = resolveIndex(b0, {c0, a0}, at);
       if (cnd->kind == KV::K::Bool) return cnd->b ? x : y;
       if (cnd->kind != KV::K::Tile || cnd->v->type.dtype != DType::Bool) unsupported("a condition that is not a bool tile", at);
       DType d = joinDType(x, y, at);
@@ -975,6 +995,13 @@ private:
     }
     if (n == "tile.mask_causal") return maskCausal(x0("S"), need(a, 1, "row0", at), need(a, 2, "col0", at), at);
     if (n == "tile.softmax_online") return softmaxOnline(x0("S"), need(a, 1, "m", at), need(a, 2, "l", at), at);
+    if (n == "tile.row_index" || n == "tile.col_index") {
+      KV v;
+      v.kind = KV::K::Index;
+      v.b = n == "tile.row_index";
+      if (!v.b) v.elems.push_back(x0("col0"));
+      return mk(v);
+    }
     if (n == "tile.context") {
       // The configuration as docs/language.md gives it: the launch's knobs, the keyword-only
       // parameters, and warps and stages (a Schedule's defaults, 4 and 2, when nothing sets them).
