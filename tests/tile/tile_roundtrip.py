@@ -4,6 +4,7 @@
 (`tsrc --read-tile`, which also verifies it) must print it identically. Files whose launches cannot
 be lowered before the program runs (sizes known only at run time) are listed as skipped; the test
 fails if fewer than `min_functions` functions were checked in all, so that it cannot pass vacuously.
+Malformed texts derived from a small valid function must be rejected with their messages.
 
 usage: tile_roundtrip.py TSRC MIN_FUNCTIONS DIR_OR_FILE...
 """
@@ -22,6 +23,48 @@ def files(paths):
             for n in sorted(names):
                 if n.endswith(".tsr"):
                     yield os.path.join(d, n)
+
+
+GOOD = """tile @k(%x: tensor<1, f32>, %a: f32) grid 1 config {B = 4} {
+  %2 = program_id {axis = 0} : i64
+  %3 = load_box %x, %2 {box = [4]} : tile<4xf32>
+  %4 = broadcast %a {shape = [4]} : tile<4xf32>
+  %5 = mul %3, %4 : tile<4xf32>
+  store_box %x, %2, %5 {box = [4]}
+}
+"""
+
+# Malformed text: (what is changed, its replacement, part of the message). Each must be an error
+# (exit code 1: the parser's with a line and column, the verifier's naming the op), never a crash.
+BAD = [
+    ("mul %3, %4", "mul %3, %9", "use of undefined value %9"),
+    ("mul %3, %4", "mul %3, %a", "tile @k: %5 = mul: operands differ"),
+    ("tile<4xf32>\n  %4", "tile<0xf32>\n  %4", "tile sizes must be positive"),
+    ("tile<4xf32>\n  %4", "tile<4xq32>\n  %4", "unknown dtype in tile<4xq32>"),
+    ("program_id", "program_ident", "unknown op `program_ident`"),
+    ("grid 1", "grid 4", "the grid's rank must be 1, 2 or 3"),
+    ("{box = [4]} : tile", "{box = [4, 4]} : tile", "tile @k: %3 = load_box: attribute `box` must give one size per tensor axis"),
+    ("{axis = 0}", "{axis = 99999999999999999999}", "integer out of range"),
+    ("}\n", "", "expected `}`"),
+]
+
+
+def malformed(tsrc):
+    failed = 0
+    for old, new, want in BAD:
+        assert old in GOOD, old
+        text = GOOD.replace(old, new, 1)
+        with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
+            t.write(text)
+        try:
+            q = subprocess.run([tsrc, t.name, "--read-tile"], capture_output=True, text=True, timeout=60)
+        finally:
+            os.unlink(t.name)
+        if q.returncode != 1 or want not in q.stderr:
+            failed += 1
+            print(f"FAIL malformed text ({new!r}): exit code {q.returncode}, stderr {q.stderr.strip()!r}, expected {want!r}")
+    print(f"{len(BAD) - failed} of {len(BAD)} malformed texts rejected with their message")
+    return failed
 
 
 def main():
@@ -46,6 +89,7 @@ def main():
             continue
         checked += n
         print(f"ok   {path}: {n} function(s)")
+    failed += malformed(tsrc)
     print(f"skipped (no kernel lowered before run time): {', '.join(skipped) if skipped else 'none'}")
     print(f"{checked} functions round-tripped, {failed} files failed")
     if checked < min_functions:
