@@ -151,6 +151,8 @@ GradRule binaryRule(std::function<Value *(Emitter &, const Op &, size_t which, V
   return r;
 }
 
+Value *scatterAlong(Emitter &E, Value *g, size_t ax, Value *idx, const Dim &full);
+
 // Pads `v` with zeros along `axis` so that it sits at [start, start + (n-1)*step + 1) with
 // `step` between elements, in an axis of extent `full`: the transpose of a slice.
 Value *padAxis(Emitter &E, Value *v, size_t axis, const Dim &start, int64_t step, const Dim &full) {
@@ -158,8 +160,17 @@ Value *padAxis(Emitter &E, Value *v, size_t axis, const Dim &start, int64_t step
   const Dim n = dims[axis];
   Value *mid = v;
   Dim len = n;
+  if (step != 1 && !n.constantValue()) {
+    // A symbolic count: element i goes to start + i * step, by a one-hot scatter (the
+    // interleaving below needs the count to compute the padded lengths).
+    Value *i = E.op(OpKind::Iota, {}, {{"shape", std::vector<Dim>{n}}, {"axis", int64_t{0}}, {"dtype", DTypeAttr{DType::I64, {}}}});
+    Type i64 = Type::tensor({}, DType::I64);
+    Value *st = start.constantValue() ? E.scalar(static_cast<double>(*start.constantValue()), i64)
+                                      : E.op(OpKind::DimValue, {}, {{"dim", std::vector<Dim>{start}}});
+    Value *pos = E.add(E.mul(i, E.scalar(static_cast<double>(step), i64)), st);
+    return scatterAlong(E, v, axis, pos, full);
+  }
   if (step != 1) {
-    if (!n.constantValue()) throw AutodiffError{AutodiffError::Kind::NonDifferentiable, "a slice with a step over a symbolic extent", E.loc()};
     int64_t cn = *n.constantValue();
     if (cn == 0) return E.zeros(Type::tensor([&] { auto d = dims; d[axis] = full; return d; }(), v->type.dtype, v->type.policies));
     // Interleave: [n] -> [n, 1] ++ zeros [n, step-1] -> [n * step], then keep (n-1)*step + 1.
@@ -239,6 +250,22 @@ Value *gatherTranspose(Emitter &E, const Op &o, Value *g) {
   return E.fit(scattered, x->type);
 }
 
+// The scatter-add of `g` along axis `ax`: position i of that axis (of extent n) adds into
+// position idx[i] (idx: [n], integer) of an axis of extent `full`; other axes keep their extent.
+// A one-hot product, so that no scatter op is needed.
+Value *scatterAlong(Emitter &E, Value *g, size_t ax, Value *idx, const Dim &full) {
+  const auto &d = g->type.dims;
+  std::vector<Dim> gd(d.begin(), d.begin() + static_cast<long>(ax) + 1);
+  gd.push_back(Dim::constant(1));
+  gd.insert(gd.end(), d.begin() + static_cast<long>(ax) + 1, d.end());
+  size_t post = d.size() - ax - 1;
+  std::vector<Dim> idd{d[ax], Dim::constant(1)}, ohd{d[ax], full};
+  for (size_t i = 0; i < post; ++i) { idd.push_back(Dim::constant(1)); ohd.push_back(Dim::constant(1)); }
+  Value *iota = E.op(OpKind::Iota, {}, {{"shape", ohd}, {"axis", int64_t{1}}, {"dtype", DTypeAttr{idx->type.dtype, {}}}});
+  Value *hit = E.op(OpKind::Eq, {E.reshape(idx, idd), iota});
+  return E.reduceSum(E.where(hit, E.reshape(g, gd), E.scalar(0, g->type)), {static_cast<int64_t>(ax)}, false);
+}
+
 // The scatter-add of take's cotangent: x[..., idx, ...] read rows of axis `axis`; each row of x
 // gets the sum of the cotangents of the positions that read it.
 Value *takeTranspose(Emitter &E, const Op &o, Value *g) {
@@ -251,14 +278,8 @@ Value *takeTranspose(Emitter &E, const Op &o, Value *g) {
   const auto &xd = x->type.dims;
   std::vector<Dim> gd(xd.begin(), xd.begin() + static_cast<long>(ax));
   gd.push_back(nI);
-  gd.push_back(Dim::constant(1));
   gd.insert(gd.end(), xd.begin() + static_cast<long>(ax) + 1, xd.end());
-  size_t post = xd.size() - ax - 1;
-  std::vector<Dim> idd{nI, Dim::constant(1)}, ohd{nI, xd[ax]};
-  for (size_t i = 0; i < post; ++i) { idd.push_back(Dim::constant(1)); ohd.push_back(Dim::constant(1)); }
-  Value *iota = E.op(OpKind::Iota, {}, {{"shape", ohd}, {"axis", int64_t{1}}, {"dtype", DTypeAttr{idx->type.dtype, {}}}});
-  Value *hit = E.op(OpKind::Eq, {E.reshape(idx, idd), iota});
-  Value *s = E.reduceSum(E.where(hit, E.reshape(g, gd), E.scalar(0, g->type)), {static_cast<int64_t>(ax)}, false);
+  Value *s = scatterAlong(E, E.reshape(g, gd), ax, E.reshape(idx, {nI}), xd[ax]);
   return E.fit(E.reshape(s, xd), x->type);
 }
 

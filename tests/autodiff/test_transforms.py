@@ -11,7 +11,8 @@
   peak of live bytes (ir/analysis/LiveBytes.h) on a chain of 24 layers; the figures are printed;
 - @loss_scale: in f16, gradients of 2e-8 underflow to zero without scaling and are exact with
   @loss_scale(1024);
-- a second derivative (grad of grad) equals 6x for sum(x^3).
+- a second derivative (grad of grad) equals 6x for sum(x^3);
+- a graph with symbolic shapes (one per N, a stepped slice of a symbolic extent) against torch.
 Ends with `N passed, N failed`. Needs NumPy (re-runs itself under a Python that has it, as
 test_grad.py does).
 """
@@ -134,6 +135,21 @@ def main():
               f"unscaled f16 gradient {g0[0]:.3g}, with @loss_scale(1024) {g1[0]:.4g} (exact {want:.4g})")
         check("loss_scale in the graph", "1024.0" in p.stdout.split("graph @grad_tiny_scaled")[1].split("graph @")[0],
               "the seed is 1024 and the gradient is divided by it")
+
+        # Symbolic shapes: the generic graph at two sizes (odd N: the stepped slice's count is
+        # a ceiling), against torch.
+        import torch
+        import torch.nn.functional as F
+        for n in (5, 8):
+            w, x = normal(3, 4, dtype=np.float32), normal(n, 3, dtype=np.float32)
+            y = rng.integers(0, 3, (n,)).astype(np.int32)
+            value, gw = run("sym_step", w, x, y)
+            tw = torch.tensor(w, dtype=torch.float64, requires_grad=True)
+            h = F.layer_norm(torch.tensor(x, dtype=torch.float64) @ tw, (4,), eps=1e-5)
+            ref = F.cross_entropy(h[:, 1:], torch.tensor(y, dtype=torch.long)) + (h[::2] ** 2).sum() * 0.1
+            ref.backward()
+            err = float(np.abs(gw - tw.grad.numpy()).max() / np.abs(tw.grad.numpy()).max())
+            check(f"symbolic shapes N={n}", abs(float(value) - ref.item()) < 1e-5 and err < 1e-5, f"gradient max relative error {err:.1e} (f32)")
 
         # grad of grad.
         x = normal(5)
