@@ -1,0 +1,445 @@
+#include "runtime/cpu/CompiledExecutor.h"
+
+#include "codegen/cpu/CpuKernel.h"
+#include "ir/Text.h"
+#include "ir/tile/TileText.h"
+#include "ir/schedule/Fusion.h"
+#include "ir/schedule/LowerGroups.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace tsr::cpu {
+
+using ir::EvalError;
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+using rt::Tensor;
+using Shape = std::vector<int64_t>;
+namespace sched = ir::schedule;
+
+namespace {
+
+// A value at run time: elements offset + sum(i_d * strides[d]) of buf's storage.
+struct View {
+  Tensor buf;
+  int64_t offset = 0;
+  Shape shape, strides;
+};
+
+Shape rowMajor(const Shape &s) {
+  Shape st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+int64_t numelOf(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+View whole(const Tensor &t) { return View{t, 0, t.shape(), rowMajor(t.shape())}; }
+
+bool contiguous(const View &v) {
+  if (numelOf(v.shape) == 0) return true;
+  int64_t want = 1;
+  for (size_t d = v.shape.size(); d-- > 0;) {
+    if (v.shape[d] == 1) continue;
+    if (v.strides[d] != want) return false;
+    want *= v.shape[d];
+  }
+  return true;
+}
+
+// NumPy broadcasting of a view to `to` (aligned on the right; 1s stretch with stride 0).
+View broadcastView(const View &v, const Shape &to) {
+  View r{v.buf, v.offset, to, Shape(to.size(), 0)};
+  const size_t lead = to.size() - v.shape.size();
+  for (size_t i = 0; i < v.shape.size(); ++i)
+    if (v.shape[i] == to[lead + i] && v.shape[i] != 1) r.strides[lead + i] = v.strides[i];
+  return r;
+}
+
+codegen::KernelArg argOf(const View &v) {
+  codegen::KernelArg a;
+  if (v.shape.size() > size_t(codegen::kMaxRank)) throw std::runtime_error("a tensor of rank > 8 for compiled code");
+  a.data = static_cast<char *>(const_cast<void *>(v.buf.data())) + v.offset * int64_t(v.buf.itemsize());
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    a.shape[d] = v.shape[d];
+    a.strides[d] = v.strides[d];
+  }
+  return a;
+}
+
+codegen::KernelArg scalarArg(int64_t i) {
+  codegen::KernelArg a;
+  a.i = i;
+  return a;
+}
+
+struct Compiled {
+  std::shared_ptr<const codegen::CompiledKernel> code;
+  std::array<sched::GridAxis, 3> grid;
+};
+
+std::array<int64_t, 3> gridOf(const std::array<sched::GridAxis, 3> &g, const Shape &s) {
+  std::array<int64_t, 3> r{1, 1, 1};
+  for (size_t i = 0; i < 3; ++i) {
+    if (g[i].axes.empty()) continue;
+    int64_t p = 1;
+    for (int a : g[i].axes) p *= s[size_t(a)];
+    r[i] = (p + g[i].block - 1) / g[i].block;
+  }
+  return r;
+}
+
+Compiled compile(sched::Kernel k) {
+  // TSR_DUMP_TILE=1 prints every program as it is compiled (for debugging lowering).
+  if (const char *dump = std::getenv("TSR_DUMP_TILE"); dump && *dump == '1') std::cerr << tile::toString(*k.fn) << "\n";
+  auto problems = tile::verify(*k.fn);
+  if (!problems.empty()) throw tile::TileError{"the tile program `" + k.fn->name + "` is malformed: " + problems[0]};
+  return Compiled{codegen::compileForHost(*k.fn), k.grid};
+}
+
+std::string shapeKey(const Shape &s) {
+  std::string k = "(";
+  for (int64_t d : s) k += std::to_string(d) + ",";
+  return k + ")";
+}
+
+} // namespace
+
+struct CompiledExecutor::Impl {
+  const ir::KernelRunner *kernels;
+  int threads;
+  std::atomic<uint64_t> launches{0};
+  // Compiled programs by (graph content, step, program, iteration shape): the plan of a graph
+  // for the shapes it has been called with. Pointers into graphs are never kept, so a graph
+  // freed and another allocated at its address cannot alias a plan.
+  std::unordered_map<std::string, Compiled> programs;
+
+  const Compiled &program(const std::string &key, const std::function<sched::Kernel()> &lower) {
+    auto it = programs.find(key);
+    if (it != programs.end()) return it->second;
+    return programs.emplace(key, compile(lower())).first->second;
+  }
+
+  void launch(const Compiled &c, const std::vector<codegen::KernelArg> &args, const Shape &iter) {
+    auto grid = gridOf(c.grid, iter);
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
+    c.code->launch(args.data(), args.size(), grid, threads);
+    ++launches;
+  }
+
+  // A contiguous tensor with v's elements (v's buffer itself when it already is one).
+  Tensor materialize(const View &v, DType to, const Policies &pol, const std::string &keyPrefix) {
+    if (v.buf.dtype() == to && v.offset == 0 && contiguous(v) && numelOf(v.shape) == v.buf.numel())
+      return v.buf.reshape(v.shape);
+    Tensor out = Tensor::empty(v.shape, to);
+    const size_t n = v.shape.size();
+    std::string key = keyPrefix + "copy/" + std::to_string(n) + std::string(dtypeName(v.buf.dtype())) + ">" +
+                      std::string(dtypeName(to)) + (pol.saturate ? "s" : "") + shapeKey(v.shape);
+    const Compiled &c = program(key, [&] {
+      return sched::lowerCopy(n, v.buf.dtype(), to, pol, v.shape, "copy");
+    });
+    launch(c, {argOf(whole(out)), argOf(v)}, v.shape);
+    return out;
+  }
+};
+
+CompiledExecutor::CompiledExecutor(const ir::KernelRunner *kernels, int threads) : impl_(std::make_unique<Impl>()) {
+  impl_->kernels = kernels;
+  impl_->threads = threads;
+}
+CompiledExecutor::~CompiledExecutor() = default;
+
+uint64_t CompiledExecutor::launches() const { return impl_->launches.load(); }
+
+std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &g, const std::vector<Tensor> &inputs) {
+  return run(m, g, inputs, {});
+}
+
+namespace {
+
+std::string whereOf(const ir::Module &m, const ir::Graph &g, const Op &op) {
+  if (op.loc.valid() && op.loc.file <= m.files.size())
+    return m.files[op.loc.file - 1] + ":" + std::to_string(op.loc.line) + ":" + std::to_string(op.loc.col);
+  return "graph @" + g.name;
+}
+
+std::string describe(const Op &op) {
+  std::string s(ir::opSpelling(op.kind));
+  if (!op.results.empty()) s += " %" + std::to_string(op.results[0]->id);
+  return s;
+}
+
+struct OpFailure {
+  std::string message;
+};
+
+} // namespace
+
+std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &g, const std::vector<Tensor> &inputs,
+                                          const ir::SymbolSizes &given) {
+  Impl &I = *impl_;
+  const ir::SymbolSizes sizes = ir::bindSymbols(m, g, inputs, given);
+  const sched::Schedule plan = sched::planFusion(g);
+  const std::string graphKey = std::to_string(ir::contentHash(g, m)) + "/";
+
+  auto shapeOf = [&](const Value *v) {
+    Shape s;
+    for (const Dim &d : v->type.dims) {
+      try {
+        s.push_back(ir::evaluateDim(d, sizes));
+      } catch (const std::invalid_argument &e) {
+        throw OpFailure{"the dim \"" + d.str() + "\": " + e.what()};
+      }
+    }
+    return s;
+  };
+
+  // The step after which each value is last read.
+  std::unordered_map<const Value *, size_t> lastUse;
+  for (size_t i = 0; i < plan.steps.size(); ++i)
+    for (const Value *v : plan.steps[i].inputs) lastUse[v] = i;
+  for (const Value *v : g.outputs) lastUse[v] = plan.steps.size();
+
+  std::unordered_map<const Value *, View> views;
+  for (size_t i = 0; i < g.params.size() && i < inputs.size(); ++i) views[g.params[i]] = whole(inputs[i]);
+  auto viewOf = [&](const Value *v) -> const View & {
+    auto it = views.find(v);
+    if (it == views.end()) throw OpFailure{"operand %" + std::to_string(v->id) + " is not defined before this op"};
+    return it->second;
+  };
+
+  for (size_t si = 0; si < plan.steps.size(); ++si) {
+    const sched::Step &st = plan.steps[si];
+    const Op &op = *st.anchor;
+    const std::string key = graphKey + std::to_string(si) + "/";
+    try {
+      switch (st.kind) {
+      case sched::StepKind::Elementwise: {
+        const Value *root = st.outputs[0];
+        const Shape S = shapeOf(root);
+        Tensor out = Tensor::empty(S, root->type.dtype);
+        std::vector<codegen::KernelArg> args{argOf(whole(out))};
+        for (const Value *in : st.inputs) args.push_back(argOf(broadcastView(viewOf(in), S)));
+        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew" + std::to_string(si)); });
+        I.launch(c, args, S);
+        views[root] = whole(out);
+        break;
+      }
+      case sched::StepKind::Reduce: {
+        const Value *operand = op.operands[0];
+        Shape S0 = shapeOf(operand);
+        const size_t rank = S0.size();
+        std::vector<bool> reduced(rank, false);
+        if (const auto *axes = op.attrAs<std::vector<int64_t>>("axes")) {
+          for (int64_t a : *axes) {
+            if (a < -int64_t(rank) || a >= int64_t(rank)) throw OpFailure{"axis " + std::to_string(a) + " is out of range"};
+            reduced[size_t(a < 0 ? a + int64_t(rank) : a)] = true;
+          }
+        } else {
+          reduced.assign(rank, true);
+        }
+        std::vector<int> order;
+        for (size_t d = rank; d-- > 0;) if (reduced[d]) order.push_back(int(d));
+        // No reduced axis: one stage over an extra axis of extent 1 (a rounding into the result).
+        Shape S = S0;
+        const bool extra = order.empty();
+        if (extra) { S.push_back(1); order.push_back(int(rank)); }
+        auto inputView = [&](const Value *v) {
+          View w = broadcastView(viewOf(v), S0);
+          if (extra) { w.shape.push_back(1); w.strides.push_back(0); }
+          return w;
+        };
+        const bool extreme = op.kind == OpKind::ReduceMax || op.kind == OpKind::ReduceMin;
+        const DType carry = sched::reductionCarryDType(op);
+        Tensor prev;
+        for (size_t s = 0; s < order.size(); ++s) {
+          const int axis = order[s];
+          const bool last = s + 1 == order.size();
+          Shape outShape = S;
+          outShape[size_t(axis)] = 1;
+          if (extreme && S[size_t(axis)] == 0 && numelOf(outShape) > 0)
+            throw OpFailure{std::string(ir::opSpelling(op.kind)) + " over an empty axis has no value"};
+          Tensor out = Tensor::empty(outShape, last ? op.result()->type.dtype : carry);
+          std::vector<codegen::KernelArg> args{argOf(whole(out))};
+          if (s == 0) for (const Value *in : st.inputs) args.push_back(argOf(inputView(in)));
+          else args.push_back(argOf(whole(prev)));
+          args.push_back(scalarArg(S[size_t(axis)]));
+          const Compiled &c = I.program(key + std::to_string(s) + shapeKey(S) + (last ? "L" : ""), [&] {
+            return sched::lowerReduceStage(st, s, last, S, axis, "reduce" + std::to_string(si) + "_" + std::to_string(s));
+          });
+          I.launch(c, args, S);
+          prev = out;
+          S = outShape;
+        }
+        views[op.result()] = whole(prev.reshape(shapeOf(op.result())));
+        break;
+      }
+      case sched::StepKind::MatMul: {
+        View a = viewOf(op.operands[0]), b = viewOf(op.operands[1]);
+        const bool av = a.shape.size() == 1, bv = b.shape.size() == 1;
+        if (a.shape.empty() || b.shape.empty()) throw OpFailure{"matmul of a 0-d tensor"};
+        if (av) { a.shape.insert(a.shape.begin(), 1); a.strides.insert(a.strides.begin(), 0); }
+        if (bv) { b.shape.push_back(1); b.strides.push_back(0); }
+        const int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(), N = b.shape.back();
+        if (b.shape[b.shape.size() - 2] != K) throw OpFailure{"the inner dims differ"};
+        const Value *res = op.result();
+        const Shape R = shapeOf(res);
+        Shape batch(R.begin(), R.end() - (av ? 0 : 1) - (bv ? 0 : 1));
+        Shape full = batch;
+        full.push_back(M);
+        full.push_back(N);
+        Tensor out = Tensor::empty(R, res->type.dtype);
+        View ov{out, 0, full, Shape(full.size(), 0)};
+        {
+          Shape rs = rowMajor(R);
+          size_t j = 0;
+          for (size_t d = 0; d < batch.size(); ++d) ov.strides[d] = rs[j++];
+          ov.strides[batch.size()] = av ? 0 : rs[j++];
+          ov.strides[batch.size() + 1] = bv ? 0 : rs[j++];
+        }
+        Shape ash = batch, bsh = batch;
+        ash.push_back(M); ash.push_back(K);
+        bsh.push_back(K); bsh.push_back(N);
+        std::vector<codegen::KernelArg> args{argOf(ov), argOf(broadcastView(a, ash)), argOf(broadcastView(b, bsh))};
+        const DType adt = a.buf.dtype(), bdt = b.buf.dtype();
+        const Compiled &c = I.program(key + shapeKey(full), [&] {
+          return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul" + std::to_string(si));
+        });
+        I.launch(c, args, full);
+        views[res] = whole(out);
+        break;
+      }
+      case sched::StepKind::View: {
+        const View &x = viewOf(op.operands[0]);
+        View r = x;
+        const Value *res = op.result();
+        switch (op.kind) {
+        case OpKind::Transpose: {
+          const auto *perm = op.attrAs<std::vector<int64_t>>("perm");
+          if (!perm || perm->size() != x.shape.size()) throw OpFailure{"a perm that does not fit the rank"};
+          for (size_t i = 0; i < perm->size(); ++i) {
+            size_t p = size_t((*perm)[i]);
+            if (p >= x.shape.size()) throw OpFailure{"the perm is not a permutation"};
+            r.shape[i] = x.shape[p];
+            r.strides[i] = x.strides[p];
+          }
+          break;
+        }
+        case OpKind::BroadcastTo: r = broadcastView(x, shapeOf(res)); break;
+        case OpKind::Slice: {
+          const auto *start = op.attrAs<std::vector<Dim>>("start");
+          const auto *stop = op.attrAs<std::vector<Dim>>("stop");
+          const auto *step = op.attrAs<std::vector<int64_t>>("step");
+          if (!start || !stop || !step || start->size() != x.shape.size() || stop->size() != x.shape.size() ||
+              step->size() != x.shape.size())
+            throw OpFailure{"start, stop and step are not one per axis"};
+          for (size_t d = 0; d < x.shape.size(); ++d) {
+            const int64_t n = x.shape[d], s = (*step)[d];
+            if (s <= 0) throw OpFailure{"step " + std::to_string(s) + " on axis " + std::to_string(d) + " (steps are positive)"};
+            auto clip = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
+            const int64_t lo = clip(ir::evaluateDim((*start)[d], sizes)), hi = clip(ir::evaluateDim((*stop)[d], sizes));
+            r.shape[d] = hi > lo ? (hi - lo + s - 1) / s : 0;
+            r.offset += lo * x.strides[d];
+            r.strides[d] = x.strides[d] * s;
+          }
+          break;
+        }
+        case OpKind::Reverse: {
+          const auto *axes = op.attrAs<std::vector<int64_t>>("axes");
+          std::vector<bool> flip(x.shape.size(), false);
+          if (axes)
+            for (int64_t a : *axes) {
+              int64_t rk = int64_t(x.shape.size());
+              if (a < -rk || a >= rk) throw OpFailure{"axis " + std::to_string(a) + " is out of range"};
+              flip[size_t(a < 0 ? a + rk : a)] = true;
+            }
+          for (size_t d = 0; d < x.shape.size(); ++d) {
+            if (!flip[d] || x.shape[d] == 0) continue;
+            r.offset += (x.shape[d] - 1) * x.strides[d];
+            r.strides[d] = -x.strides[d];
+          }
+          break;
+        }
+        default: { // reshape
+          const Shape s = shapeOf(res);
+          if (numelOf(s) != numelOf(x.shape)) throw OpFailure{"cannot reshape to a different element count"};
+          if (contiguous(x)) r = View{x.buf, x.offset, s, rowMajor(s)};
+          else r = whole(I.materialize(x, x.buf.dtype(), {}, key).reshape(s));
+        }
+        }
+        // A view's extents are the result type's (what later steps assume), or the type is wrong.
+        const Shape want = shapeOf(res);
+        if (r.shape != want)
+          throw OpFailure{"computed shape " + rt::formatShape(r.shape) + ", but the result type " + res->type.str() + " says " +
+                          rt::formatShape(want)};
+        views[res] = r;
+        break;
+      }
+      case sched::StepKind::Library: {
+        ir::Graph one(g.name);
+        std::vector<Value *> params;
+        std::vector<Tensor> args;
+        for (size_t i = 0; i < op.operands.size(); ++i) {
+          const Value *o = op.operands[i];
+          params.push_back(one.addParam(std::to_string(i), o->type));
+          const View &v = viewOf(o);
+          args.push_back(o->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));
+        }
+        std::vector<ir::Type> types;
+        for (const Value *r : op.results) types.push_back(r->type);
+        Op *copy = one.addWithTypes(op.kind, params, op.attrs, types, op.loc);
+        one.outputs = copy->results;
+        std::vector<Tensor> outs;
+        try {
+          outs = ir::evaluate(m, one, args, I.kernels, sizes);
+        } catch (const EvalError &e) {
+          // The one-op graph's errors name the op as the whole graph would (its location).
+          if (e.where().rfind("graph @", 0) == 0) throw OpFailure{e.problem()};
+          throw;
+        }
+        for (size_t r = 0; r < outs.size() && r < op.results.size(); ++r) views[op.results[r]] = whole(outs[r]);
+        break;
+      }
+      }
+    } catch (const OpFailure &f) {
+      throw EvalError(whereOf(m, g, op), describe(op) + ": " + f.message);
+    } catch (const EvalError &) {
+      throw;
+    } catch (const tile::TileError &e) {
+      throw EvalError(whereOf(m, g, op), describe(op) + ": internal error: " + e.message);
+    } catch (const std::exception &e) {
+      throw EvalError(whereOf(m, g, op), describe(op) + ": " + e.what());
+    }
+    for (const Value *v : st.inputs) {
+      auto lu = lastUse.find(v);
+      if (lu != lastUse.end() && lu->second == si) views.erase(v);
+    }
+  }
+
+  std::vector<Tensor> outs;
+  for (const Value *v : g.outputs) {
+    auto it = views.find(v);
+    if (it == views.end()) throw EvalError("graph @" + g.name, "the output %" + std::to_string(v->id) + " is never defined");
+    if (v->type.isKey()) { outs.push_back(it->second.buf); continue; }
+    outs.push_back(I.materialize(it->second, v->type.dtype, {}, graphKey + "out/"));
+  }
+  return outs;
+}
+
+std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels) {
+  return std::make_unique<CompiledExecutor>(kernels);
+}
+
+} // namespace tsr::cpu

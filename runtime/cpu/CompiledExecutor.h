@@ -1,0 +1,50 @@
+// Compiled execution of Graph IR on the host CPU: what `tsr run` uses (the reference evaluator,
+// ir/eval/Evaluator.h, stays the numeric oracle of the tests).
+//
+// Per graph and input shapes, once: fusion (ir/schedule/Fusion.h) partitions the graph into
+// steps, each kernel step is lowered to Tile IR (ir/schedule/LowerGroups.h) and compiled for
+// this CPU (codegen/cpu/CpuKernel.h; compilation is cached by the program's text, so shapes that
+// share tile sizes share machine code). Per call: symbols are bound from the inputs as the
+// evaluator binds them, each value is a *view* (a buffer, an element offset, a shape and
+// strides), view ops only compute new views, kernel steps allocate their outputs and launch
+// their programs on every core, library steps (Fusion.h lists them) run the reference
+// evaluator's implementation of their one op, and intermediates are freed after their last use.
+// Outputs are contiguous tensors (copied when they are views), possibly sharing storage with an
+// input, as the evaluator's may.
+//
+// Errors are ir::EvalError, "WHERE: OP: PROBLEM" as the evaluator's: input binding, a max or min
+// over an empty axis, library ops' own checks, and internal errors (a step that does not lower
+// or compile) named at the op.
+#pragma once
+
+#include "ir/eval/Evaluator.h"
+#include "runtime/host/Interpreter.h"
+
+#include <memory>
+
+namespace tsr::cpu {
+
+class CompiledExecutor : public host::GraphExecutor {
+public:
+  /// `kernels` runs kernel_call ops (may be null: a graph with one then fails at that op);
+  /// `threads` for each launch (0: one per core).
+  explicit CompiledExecutor(const ir::KernelRunner *kernels = nullptr, int threads = 0);
+  ~CompiledExecutor() override;
+
+  std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override;
+  /// As ir::evaluate: `given` sizes for symbols that no input determines.
+  std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs,
+                              const ir::SymbolSizes &given);
+
+  /// Number of kernel launches since construction (for tests of fusion).
+  uint64_t launches() const;
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels = nullptr);
+
+} // namespace tsr::cpu

@@ -1,0 +1,214 @@
+// Compiled CPU execution (runtime/cpu/CompiledExecutor.h) against the reference evaluator on
+// every graph of Graph IR text files.
+//
+//   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME]
+//
+// For each graph and each size assignment (symbols not named get distinct defaults; several
+// assignments give odd, unit and power-of-two sizes), inputs are seeded random values: floats
+// uniform in [-2, 2) rounded into their dtype, integers in [1, 3] (valid divisors and indices),
+// bools at random, keys fixed. Both executors run; an assignment for which the reference fails
+// (sizes that do not divide, say) is skipped, unless the compiled path succeeds there, which is a
+// failure, as is any other disagreement: an error on one side only, a dtype or shape that
+// differs, or an element outside tolerance. Tolerances, relative to the element and to the
+// largest magnitude of the output (sums cancel): f32 1e-4 (f32 arithmetic against the
+// evaluator's f64), f64 1e-10, tf32 and f16 4e-3, bf16 2^-6 (an op's rounding may land one bf16
+// step apart), fp8 one step of the format; integers, bools and keys exactly; NaN matches NaN.
+// Prints one line per graph and assignment and ends with "N passed, N failed".
+#include "ir/Text.h"
+#include "ir/eval/Evaluator.h"
+#include "runtime/cpu/CompiledExecutor.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+#include <sstream>
+
+using namespace tsr;
+
+namespace {
+
+std::vector<std::string> symbolsOf(const ir::Graph &g) {
+  std::set<std::string> s;
+  auto addDims = [&](const std::vector<Dim> &dims) {
+    for (const Dim &d : dims)
+      for (const std::string &n : d.symbols()) s.insert(n);
+  };
+  for (const ir::Value *p : g.params) addDims(p->type.dims);
+  for (const ir::Op *op : g.ops) {
+    for (const ir::Value *r : op->results) addDims(r->type.dims);
+    for (const ir::Attr &a : op->attrs)
+      if (auto *d = std::get_if<std::vector<Dim>>(&a.value)) addDims(*d);
+  }
+  return {s.begin(), s.end()};
+}
+
+bool isIdentifier(const std::string &s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+double tolerance(DType t) {
+  switch (t) {
+  case DType::F32: return 1e-4;
+  case DType::F64: return 1e-10;
+  case DType::TF32: case DType::F16: return 4e-3;
+  case DType::BF16: return 1.0 / 64;
+  case DType::F8E4M3: return 0.13;
+  case DType::F8E5M2: return 0.26;
+  default: return 0;
+  }
+}
+
+// "" when equal within tolerance, else the first difference.
+std::string compare(const rt::Tensor &got, const rt::Tensor &want) {
+  if (got.dtype() != want.dtype()) return "dtype " + std::string(dtypeName(got.dtype())) + " vs " + std::string(dtypeName(want.dtype()));
+  if (got.shape() != want.shape()) return "shape " + rt::formatShape(got.shape()) + " vs " + rt::formatShape(want.shape());
+  const int64_t n = want.numel();
+  if (!isFloat(want.dtype())) {
+    for (int64_t i = 0; i < n; ++i)
+      if (got.toI64(i) != want.toI64(i))
+        return "element " + std::to_string(i) + ": " + std::to_string(got.toI64(i)) + " vs " + std::to_string(want.toI64(i));
+    return "";
+  }
+  const double tol = tolerance(want.dtype());
+  double scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double w = want.toF64(i);
+    if (std::isfinite(w)) scale = std::max(scale, std::fabs(w));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double a = got.toF64(i), b = want.toF64(i);
+    if (std::isnan(a) && std::isnan(b)) continue;
+    if (std::isinf(b) || std::isinf(a)) {
+      if (a == b) continue;
+      // A finite result of the f64 reference may overflow f32 arithmetic's intermediates.
+      if (!(std::isfinite(b) && std::fabs(b) > 1e30)) return "element " + std::to_string(i) + ": " + std::to_string(a) + " vs " + std::to_string(b);
+      continue;
+    }
+    if (std::fabs(a - b) > tol * (std::fabs(b) + scale) + 1e-30)
+      return "element " + std::to_string(i) + ": " + std::to_string(a) + " vs " + std::to_string(b) + " (scale " + std::to_string(scale) + ")";
+  }
+  return "";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::vector<std::string> files, sizeSets;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--sizes" && i + 1 < argc) {
+      std::stringstream ss(argv[++i]);
+      std::string part;
+      while (std::getline(ss, part, ';')) sizeSets.push_back(part);
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else {
+      files.push_back(a);
+    }
+  }
+  if (files.empty()) {
+    std::cerr << "usage: schedule_check FILE.graph... [--sizes A=7,B=5;A=1] [--only NAME]\n";
+    return 2;
+  }
+  // Default assignments: distinct odd sizes, unit sizes, powers of two.
+  if (sizeSets.empty()) sizeSets = {"*=odd", "*=1", "*=8", "*=16"};
+
+  int passed = 0, failed = 0;
+  cpu::CompiledExecutor exec;
+  for (const std::string &file : files) {
+    std::ifstream in(file);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    std::unique_ptr<ir::Module> m;
+    try {
+      m = ir::parseModuleText(buf.str());
+    } catch (const ir::IRError &e) {
+      std::cout << "FAIL " << file << ": " << e.message << "\n";
+      ++failed;
+      continue;
+    }
+    for (auto &gp : m->graphs) {
+      const ir::Graph &g = *gp;
+      if (!only.empty() && g.name != only) continue;
+      const std::vector<std::string> syms = symbolsOf(g);
+      int ran = 0;
+      bool bad = false;
+      for (const std::string &set : sizeSets) {
+        ir::SymbolSizes sizes;
+        const int64_t odd[] = {7, 5, 11, 13, 3, 9, 17, 19, 23};
+        for (size_t i = 0; i < syms.size(); ++i) {
+          if (set == "*=odd") sizes[syms[i]] = odd[i % 9];
+          else if (set.rfind("*=", 0) == 0) sizes[syms[i]] = std::stoll(set.substr(2));
+          else sizes[syms[i]] = odd[i % 9];
+        }
+        if (set.rfind("*=", 0) != 0) {
+          std::stringstream ss(set);
+          std::string kv;
+          while (std::getline(ss, kv, ',')) {
+            auto eq = kv.find('=');
+            if (eq != std::string::npos) sizes[kv.substr(0, eq)] = std::stoll(kv.substr(eq + 1));
+          }
+        }
+        std::mt19937_64 rng(1234);
+        std::vector<rt::Tensor> inputs;
+        bool shapeOk = true;
+        for (const ir::Value *p : g.params) {
+          if (p->type.isKey()) { inputs.push_back(ir::keyTensor(rt::Key{12345, 678})); continue; }
+          std::vector<int64_t> shape;
+          for (const Dim &d : p->type.dims) {
+            int64_t v = -1;
+            try { v = ir::evaluateDim(d, sizes); } catch (const std::exception &) {}
+            if (v < 0) shapeOk = false;
+            shape.push_back(std::max<int64_t>(v, 0));
+          }
+          if (!shapeOk) break;
+          const DType dt = p->type.dtype;
+          const int64_t n = rt::shapeNumel(shape);
+          if (shape.empty() && dt == DType::I64 && isIdentifier(p->name) && sizes.count(p->name)) {
+            inputs.push_back(rt::Tensor::fromI64({}, dt, std::vector<int64_t>{sizes[p->name]}));
+            continue;
+          }
+          if (isFloat(dt)) {
+            std::uniform_real_distribution<double> u(-2, 2);
+            std::vector<double> v(static_cast<size_t>(n));
+            for (double &x : v) x = u(rng);
+            inputs.push_back(rt::Tensor::fromF64(shape, dt, v));
+          } else {
+            std::uniform_int_distribution<int64_t> u(dt == DType::Bool ? 0 : 1, dt == DType::Bool ? 1 : 3);
+            std::vector<int64_t> v(static_cast<size_t>(n));
+            for (int64_t &x : v) x = u(rng);
+            inputs.push_back(rt::Tensor::fromI64(shape, dt, v));
+          }
+        }
+        if (!shapeOk) continue;
+        std::vector<rt::Tensor> want, got;
+        std::string refErr, compErr;
+        try { want = ir::evaluate(*m, g, inputs, nullptr, sizes); } catch (const std::exception &e) { refErr = e.what(); }
+        try { got = exec.run(*m, g, inputs, sizes); } catch (const std::exception &e) { compErr = e.what(); }
+        std::string label = file + " @" + g.name + " [" + set + "]";
+        if (!refErr.empty()) {
+          if (compErr.empty()) { std::cout << "FAIL " << label << ": the reference fails (" << refErr << ") but compiled code runs\n"; bad = true; }
+          continue;
+        }
+        ++ran;
+        if (!compErr.empty()) { std::cout << "FAIL " << label << ": " << compErr << "\n"; bad = true; continue; }
+        for (size_t i = 0; i < want.size(); ++i) {
+          std::string d = i < got.size() ? compare(got[i], want[i]) : "missing";
+          if (!d.empty()) { std::cout << "FAIL " << label << ": output " << i << ": " << d << "\n"; bad = true; }
+        }
+        if (!bad) std::cout << "ok   " << label << "\n";
+      }
+      if (ran == 0) std::cout << "note " << file << " @" << g.name << ": no size assignment ran on the reference\n";
+      if (bad) ++failed; else if (ran > 0) ++passed;
+    }
+  }
+  std::cout << passed << " passed, " << failed << " failed (" << exec.launches() << " kernel launches)\n";
+  return failed == 0 ? 0 : 1;
+}
