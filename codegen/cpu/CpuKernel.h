@@ -6,6 +6,17 @@
 // splits the grid over worker threads (one per core by default). Compilation is cached by the
 // function's printed text (its identity), so a kernel specialized once is compiled once per
 // process.
+//
+// ABI (between launch() and the generated code; the layout is checked by static_asserts in
+// codegen/llvm/TileToLLVM.cpp): each kernel's entry is
+//   void entry(const KernelArg *args, int64_t begin, int64_t end, const int64_t grid[3])
+// and runs programs begin..end-1 of the flattened grid, program p being
+//   (p % grid[0], (p / grid[0]) % grid[1], p / (grid[0] * grid[1])).
+// KernelArg is 152 bytes: data at 0, shape[8] at 8, strides[8] at 72, i at 136, f at 144. A
+// scalar float parameter is rounded from `f` into its dtype (nearest-even), an integer one wraps
+// from `i`, a bool one is `i != 0`. Tiles live on the stack of the thread that runs a program
+// (worker threads have 256 MiB stacks; the launching thread joins only when a program needs at
+// most 4 MiB).
 #pragma once
 
 #include <array>
