@@ -1851,6 +1851,16 @@ TypeRef ruleLoadCsv(CallSite &s) {
   return T::tensor({Dim::unknown(), Dim::unknown()}, dt->first, dt->second);
 }
 
+// write_text(path, text) -> None: text written to the file at path (created or replaced), as
+// bytes, for reports and plots that a program produces as strings.
+TypeRef ruleWriteText(CallSite &s) {
+  if (!s.expect({"path", "text"}, 2)) return T::unknown();
+  const ArgInfo *p = s.arg(0, "path"), *t = s.arg(1, "text");
+  pathArg(s, p);
+  if (given(t) && !isUnknown(t) && !t->type->is(K::Str)) s.wrongKind(t, "a string", paramName(t, "text"));
+  return T::none();
+}
+
 // to_host(x): the same value, copied to host memory.
 TypeRef ruleToHost(CallSite &s) {
   if (!s.expect({"x"}, 1)) return T::unknown();
@@ -2743,6 +2753,7 @@ void addFunctions(std::vector<BuiltinInfo> &v) {
   add("save", InHost, ruleSave, "save(path, value) -> None", "write a tensor or a dict of tensors", false);
   add("load_csv", InHost, ruleLoadCsv, "load_csv(path, dtype=f32, delimiter=\",\") -> Tensor[?, ?]",
       "a 2-d tensor from a CSV file (.gz too)", false);
+  add("write_text", InHost, ruleWriteText, "write_text(path, text) -> None", "write a string to a text file (replacing it)", false);
   add("to_host", InHost, ruleToHost, "to_host(x) -> Tensor", "x copied to host memory", false);
   add("item", InHost, ruleItem, "item(x) -> float | int | bool", "the value of a one-element tensor", false);
   add("cdiv", Anywhere, ruleCdiv, "cdiv(a, b) -> int", "ceiling division of ints, -(-a // b)");

@@ -8,6 +8,7 @@
 #include "ir/lower/LowerKernel.h"
 #include "sema/Builtins.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -1150,6 +1151,54 @@ struct Interpreter::Impl {
       std::vector<ValueRef> out;
       for (auto &k : rt::split(args[0]->key, n)) { Value v; v.k = K::Key; v.key = k; out.push_back(mk(v)); }
       return seq(out, false);
+    }
+    // A host permutation needs no graph: the runtime's draw is the one graphs use.
+    if (name == "random.permutation" && args.size() == 2 && args[0]->k == K::Key &&
+        (args[1]->k == K::Int || args[1]->k == K::Tensor)) {
+      try {
+        if (args[1]->k == K::Int) return tensor(rt::permutation(args[0]->key, args[1]->i));
+        return tensor(rt::permuteRows(args[0]->key, args[1]->t));
+      } catch (std::exception &e) {
+        fail(e.what(), at);
+      }
+    }
+    if (name == "write_text") {
+      const ValueRef &path = args.at(0), &text = args.at(1);
+      if (path->k != K::Str || text->k != K::Str) fail("write_text() takes a path string and a string", at);
+      std::FILE *f = std::fopen(path->s.c_str(), "wb");
+      bool ok = f && std::fwrite(text->s.data(), 1, text->s.size(), f) == text->s.size();
+      int err = errno;
+      if (f && std::fclose(f) != 0 && ok) { ok = false; err = errno; }
+      if (!ok) fail("cannot write `" + path->s + "`: " + std::strerror(err), at, 3);
+      return none();
+    }
+    // Methods of lists and dicts run on the receiver itself (append, extend and pop mutate it).
+    if (b.self && (b.self->k == K::List || b.self->k == K::Dict)) {
+      Value &self = *b.self;
+      if (name == "append") { self.items.push_back(args.at(0)); return none(); }
+      if (name == "extend") {
+        for (auto &x : iterate(args.at(0), at)) self.items.push_back(x);
+        return none();
+      }
+      if (name == "pop") {
+        int64_t n = static_cast<int64_t>(self.items.size()), i = args.empty() ? n - 1 : args[0]->i;
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) fail(n ? "pop index out of range" : "pop from an empty list", at);
+        ValueRef v = self.items[static_cast<size_t>(i)];
+        self.items.erase(self.items.begin() + i);
+        return v;
+      }
+      if (name == "items" || name == "keys" || name == "values") {
+        std::vector<ValueRef> out;
+        for (auto &[k, v] : self.dict)
+          out.push_back(name == "items" ? seq({str(k), v}, false) : name == "keys" ? str(k) : v);
+        return seq(out, false);
+      }
+      if (name == "get") {
+        const ValueRef &k = args.at(0);
+        if (k->k == K::Str) for (auto &[kk, v] : self.dict) if (kk == k->s) return v;
+        return args.size() > 1 ? args[1] : none();
+      }
     }
     if (name == "tree_map") {
       // tree_map(fn, tree, *rest): fn on corresponding leaves; tuples, lists and dicts are

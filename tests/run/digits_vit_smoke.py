@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The main job, examples/digits_vit.tsr, trained briefly: `tsr run` on a subset of the digits
+for a few epochs, checking that the output has one line per epoch, that the training loss falls,
+that the accuracies are percentages, and that the curve is a well-formed SVG chart with one
+polyline per series and one point per epoch. Then an unwritable --out path must fail with exit
+code 3 and a diagnostic at the write_text call.
+
+usage: digits_vit_smoke.py TSR REPO_ROOT"""
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+SVG = "{http://www.w3.org/2000/svg}"
+EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  train_acc +([\d.]+)%  test_acc +([\d.]+)%  time ([\d.]+)s$")
+
+
+def run(tsr, root, *flags):
+    cmd = [tsr, "run", os.path.join(root, "examples", "digits_vit.tsr"),
+           "--data", os.path.join(root, "examples", "data", "digits.csv.gz")] + list(flags)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def main():
+    tsr, root = sys.argv[1], sys.argv[2]
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "curve.svg")
+        epochs = 4
+        p = run(tsr, root, "--epochs", str(epochs), "--train_limit", "320", "--batch", "32", "--out", out)
+        if p.returncode != 0:
+            print(f"FAIL: exit code {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+            return 1
+        rows = [EPOCH.match(line) for line in p.stdout.splitlines()]
+        rows = [m for m in rows if m]
+        if [int(m.group(1)) for m in rows] != list(range(1, epochs + 1)):
+            problems.append(f"expected epoch lines 1..{epochs}, got:\n{p.stdout}")
+        else:
+            losses = [float(m.group(3)) for m in rows]
+            if not all(math.isfinite(v) for v in losses):
+                problems.append(f"a loss is not finite: {losses}")
+            # From near log(10) = 2.30 at initialisation, a working gradient and optimizer
+            # lower the mean training loss clearly within a few epochs.
+            elif not losses[-1] < losses[0] - 0.3:
+                problems.append(f"the training loss did not fall: {losses}")
+            for m in rows:
+                for acc in (float(m.group(4)), float(m.group(5))):
+                    if not 0.0 <= acc <= 100.0:
+                        problems.append(f"an accuracy is not a percentage: {m.group(0)}")
+            if not float(rows[-1].group(5)) > 30.0:
+                problems.append(f"the test accuracy stayed near chance: {rows[-1].group(0)}")
+        if not re.search(r"^final test accuracy [\d.]+% ", p.stdout, re.M):
+            problems.append("no final test accuracy line")
+        if "epoch" not in p.stderr:
+            problems.append("no progress output on stderr")
+
+        try:
+            svg = ET.parse(out).getroot()
+        except (OSError, ET.ParseError) as e:
+            problems.append(f"the curve is not well-formed XML: {e}")
+            svg = None
+        if svg is not None:
+            if svg.tag != SVG + "svg":
+                problems.append(f"the root element is {svg.tag}, not svg")
+            lines = svg.findall(f".//{SVG}polyline")
+            if len(lines) != 3:
+                problems.append(f"expected 3 polylines (loss, train and test accuracy), got {len(lines)}")
+            for pl in lines:
+                pts = pl.get("points", "").split()
+                if len(pts) != epochs:
+                    problems.append(f"a polyline has {len(pts)} points, not {epochs}")
+                for pt in pts:
+                    x, y = (float(v) for v in pt.split(","))
+                    if not (0 <= x <= float(svg.get("width")) and 0 <= y <= float(svg.get("height"))):
+                        problems.append(f"point {pt} lies outside the image")
+            texts = " ".join(t.text or "" for t in svg.iter(SVG + "text"))
+            for label in ("epoch", "train loss", "train accuracy", "test accuracy"):
+                if label not in texts:
+                    problems.append(f"the chart has no `{label}` label")
+
+        bad = os.path.join(tmp, "no-such-dir", "curve.svg")
+        p = run(tsr, root, "--epochs", "1", "--train_limit", "32", "--batch", "32", "--out", bad)
+        if p.returncode != 3:
+            problems.append(f"an unwritable --out gave exit code {p.returncode}, not 3")
+        if not re.search(r"digits_vit\.tsr:\d+:\d+: error: cannot write `.*no-such-dir/curve\.svg`", p.stderr):
+            problems.append(f"an unwritable --out gave no diagnostic at write_text: {p.stderr}")
+
+    for pr in problems:
+        print("FAIL: " + pr)
+    print("digits_vit smoke: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
