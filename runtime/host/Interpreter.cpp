@@ -822,11 +822,21 @@ struct Interpreter::Impl {
     for (auto &a : attrs)
       if (ValueRef v = number(a.value)) cfg.dict.push_back({a.name, v});
     std::vector<rt::Tensor> args;
-    size_t ai = 0;
+    // A written argument must be a named tensor: an expression's value (a slice, a cast) is a new
+    // tensor here, so the kernel's writes would not reach what the expression reads.
+    std::vector<Expr *> argExprs;
+    for (const Arg &a : c->args) if (a.kind == ArgKind::Positional) argExprs.push_back(a.value);
+    std::vector<size_t> written = cpu::KernelLauncher::writtenOperands(k);
+    size_t ai = 0, runtimeIndex = 0;
     for (const Param &p : k.def->params) {
       ValueRef v;
+      Expr *argExpr = p.kind == ParamKind::Positional && ai < argExprs.size() ? argExprs[ai] : nullptr;
       for (auto &[name, x] : keywords) if (name == p.name) v = x;
+      for (const Arg &a : c->args) if (a.kind == ArgKind::Keyword && a.name == p.name) argExpr = a.value;
       if (!v && p.kind == ParamKind::Positional && ai < positional.size()) v = positional[ai++];
+      if (p.kind != ParamKind::KeywordOnly && std::find(written.begin(), written.end(), runtimeIndex++) != written.end() &&
+          argExpr && argExpr->kind != Kind::Name)
+        fail("a kernel writing into a tensor that has no name cannot run yet (pass a named tensor)", argExpr->range);
       if (p.kind == ParamKind::KeywordOnly) {
         bool configured = false;
         for (auto &a : attrs) configured |= a.name == p.name;
