@@ -1058,6 +1058,67 @@ struct Interpreter::Impl {
     SourceRange at = c ? c->range : SourceRange{};
     std::vector<ValueRef> operands;
     Expr *func = nullptr;
+    if (t->inner && t->inner->k == K::Lambda) {
+      if (t->transform == sema::Transform::Pullback) fail("vjp of a lambda cannot run yet; name the function", at);
+      // A lambda: the graph computes `transform(lambda CAPTURED..., PARAMS: BODY,
+      // argnums=...)(captured..., args...)`, so that the values the lambda captures from host
+      // code are the graph's inputs (and not differentiated: argnums move past them).
+      const Lambda *lam = t->inner->lambda;
+      std::vector<std::string> captured;
+      std::function<void(Node *)> walk = [&](Node *n) {
+        if (auto *nm = dyn_cast<Name>(n)) {
+          bool param = false;
+          for (const Param &p : lam->params) param |= p.name == nm->id;
+          bool seen = std::find(captured.begin(), captured.end(), nm->id) != captured.end();
+          if (!param && !seen)
+            for (Env *e = t->inner->closure.get(); e; e = e->parent.get())
+              if (e->vars.count(nm->id)) { captured.push_back(nm->id); break; }
+        }
+        forEachChild(n, walk);
+      };
+      walk(lam->body);
+      Value vb;
+      vb.k = K::Builtin;
+      vb.builtin = sema::findBuiltin(t->transform == sema::Transform::Grad ? "grad" : t->transform == sema::Transform::ValueAndGrad ? "value_and_grad" : "checkpoint");
+      operands.push_back(mk(vb));
+      auto *wrapped = synth.make<Lambda>(lam->range);
+      for (const std::string &name : captured) {
+        Param p;
+        p.name = name;
+        wrapped->params.push_back(p);
+        ValueRef v;
+        for (Env *e = t->inner->closure.get(); e && !v; e = e->parent.get())
+          if (auto it = e->vars.find(name); it != e->vars.end()) v = it->second;
+        operands.push_back(v);
+      }
+      for (const Param &p : lam->params) wrapped->params.push_back(p);
+      wrapped->body = lam->body;
+      auto *inner = synth.make<Call>(at, nameNode(0, at));
+      inner->args.push_back({ArgKind::Positional, "", wrapped, at});
+      if (t->transform != sema::Transform::Checkpoint) {
+        std::vector<int> nums = t->argnums.empty() ? std::vector<int>{0} : t->argnums;
+        Expr *an = nullptr;
+        if (t->argnumsTuple) {
+          auto *tup = synth.make<ast::Tuple>(at);
+          for (int n : nums) tup->elts.push_back(synth.make<IntLit>(at, n + static_cast<int64_t>(captured.size())));
+          an = tup;
+        } else {
+          an = synth.make<IntLit>(at, nums[0] + static_cast<int64_t>(captured.size()));
+        }
+        inner->args.push_back({ArgKind::Keyword, "argnums", an, at});
+      }
+      auto *node = synth.make<Call>(at, inner);
+      for (size_t i = 1; i < operands.size(); ++i) node->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
+      for (auto &a : args) {
+        operands.push_back(a);
+        node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
+      }
+      for (auto &[k, v] : kwargs) {
+        operands.push_back(v);
+        node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
+      }
+      return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
+    }
     if (t->transform == sema::Transform::Pullback) {
       Value vb;
       vb.k = K::Builtin;
