@@ -86,6 +86,9 @@ namespace {
 /// and math functions are the C library's.
 class CpuTarget : public TargetDesc {
 public:
+  explicit CpuTarget(bool avx512) : avx512_(avx512) {}
+  int vectorFloats() const override { return avx512_ ? 16 : 8; }
+  int vectorRegisters() const override { return avx512_ ? 32 : 16; }
   FunctionType *programType(LLVMContext &c) const override {
     Type *p = PointerType::get(c, 0), *i64 = Type::getInt64Ty(c);
     return FunctionType::get(Type::getVoidTy(c), {p, i64, i64, i64, p}, false);
@@ -116,6 +119,9 @@ public:
     }
     return b.CreateCall(f, args);
   }
+
+private:
+  bool avx512_;
 };
 
 std::once_flag gNativeInit;
@@ -124,12 +130,6 @@ void initNative() {
     InitializeNativeTarget();
     InitializeNativeTargetAsmPrinter();
   });
-}
-
-std::string hostFeatures() {
-  SubtargetFeatures f;
-  for (auto &kv : sys::getHostCPUFeatures()) f.AddFeature(kv.first(), kv.second);
-  return f.getString();
 }
 
 std::unique_ptr<TargetMachine> hostMachine() {
@@ -148,7 +148,9 @@ std::unique_ptr<Module> buildModule(const tile::Function &f, LLVMContext &ctx, T
   auto m = std::make_unique<Module>("tsr." + f.name, ctx);
   m->setDataLayout(tm.createDataLayout());
   m->setTargetTriple(tm.getTargetTriple().str());
-  CpuTarget target;
+  std::string cpu = tm.getTargetCPU().str(), feats = tm.getTargetFeatureString().str();
+  bool avx512 = feats.find("+avx512f") != std::string::npos;
+  CpuTarget target(avx512);
   Function *prog = lowerTileFunction(f, *m, target, "tsr.program." + f.name);
 
   Type *ptr = PointerType::get(ctx, 0), *i64 = Type::getInt64Ty(ctx);
@@ -180,8 +182,6 @@ std::unique_ptr<Module> buildModule(const tile::Function &f, LLVMContext &ctx, T
   b.CreateRetVoid();
 
   // This CPU's features on every function; 512-bit vectors where the CPU has them.
-  std::string cpu = tm.getTargetCPU().str(), feats = tm.getTargetFeatureString().str();
-  bool avx512 = feats.find("+avx512f") != std::string::npos;
   for (Function &fn : *m) {
     if (fn.isDeclaration()) continue;
     fn.addFnAttr("target-cpu", cpu);

@@ -55,8 +55,10 @@ public:
   /// from f64): `name` is one of the tsr_cg_* functions of codegen/cpu/HostJit.cpp.
   virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,
                                   llvm::ArrayRef<llvm::Value *> args) const = 0;
-  /// Whether atomic float adds are native (atomicrmw fadd); otherwise a CAS loop.
-  virtual bool nativeFloatAtomics() const { return true; }
+  /// The vector shape `dot`'s micro-kernel is blocked for: floats per vector register and the
+  /// number of vector registers (AVX-512: 16 and 32; AVX2: 8 and 16).
+  virtual int vectorFloats() const { return 8; }
+  virtual int vectorRegisters() const { return 16; }
 };
 
 /// Lowers `f` into `m` as a function named `name` of the target's program type, internal and

@@ -128,6 +128,8 @@ TEST_CASE("tiled gemm: for + dot + masked boxes on odd sizes") {
   runGemm(70, 131, 37, 32, 64, 8, DType::BF16, DType::F32);  // bf16 operands, f32 accumulation
   runGemm(33, 70, 20, 16, 64, 8, DType::F16, DType::BF16);   // f16 operands, bf16 result
   runGemm(64, 64, 64, 64, 64, 32, DType::F32, DType::F32);
+  runGemm(50, 130, 30, 40, 120, 16, DType::F32, DType::F32); // 4 + 3 vectors + 8 columns; 6-row blocks + 4 rows
+  runGemm(9, 9, 9, 8, 8, 4, DType::F32, DType::F32);          // below one vector: the plain loops only
 }
 
 TEST_CASE("reductions along each axis: sum, max, min, prod, argmax, argmin") {
