@@ -1799,7 +1799,7 @@ Graph *lowerEagerExpression(Module &m, const sema::Program &p, const sema::Modul
 }
 
 Graph *lowerGraphFunction(Module &m, const sema::Program &p, const FunctionInfo &fn,
-                          const std::vector<std::pair<std::string, TypeRef>> &params, const std::string &name) {
+                          const std::vector<std::pair<std::string, TypeRef>> &params, const std::string &name, TypeRef *result) {
   auto graph = std::make_unique<Graph>(name);
   Graph &g = *graph;
   Lowering lower(m, p, g);
@@ -1811,8 +1811,15 @@ Graph *lowerGraphFunction(Module &m, const sema::Program &p, const FunctionInfo 
     if (pi && pi->compileTime()) kwargs[pname] = v;
     else args.push_back(v);
   }
-  LVRef result = lower.callFunction(fn, args, kwargs, fn.def->nameRange);
-  collectOutputs(result, g.outputs, fn.def->nameRange);
+  LVRef value = lower.callFunction(fn, args, kwargs, fn.def->nameRange);
+  collectOutputs(value, g.outputs, fn.def->nameRange);
+  if (result) {
+    try {
+      *result = structureOf(value, fn.def->nameRange);
+    } catch (CompileError &) {
+      *result = nullptr;
+    }
+  }
   m.graphs.push_back(std::move(graph));
   return &g;
 }

@@ -23,8 +23,11 @@ struct CompileError {
   std::vector<std::string> args;
   std::vector<std::string> notes;
 };
+/// `result`, when given, receives the structure of the function's value (as lowerEagerExpression's),
+/// or null when it has none that host code can rebuild.
 Graph *lowerGraphFunction(Module &m, const sema::Program &p, const sema::FunctionInfo &fn,
-                          const std::vector<std::pair<std::string, sema::TypeRef>> &params, const std::string &name);
+                          const std::vector<std::pair<std::string, sema::TypeRef>> &params, const std::string &name,
+                          sema::TypeRef *result = nullptr);
 
 /// Eager host operations (`tsr run`): one graph for an expression of host code whose free names
 /// have the given types. Tensors become the graph's parameters, in the order given; Python

@@ -66,6 +66,27 @@ std::vector<const Op *> coneOf(const Graph &g, const Value *root, bool includeRo
   return ops;
 }
 
+bool transcendental(OpKind k) {
+  switch (k) {
+  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Tanh:
+  case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::Silu: case OpKind::Sin: case OpKind::Cos:
+  case OpKind::Erf: case OpKind::Pow: return true;
+  default: return false;
+  }
+}
+
+// Whether recomputing v costs more than a round trip through memory: its cone has a
+// transcendental function or more than a handful of arithmetic ops (a cast or `x - mean` is
+// cheaper to recompute than to store and load again).
+bool costlyToRecompute(const Graph &g, const Value *v, const std::unordered_set<const Value *> &materialized) {
+  int arithmetic = 0;
+  for (const Op *op : coneOf(g, v, true, materialized)) {
+    if (transcendental(op->kind)) return true;
+    if (op->kind != OpKind::Constant && op->kind != OpKind::Iota) ++arithmetic;
+  }
+  return arithmetic > 6;
+}
+
 // Values a cone reads from memory: operands of its ops not computed in it, in first-use order.
 std::vector<const Value *> inputsOf(const std::vector<const Op *> &cone, const Value *direct) {
   std::unordered_set<const Op *> in(cone.begin(), cone.end());
@@ -108,7 +129,7 @@ Schedule planFusion(const Graph &g) {
     }
     bool changed = false;
     for (auto &[v, n] : readers)
-      if (n >= 3 && !alwaysRecomputed(v) && materialized.insert(v).second) changed = true;
+      if (n >= 3 && !alwaysRecomputed(v) && costlyToRecompute(g, v, materialized) && materialized.insert(v).second) changed = true;
     if (!changed) break;
   }
 

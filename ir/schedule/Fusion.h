@@ -24,9 +24,10 @@
 //
 // Materialized values (written to memory): graph outputs; results of every non-elementwise op;
 // elementwise results read by views, matmuls or library ops; and elementwise results that the
-// cones of three or more steps would otherwise recompute (recomputing into one or two is
-// cheaper than a round trip through memory for the bandwidth-bound ops fused here; beyond that
-// the extra arithmetic wins). Constants and iotas are always recomputed.
+// cones of three or more steps would otherwise recompute when their own cone is costly (a
+// transcendental function, or more than six arithmetic ops). Recomputing into one or two steps,
+// or recomputing cheap ops (a cast, `x - mean`), costs less than a round trip through memory for
+// the bandwidth-bound ops fused here. Constants and iotas are always recomputed.
 //
 // Steps come in graph order: every input of a step is produced by an earlier step or is a
 // parameter.

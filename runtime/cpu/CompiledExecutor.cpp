@@ -118,7 +118,6 @@ std::string shapeKey(const Shape &s) {
 } // namespace
 
 struct CompiledExecutor::Impl {
-  const ir::KernelRunner *kernels;
   int threads;
   std::atomic<uint64_t> launches{0};
   // Compiled programs by (graph content, step, program, iteration shape): the plan of a graph
@@ -155,8 +154,8 @@ struct CompiledExecutor::Impl {
   }
 };
 
-CompiledExecutor::CompiledExecutor(const ir::KernelRunner *kernels, int threads) : impl_(std::make_unique<Impl>()) {
-  impl_->kernels = kernels;
+CompiledExecutor::CompiledExecutor(const ir::KernelRunner *runner, int threads) : impl_(std::make_unique<Impl>()) {
+  kernels = runner;
   impl_->threads = threads;
 }
 CompiledExecutor::~CompiledExecutor() = default;
@@ -403,7 +402,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         one.outputs = copy->results;
         std::vector<Tensor> outs;
         try {
-          outs = ir::evaluate(m, one, args, I.kernels, sizes);
+          outs = ir::evaluate(m, one, args, kernels, sizes);
         } catch (const EvalError &e) {
           // The one-op graph's errors name the op as the whole graph would (its location).
           if (e.where().rfind("graph @", 0) == 0) throw OpFailure{e.problem()};

@@ -26,9 +26,9 @@ namespace tsr::cpu {
 
 class CompiledExecutor : public host::GraphExecutor {
 public:
-  /// `kernels` runs kernel_call ops (may be null: a graph with one then fails at that op);
-  /// `threads` for each launch (0: one per core).
-  explicit CompiledExecutor(const ir::KernelRunner *kernels = nullptr, int threads = 0);
+  /// `runner` runs kernel_call ops (GraphExecutor::kernels; may be null, and the interpreter
+  /// sets its kernel launcher then); `threads` for each launch (0: one per core).
+  explicit CompiledExecutor(const ir::KernelRunner *runner = nullptr, int threads = 0);
   ~CompiledExecutor() override;
 
   std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override;

@@ -987,9 +987,11 @@ struct Interpreter::Impl {
       g = it->second;
     } else {
       try {
-        ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()));
+        TypeRef structure;
+        ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()), &structure);
         ir::runGraphPipeline(*lowered, true);
         g = lowered;
+        cacheResult[k] = structure;
       } catch (ir::CompileError &err) {
         fail(compileMessage(err), err.range.valid() ? err.range : at);
       } catch (ir::IRError &err) {
@@ -1005,7 +1007,12 @@ struct Interpreter::Impl {
     } catch (std::exception &err) {
       fail(err.what(), at, 3);
     }
-    // The result's structure: the declared or inferred return type, with the outputs' shapes.
+    // The result's structure, as lowering found it (pytrees of tensors, such as a train step's
+    // loss and gradients); a flat tuple of the outputs when it has none.
+    if (auto st = cacheResult.find(k); st != cacheResult.end() && st->second) {
+      size_t next = 0;
+      return rebuild(st->second, outs, next);
+    }
     if (outs.size() == 1) return tensor(outs[0]);
     std::vector<ValueRef> es;
     for (auto &o : outs) es.push_back(tensor(o));

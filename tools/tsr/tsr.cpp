@@ -6,6 +6,7 @@
 // Exit codes (spec 13): 0 success, 1 user error, 2 usage error, 70 internal error.
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
+#include "runtime/cpu/CompiledExecutor.h"
 #include "runtime/host/Interpreter.h"
 #include "sema/Program.h"
 
@@ -52,10 +53,16 @@ int main(int argc, char **argv) {
       return 2;
     }
     std::string file = rest[0], entry = "main";
+    const char *envExecutor = std::getenv("TSR_EXECUTOR");
+    std::string executor = envExecutor && *envExecutor ? envExecutor : "compiled";
     std::vector<std::string> flags;
     for (size_t i = 1; i < rest.size(); ++i) {
       if (rest[i] == "--entry" && i + 1 < rest.size()) { entry = rest[++i]; continue; }
       if (rest[i].rfind("--entry=", 0) == 0) { entry = rest[i].substr(8); continue; }
+      // --executor compiled|reference (hidden; also TSR_EXECUTOR): graphs run compiled by
+      // default; the reference evaluator stays reachable for tests and for comparisons.
+      if (rest[i] == "--executor" && i + 1 < rest.size()) { executor = rest[++i]; continue; }
+      if (rest[i].rfind("--executor=", 0) == 0) { executor = rest[i].substr(11); continue; }
       if ((rest[i] == "--device" || rest[i] == "--devices") && i + 1 < rest.size()) {
         std::string dev = rest[++i];
         if (rest[i - 1] == "--device" && dev != "auto" && dev != "cpu") {
@@ -66,6 +73,10 @@ int main(int argc, char **argv) {
       }
       flags.push_back(rest[i]);
     }
+    if (executor != "compiled" && executor != "reference") {
+      std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
+      return 2;
+    }
     return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
       tsr::SourceManager sm;
       tsr::DiagnosticEngine diags(sm);
@@ -74,7 +85,7 @@ int main(int argc, char **argv) {
       diags.render(std::cerr);
       if (diags.hasInternalError()) return 70;
       if (diags.hasErrors()) return 1;
-      auto exec = tsr::host::makeReferenceExecutor();
+      auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::cpu::makeCompiledExecutor();
       tsr::host::Interpreter interp(*program, *exec, std::cout);
       return interp.runMain(entry, flags, std::cerr);
     });

@@ -7,6 +7,7 @@
 #include "ir/Verifier.h"
 #include "ir/lower/LowerGraph.h"
 #include "ir/lower/LowerKernel.h"
+#include "ir/schedule/Fusion.h"
 #include "ir/tile/TileText.h"
 #include "sema/Program.h"
 
@@ -32,8 +33,9 @@ int main(int argc, char **argv) {
                                  "  ast    the syntax tree, with source ranges\n"
                                  "  types  every function's signature and every binding's inferred type\n"
                                  "  graph  the Graph IR of each graph function (and of each specialization)\n"
-                                 "  tile   the Tile IR of each kernel launch (from graph functions and from main's module)")
-      ->check(CLI::IsMember({"ast", "types", "graph", "tile"}));
+                                 "  tile   the Tile IR of each kernel launch (from graph functions and from main's module)\n"
+                                 "  schedule  how each graph runs compiled: its fused steps, their ops and inputs")
+      ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule"}));
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
@@ -112,6 +114,11 @@ int main(int argc, char **argv) {
         if (emit == "graph" && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
           if (!diags.hasErrors()) ir::printModule(std::cout, *graphs);
+        }
+        if (emit == "schedule" && !diags.hasErrors()) {
+          auto graphs = ir::lowerProgram(*program, diags);
+          if (!diags.hasErrors())
+            for (auto &g : graphs->graphs) ir::schedule::printSchedule(std::cout, *g, ir::schedule::planFusion(*g));
         }
         if (emit == "tile" && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
