@@ -4,6 +4,9 @@
 assert that fails exits with 1) and print what it measured. Prints the programs' output and ends
 with `N passed, N failed`.
 
+The graph-level references run on the reference evaluator (TSR_EXECUTOR=reference), the numeric
+oracle, so that a kernel is compared with exact semantics rather than with other compiled code.
+
 usage: run_kernels.py TSR FILE...
 """
 import os
@@ -15,8 +18,9 @@ def main():
     tsr, files = os.path.abspath(sys.argv[1]), sys.argv[2:]
     passed = failed = 0
     for path in files:
+        env = dict(os.environ, TSR_EXECUTOR="reference")
         p = subprocess.run([tsr, "run", os.path.basename(path)], cwd=os.path.dirname(os.path.abspath(path)),
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=600, env=env)
         out = p.stdout.strip()
         if p.returncode != 0 or not out:
             failed += 1
