@@ -1,0 +1,256 @@
+// The lowering of Tile IR to LLVM IR, shared by its files: TileToLLVM.cpp (driver, dispatch,
+// control flow) and lower/*.cpp, one per op family (Math: elementwise ops and conversions; Shape:
+// creation, layout and reductions; Dot; Memory: boxes, gathers, atomics). Private to codegen/llvm.
+#pragma once
+
+#include "codegen/llvm/TileToLLVM.h"
+
+#include "codegen/cpu/CpuKernel.h"
+#include "runtime/Numeric.h"
+
+#include "llvm/IR/Constants.h"
+#include "llvm/IR/DerivedTypes.h"
+#include "llvm/IR/Function.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Intrinsics.h"
+#include "llvm/IR/Module.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tsr::codegen::lower {
+
+using namespace llvm;
+using tile::OpKind;
+using TOp = tile::Op;
+using TValue = tile::Value;
+using TType = tile::Type;
+
+inline bool narrowFloat(DType d) {
+  return d == DType::BF16 || d == DType::F16 || d == DType::F8E4M3 || d == DType::F8E5M2 || d == DType::TF32;
+}
+
+[[noreturn]] inline void fail(const tile::Function &f, const std::string &what) {
+  throw CodegenError("internal error: codegen of tile function @" + f.name + ": " + what +
+                     " (please report this)");
+}
+
+struct TensorInfo {
+  Value *data = nullptr;
+  std::vector<Value *> shape, strides;
+};
+
+
+/// Row-major strides (in elements) of a tile shape.
+inline std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+/// The state of one function's lowering: the builder, the values lowered so far (an SSA value
+/// for a scalar, a buffer pointer for a tile) and the tensor parameters' data, sizes and strides.
+class Lowering {
+public:
+  Lowering(const tile::Function &f, Module &m, const TargetDesc &t, Function *fn)
+      : F(f), M(m), C(m.getContext()), T(t), fn(fn), B(C) {}
+
+  void run();
+
+  // One method per op class; Special ops dispatch again on their kind.
+  void lowerClassUnary(const TOp &op);
+  void lowerClassBinary(const TOp &op);
+  void lowerClassCompare(const TOp &op);
+  void lowerClassSelect(const TOp &op);
+  void lowerClassReduce(const TOp &op);
+  void lowerClassSpecial(const TOp &op);
+
+private:
+  const tile::Function &F;
+  Module &M;
+  LLVMContext &C;
+  const TargetDesc &T;
+  Function *fn;
+  IRBuilder<> B;
+  BasicBlock *entry = nullptr;
+  std::unordered_map<const TValue *, Value *> vals;
+  std::unordered_map<const TValue *, TensorInfo> tensors;
+  std::unordered_map<const TValue *, int> uses;
+  // Tile buffers a loop carries, by the block argument: the in-place rules look them up.
+  std::unordered_map<const TValue *, Value *> carriedBuf;
+
+  // ---- types ----
+  Type *i1() { return B.getInt1Ty(); }
+  Type *i8() { return B.getInt8Ty(); }
+  Type *i32() { return B.getInt32Ty(); }
+  Type *i64() { return B.getInt64Ty(); }
+  Type *f32() { return B.getFloatTy(); }
+  Type *f64() { return B.getDoubleTy(); }
+  /// The type a value of dtype `d` is computed in (registers).
+  Type *ctype(DType d) {
+    switch (d) {
+    case DType::Bool: return i1();
+    case DType::I8: return i8();
+    case DType::I32: return i32();
+    case DType::I64: return i64();
+    case DType::F64: return f64();
+    default: return f32();
+    }
+  }
+  /// The element type of a tile buffer.
+  Type *btype(DType d) { return d == DType::Bool ? i8() : ctype(d); }
+  /// The element type of tensor storage (Tensor.h).
+  Type *mtype(DType d) {
+    switch (d) {
+    case DType::Bool: case DType::I8: case DType::F8E4M3: case DType::F8E5M2: return i8();
+    case DType::BF16: case DType::F16: return B.getInt16Ty();
+    case DType::I32: return i32();
+    case DType::I64: return i64();
+    case DType::F64: return f64();
+    default: return f32();
+    }
+  }
+  Value *c64(int64_t v) { return B.getInt64(uint64_t(v)); }
+  Value *cf(Type *t, double v) { return ConstantFP::get(t, v); }
+
+  // ---- values ----
+  Value *get(const TValue *v) {
+    auto it = vals.find(v);
+    if (it == vals.end()) fail(F, "value %" + std::to_string(v->id) + " is used before it is lowered");
+    return it->second;
+  }
+  void set(const TValue *v, Value *x) { vals[v] = x; }
+  Value *alloc(const TType &t) {
+    IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+    auto *a = ab.CreateAlloca(ArrayType::get(btype(t.dtype), uint64_t(t.numElements())));
+    a->setAlignment(Align(64));
+    return a;
+  }
+  Value *elemPtr(Value *buf, DType d, Value *i) { return B.CreateInBoundsGEP(btype(d), buf, i); }
+  Value *loadElem(Value *buf, DType d, Value *i) {
+    Value *x = B.CreateLoad(btype(d), elemPtr(buf, d, i));
+    return d == DType::Bool ? B.CreateICmpNE(x, B.getInt8(0)) : x;
+  }
+  void storeElem(Value *buf, DType d, Value *i, Value *x) {
+    if (d == DType::Bool) x = B.CreateZExt(x, i8());
+    B.CreateStore(x, elemPtr(buf, d, i));
+  }
+
+  // ---- control-flow helpers ----
+  /// for (i = lo; i < hi; ++i) body(i), at the insertion point; continues after the loop.
+  void loop(Value *lo, Value *hi, const std::function<void(Value *)> &body) {
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, "l.head", fn);
+    BasicBlock *bodyBB = BasicBlock::Create(C, "l.body", fn);
+    BasicBlock *exit = BasicBlock::Create(C, "l.exit", fn);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *i = B.CreatePHI(i64(), 2, "i");
+    i->addIncoming(lo, pre);
+    B.CreateCondBr(B.CreateICmpSLT(i, hi), bodyBB, exit);
+    B.SetInsertPoint(bodyBB);
+    body(i);
+    Value *next = B.CreateAdd(i, c64(1), "", true, true);
+    i->addIncoming(next, B.GetInsertBlock());
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+  }
+  void loopN(int64_t n, const std::function<void(Value *)> &body) { loop(c64(0), c64(n), body); }
+  /// Nested loops over `shape` (row-major, the last axis innermost).
+  void loopNest(const std::vector<int64_t> &shape, const std::function<void(const std::vector<Value *> &)> &body) {
+    std::vector<Value *> idx(shape.size());
+    std::function<void(size_t)> rec = [&](size_t d) {
+      if (d == shape.size()) { body(idx); return; }
+      loopN(shape[d], [&](Value *i) { idx[d] = i; rec(d + 1); });
+    };
+    rec(0);
+  }
+  /// if (cond) then(); at the insertion point.
+  void ifThen(Value *cond, const std::function<void()> &then) {
+    BasicBlock *t = BasicBlock::Create(C, "if.then", fn);
+    BasicBlock *j = BasicBlock::Create(C, "if.end", fn);
+    B.CreateCondBr(cond, t, j);
+    B.SetInsertPoint(t);
+    then();
+    B.CreateBr(j);
+    B.SetInsertPoint(j);
+  }
+  /// cond ? then() : other, where then() may read memory only when cond holds.
+  Value *guardedValue(Value *cond, const std::function<Value *()> &then, Value *other) {
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *t = BasicBlock::Create(C, "g.then", fn);
+    BasicBlock *j = BasicBlock::Create(C, "g.end", fn);
+    B.CreateCondBr(cond, t, j);
+    B.SetInsertPoint(t);
+    Value *v = then();
+    BasicBlock *tEnd = B.GetInsertBlock();
+    B.CreateBr(j);
+    B.SetInsertPoint(j);
+    PHINode *p = B.CreatePHI(v->getType(), 2);
+    p->addIncoming(v, tEnd);
+    p->addIncoming(other, pre);
+    return p;
+  }
+  /// Copies a tile buffer (n elements of dtype d).
+  void copyBuf(Value *dst, Value *src, const TType &t) {
+    if (dst == src) return;
+    uint64_t bytes = uint64_t(t.numElements()) * (t.dtype == DType::Bool ? 1 : btype(t.dtype)->getPrimitiveSizeInBits() / 8);
+    B.CreateMemCpy(dst, MaybeAlign(64), src, MaybeAlign(64), bytes);
+  }
+
+  // ---- intrinsics and math ----
+  Value *intr(Intrinsic::ID id, ArrayRef<Value *> args) {
+    return B.CreateIntrinsic(id, {args[0]->getType()}, args);
+  }
+  Value *fma(Value *a, Value *b, Value *c) { return intr(Intrinsic::fmuladd, {a, b, c}); }
+  Value *isNan(Value *x) { return B.CreateFCmpUNO(x, x); }
+  Value *expF32(Value *x, bool base2);
+  Value *tanhF32(Value *x);
+  Value *libm(const char *name, Value *x) {
+    std::string n = name;
+    if (x->getType()->isFloatTy()) n += "f";
+    return T.mathCall(B, n, x);
+  }
+  Value *expV(Value *x) { return x->getType()->isFloatTy() ? expF32(x, false) : intr(Intrinsic::exp, {x}); }
+  Value *tanhV(Value *x) { return x->getType()->isFloatTy() ? tanhF32(x) : libm("tanh", x); }
+
+  // ---- numeric conversions ----
+  Value *roundTo(DType d, Value *x, bool sat);
+  Value *saturateInf(Value *r, Value *in, double maxv);
+  Value *fromMem(DType d, Value *raw);
+  Value *toMem(DType d, Value *x);
+  Value *convert(Value *x, DType from, DType to, bool sat);
+  Value *constantOf(DType d, const ir::AttrValue &v);
+
+  // ---- scalar semantics ----
+  Value *unary(const TOp &op, DType d, Value *x);
+  Value *binary(OpKind k, DType d, Value *a, Value *b);
+  Value *compare(OpKind k, DType d, Value *a, Value *b);
+  Value *floatFloorDivMod(Value *a, Value *b, bool wantMod);
+  Value *intDivMod(OpKind k, Value *a, Value *b);
+
+  // ---- op families ----
+  void elementwise(const TOp &op, const std::function<Value *(const std::vector<Value *> &)> &f);
+  void lowerConstant(const TOp &op);
+  void lowerArange(const TOp &op);
+  void lowerCast(const TOp &op);
+  void lowerBroadcast(const TOp &op);
+  void lowerTranspose(const TOp &op);
+  void lowerDot(const TOp &op);
+  void dotF32Blocked(Value *out, Value *a, Value *b, int64_t M, int64_t K, int64_t N);
+  void microKernel(Value *out, Value *a, Value *b, int64_t K, int64_t N, int64_t row0, int64_t rowBlocks, int64_t MR,
+                   int64_t col0, int64_t colBlocks, int64_t NV, int64_t W);
+  void lowerBox(const TOp &op);
+  void lowerGather(const TOp &op);
+  void lowerFor(const TOp &op);
+  void lowerIf(const TOp &op);
+  void lowerBlock(const tile::Block &b);
+  TensorInfo &tensor(const TValue *v);
+  void atomicAdd(DType d, Value *ptr, Value *x);
+};
+
+} // namespace tsr::codegen::lower

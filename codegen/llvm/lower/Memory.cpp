@@ -1,0 +1,237 @@
+// Memory: boxes (load_box, store_box, atomic_add_box), gathers and scatters by offsets, atomics.
+#include "codegen/llvm/Lowering.h"
+
+namespace tsr::codegen::lower {
+
+// ---- memory ----
+
+TensorInfo &Lowering::tensor(const TValue *v) {
+  auto it = tensors.find(v);
+  if (it == tensors.end()) fail(F, "a tensor operand is not a parameter");
+  return it->second;
+}
+
+void Lowering::atomicAdd(DType d, Value *ptr, Value *x) {
+  switch (d) {
+  case DType::F32:
+  case DType::F64:
+  case DType::TF32:
+    B.CreateAtomicRMW(AtomicRMWInst::FAdd, ptr, x, MaybeAlign(), AtomicOrdering::Monotonic);
+    return;
+  case DType::I8:
+  case DType::I32:
+  case DType::I64:
+    B.CreateAtomicRMW(AtomicRMWInst::Add, ptr, x, MaybeAlign(), AtomicOrdering::Monotonic);
+    return;
+  case DType::Bool:
+    B.CreateAtomicRMW(AtomicRMWInst::Or, ptr, toMem(d, x), MaybeAlign(), AtomicOrdering::Monotonic);
+    return;
+  case DType::BF16:
+  case DType::F16: {
+    // A compare-exchange loop: old bits -> f32, add, round back (nearest-even).
+    Type *i16 = B.getInt16Ty();
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *body = BasicBlock::Create(C, "cas", fn);
+    BasicBlock *exit = BasicBlock::Create(C, "cas.end", fn);
+    Value *init = B.CreateLoad(i16, ptr);
+    B.CreateBr(body);
+    B.SetInsertPoint(body);
+    PHINode *old = B.CreatePHI(i16, 2);
+    old->addIncoming(init, pre);
+    Value *sum = roundTo(d, B.CreateFAdd(fromMem(d, old), x), false);
+    Value *pair = B.CreateAtomicCmpXchg(ptr, old, toMem(d, sum), MaybeAlign(), AtomicOrdering::Monotonic, AtomicOrdering::Monotonic);
+    Value *seen = B.CreateExtractValue(pair, 0);
+    old->addIncoming(seen, body);
+    B.CreateCondBr(B.CreateExtractValue(pair, 1), exit, body);
+    B.SetInsertPoint(exit);
+    return;
+  }
+  default: fail(F, "atomic_add of " + std::string(dtypeName(d)));
+  }
+}
+
+// load_box / store_box / atomic_add_box: nested loops over the box. A fast path without any
+// per-element test runs when the box lies inside the tensor, there is no mask and the innermost
+// box axis has stride 1; otherwise each element is tested against the tensor's bounds (and the
+// mask) and out-of-bounds loads read `other`.
+void Lowering::lowerBox(const TOp &op) {
+  const TValue *tv = op.operands[0];
+  TensorInfo &ti = tensor(tv);
+  uint32_t rank = tv->type.rank;
+  DType d = tv->type.dtype;
+  const auto &box = *op.attrAs<std::vector<int64_t>>("box");
+  bool isLoad = op.kind == OpKind::LoadBox;
+  bool isAtomic = op.kind == OpKind::AtomicAddBox;
+  const bool *maskedAttr = op.attrAs<bool>("masked");
+  bool masked = maskedAttr && *maskedAttr;
+  std::vector<Value *> starts;
+  for (uint32_t i = 0; i < rank; ++i) starts.push_back(get(op.operands[1 + i]));
+  size_t base = 1 + rank;
+  const TValue *valueV = isLoad ? nullptr : op.operands[base];
+  const TValue *maskV = masked ? op.operands[base + (isLoad ? 0 : 1)] : nullptr;
+  TType tt = isLoad ? op.result()->type : valueV->type;
+  bool scalarTile = tt.isScalar();
+  Value *valBuf = valueV ? get(valueV) : nullptr;
+  Value *maskBuf = maskV ? get(maskV) : nullptr;
+  Value *out = isLoad && !scalarTile ? alloc(tt) : nullptr;
+  Value *other = isLoad ? (op.attr("other") ? constantOf(d, *op.attr("other")) : constantOf(d, int64_t(0))) : nullptr;
+  Type *mt = mtype(d);
+
+  // Box axes that are tile axes, and the tile's row-major strides.
+  std::vector<uint32_t> tileAxes;
+  for (uint32_t i = 0; i < rank; ++i)
+    if (box[i] > 0) tileAxes.push_back(i);
+  std::vector<int64_t> tst = rowMajorStrides(tt.shape);
+
+  auto elemAt = [&](Value *off) { return B.CreateInBoundsGEP(mt, ti.data, off); };
+  auto access = [&](Value *ptr, Value *tileIdx, Value *scalarResultSlot) {
+    if (isLoad) {
+      Value *x = fromMem(d, B.CreateLoad(mt, ptr));
+      if (scalarTile) B.CreateStore(d == DType::Bool ? B.CreateZExt(x, i8()) : x, scalarResultSlot);
+      else storeElem(out, d, tileIdx, x);
+    } else {
+      Value *x = scalarTile ? valBuf : loadElem(valBuf, d, tileIdx);
+      if (isAtomic) atomicAdd(d, ptr, x);
+      else B.CreateStore(toMem(d, x), ptr);
+    }
+  };
+
+  if (scalarTile) {
+    // Every box axis is dropped: one element.
+    Value *off = c64(0), *ok = B.getTrue();
+    for (uint32_t i = 0; i < rank; ++i) {
+      off = B.CreateAdd(off, B.CreateMul(starts[i], ti.strides[i]));
+      ok = B.CreateAnd(ok, B.CreateAnd(B.CreateICmpSGE(starts[i], c64(0)), B.CreateICmpSLT(starts[i], ti.shape[i])));
+    }
+    if (maskBuf) ok = B.CreateAnd(ok, maskBuf);
+    if (isLoad) {
+      Value *slot;
+      {
+        IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+        slot = ab.CreateAlloca(btype(d));
+      }
+      B.CreateStore(d == DType::Bool ? B.CreateZExt(other, i8()) : other, slot);
+      ifThen(ok, [&] { access(elemAt(off), nullptr, slot); });
+      Value *r = B.CreateLoad(btype(d), slot);
+      set(op.result(), d == DType::Bool ? B.CreateICmpNE(r, B.getInt8(0)) : r);
+    } else {
+      ifThen(ok, [&] { access(elemAt(off), nullptr, nullptr); });
+    }
+    return;
+  }
+
+  // Whether the whole box is inside the tensor.
+  Value *inside = B.getTrue();
+  for (uint32_t i = 0; i < rank; ++i) {
+    int64_t ext = box[i] > 0 ? box[i] : 1;
+    inside = B.CreateAnd(inside, B.CreateAnd(B.CreateICmpSGE(starts[i], c64(0)),
+                                             B.CreateICmpSLE(B.CreateAdd(starts[i], c64(ext)), ti.shape[i])));
+  }
+  uint32_t lastAxis = tileAxes.back();
+  Value *fast = B.CreateAnd(inside, B.CreateICmpEQ(ti.strides[lastAxis], c64(1)));
+  if (masked) fast = B.getFalse();
+  Value *baseOff = c64(0);
+  for (uint32_t i = 0; i < rank; ++i) baseOff = B.CreateAdd(baseOff, B.CreateMul(starts[i], ti.strides[i]));
+
+  BasicBlock *fastBB = BasicBlock::Create(C, "box.fast", fn);
+  BasicBlock *slowBB = BasicBlock::Create(C, "box.slow", fn);
+  BasicBlock *endBB = BasicBlock::Create(C, "box.end", fn);
+  B.CreateCondBr(fast, fastBB, slowBB);
+
+  // Outer tile axes as a loop nest, the last one as the inner loop.
+  std::vector<int64_t> outerShape(tt.shape.begin(), tt.shape.end() - 1);
+  int64_t innerN = tt.shape.back();
+  auto nest = [&](bool fastPath) {
+    loopNest(outerShape, [&](const std::vector<Value *> &idx) {
+      Value *rowOff = baseOff, *tileRow = c64(0), *rowOk = B.getTrue();
+      for (size_t q = 0; q < idx.size(); ++q) {
+        uint32_t ax = tileAxes[q];
+        rowOff = B.CreateAdd(rowOff, B.CreateMul(idx[q], ti.strides[ax]));
+        tileRow = B.CreateAdd(tileRow, B.CreateMul(idx[q], c64(tst[q])));
+        if (!fastPath) {
+          Value *pos = B.CreateAdd(starts[ax], idx[q]);
+          rowOk = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(pos, c64(0)), B.CreateICmpSLT(pos, ti.shape[ax])));
+        }
+      }
+      if (!fastPath)
+        for (uint32_t ax = 0; ax < rank; ++ax)
+          if (box[ax] == 0)
+            rowOk = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(starts[ax], c64(0)), B.CreateICmpSLT(starts[ax], ti.shape[ax])));
+      Value *rowPtr = elemAt(rowOff);
+      if (fastPath) {
+        loopN(innerN, [&](Value *j) { access(B.CreateInBoundsGEP(mt, rowPtr, j), B.CreateAdd(tileRow, j), nullptr); });
+        return;
+      }
+      // Columns in bounds: j in [lo, hi) with 0 <= start + j < dim.
+      Value *s = starts[lastAxis];
+      Value *lo = B.CreateBinaryIntrinsic(Intrinsic::smin, B.CreateBinaryIntrinsic(Intrinsic::smax, B.CreateSub(c64(0), s), c64(0)), c64(innerN));
+      Value *hi = B.CreateBinaryIntrinsic(Intrinsic::smax, B.CreateBinaryIntrinsic(Intrinsic::smin, B.CreateSub(ti.shape[lastAxis], s), c64(innerN)), lo);
+      hi = B.CreateSelect(rowOk, hi, lo);
+      Value *stride = ti.strides[lastAxis];
+      loopN(innerN, [&](Value *j) {
+        Value *ti_ = B.CreateAdd(tileRow, j);
+        Value *ok = B.CreateAnd(B.CreateICmpSGE(j, lo), B.CreateICmpSLT(j, hi));
+        if (maskBuf) ok = B.CreateAnd(ok, loadElem(maskBuf, DType::Bool, ti_));
+        Value *ptr = B.CreateGEP(mt, rowPtr, B.CreateMul(j, stride));
+        if (isLoad) {
+          Value *x = guardedValue(ok, [&] { return fromMem(d, B.CreateLoad(mt, ptr)); }, other);
+          storeElem(out, d, ti_, x);
+        } else {
+          ifThen(ok, [&] { access(ptr, ti_, nullptr); });
+        }
+      });
+    });
+  };
+  B.SetInsertPoint(fastBB);
+  nest(true);
+  B.CreateBr(endBB);
+  B.SetInsertPoint(slowBB);
+  nest(false);
+  B.CreateBr(endBB);
+  B.SetInsertPoint(endBB);
+  if (isLoad) set(op.result(), out);
+}
+
+// load / store / atomic_add by element offsets (gathers and scatters).
+void Lowering::lowerGather(const TOp &op) {
+  const TValue *tv = op.operands[0];
+  TensorInfo &ti = tensor(tv);
+  DType d = tv->type.dtype;
+  Type *mt = mtype(d);
+  bool isLoad = op.kind == OpKind::Load;
+  const TValue *offV = op.operands[1];
+  const TValue *valV = isLoad ? nullptr : op.operands[2];
+  size_t maskIdx = isLoad ? 2 : 3;
+  const TValue *maskV = op.operands.size() > maskIdx ? op.operands[maskIdx] : nullptr;
+  Value *other = isLoad ? (op.attr("other") ? constantOf(d, *op.attr("other")) : constantOf(d, int64_t(0))) : nullptr;
+  const TType &st = offV->type;
+  auto one = [&](Value *off, Value *mask, Value *val) -> Value * {
+    Value *ptr = B.CreateGEP(mt, ti.data, off);
+    if (isLoad) {
+      auto ld = [&] { return fromMem(d, B.CreateLoad(mt, ptr)); };
+      return mask ? guardedValue(mask, ld, other) : ld();
+    }
+    auto st_ = [&] {
+      if (op.kind == OpKind::AtomicAdd) atomicAdd(d, ptr, val);
+      else B.CreateStore(toMem(d, val), ptr);
+    };
+    if (mask) ifThen(mask, st_);
+    else st_();
+    return nullptr;
+  };
+  if (st.isScalar()) {
+    Value *r = one(get(offV), maskV ? get(maskV) : nullptr, valV ? get(valV) : nullptr);
+    if (isLoad) set(op.result(), r);
+    return;
+  }
+  Value *out = isLoad ? alloc(op.result()->type) : nullptr;
+  Value *offB = get(offV), *maskB = maskV ? get(maskV) : nullptr, *valB = valV ? get(valV) : nullptr;
+  loopN(st.numElements(), [&](Value *i) {
+    Value *r = one(loadElem(offB, DType::I64, i), maskB ? loadElem(maskB, DType::Bool, i) : nullptr,
+                   valB ? loadElem(valB, d, i) : nullptr);
+    if (isLoad) storeElem(out, d, i, r);
+  });
+  if (isLoad) set(op.result(), out);
+}
+
+} // namespace tsr::codegen::lower
