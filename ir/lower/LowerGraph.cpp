@@ -1136,7 +1136,11 @@ public:
     }
     if (!y) autodiffError(DiagKind::GradNonScalar, {tname, fname, structureText(out, at)}, at);
     autodiff::Emitter E(g_, loc(at));
+    // The loss's type: the value's, or the function's declared return type (`-> f16
+    // @loss_scale(1024.0)`), whose policies lowering does not attach to the value.
     std::optional<double> scale = y->type.policies.lossScale;
+    if (!scale && t.inner->kind == LV::K::Function && t.inner->fn->declaredReturn)
+      scale = t.inner->fn->declaredReturn->policies.lossScale;
     Value *seed = E.fit(E.broadcast(E.scalar(scale ? *scale : 1.0, y->type), y->type.dims), y->type);
     auto cots = runAutodiff([&] { return autodiff::reverseMode(span(begin, end, inputs, {y}), {seed}); }, at);
     if (scale)

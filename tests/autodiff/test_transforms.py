@@ -133,6 +133,8 @@ def main():
         want = np.float32(0.0001 * 0.0002)
         check("loss_scale keeps small gradients", np.all(g0 == 0) and np.allclose(g1, want, rtol=2e-3),
               f"unscaled f16 gradient {g0[0]:.3g}, with @loss_scale(1024) {g1[0]:.4g} (exact {want:.4g})")
+        (g2,) = run("grad_tiny_declared", x)
+        check("loss_scale on the declared return type", np.allclose(g2, want, rtol=2e-3), f"gradient {g2[0]:.4g}")
         check("loss_scale in the graph", "1024.0" in p.stdout.split("graph @grad_tiny_scaled")[1].split("graph @")[0],
               "the seed is 1024 and the gradient is divided by it")
 
