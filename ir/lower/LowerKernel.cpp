@@ -1549,7 +1549,12 @@ tile::Function *lowerKernel(tile::Module &m, const sema::Program &p, const Funct
                             const std::string &name) {
   if (k.kind != FunctionKind::Kernel || !k.def) throw CompileError{"lowering `" + k.name + "` as a kernel", k.def ? k.def->nameRange : SourceRange{}};
   auto f = std::make_unique<tile::Function>(name);
-  KernelLowering(m, p, *f).run(k, operandTypes, attrs);
+  try {
+    KernelLowering(m, p, *f).run(k, operandTypes, attrs);
+  } catch (const tile::TileError &e) {
+    // The builder's own checks: lowering made an op its operands do not fit.
+    throw CompileError{"this kernel (its Tile IR is malformed: " + e.message + ")", k.def->nameRange};
+  }
   f->renumber();
   auto problems = tile::verify(*f);
   if (!problems.empty()) throw CompileError{"this kernel (its Tile IR is malformed: " + problems[0] + ")", k.def->nameRange};
