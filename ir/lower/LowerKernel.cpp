@@ -46,8 +46,9 @@ struct KV {
   const ModuleInfo *module = nullptr;
   // Tile: a run-time value `v + off` (off only for weak ints). Weak: a Python number known only
   // at run time (program ids, sizes, loop indices, their arithmetic), which takes the dtype of
-  // the tile it meets. `known`: the value a launch guarantees for a symbolic size, usable as a
-  // tile extent. Tensor: v is the parameter, dims its sizes. View: v is the tensor.
+  // the tile it meets. `known`: the value a launch guarantees for `v` (a symbolic size), so that
+  // `v + off` can be a tile extent. Tensor: v is the parameter, dims its sizes. View: v is the
+  // tensor.
   tile::Value *v = nullptr;
   bool weak = false;
   int64_t off = 0;
@@ -432,6 +433,13 @@ private:
     }
   }
 
+  // A weak run-time int plus a compile-time one: the same base value, `known` kept.
+  static KVRef shifted(const KVRef &x, int64_t by) {
+    KV v = *x;
+    v.off += by;
+    return mk(v);
+  }
+
   KVRef binary(BinOp o, const KVRef &a0, const KVRef &b0, SourceRange at) {
     KVRef a = resolveIndex(a0, {b0}, at), b = resolveIndex(b0, {a0}, at);
     if (o == BinOp::MatMul) return dot(a, b, nullptr, at);
@@ -442,9 +450,9 @@ private:
     // view `X[i0:i0 + B]` is seen to be B.
     if ((o == BinOp::Add || o == BinOp::Sub) && a->kind == KV::K::Tile && a->weak && a->v->type == tile::Type::scalar(DType::I64) &&
         b->kind == KV::K::Int)
-      return tileOf(a->v, true, o == BinOp::Add ? a->off + b->i : a->off - b->i);
+      return shifted(a, o == BinOp::Add ? b->i : -b->i);
     if (o == BinOp::Add && b->kind == KV::K::Tile && b->weak && b->v->type == tile::Type::scalar(DType::I64) && a->kind == KV::K::Int)
-      return tileOf(b->v, true, b->off + a->i);
+      return shifted(b, a->i);
     if (o == BinOp::Sub && a->kind == KV::K::Tile && b->kind == KV::K::Tile && a->v == b->v && a->weak && b->weak)
       return integer(a->off - b->off);
     DType d = joinDType(a, b, at);
@@ -562,7 +570,10 @@ private:
       if (x->i <= 0) unsupported("a tile extent of " + std::to_string(x->i), at);
       return x->i;
     }
-    if (x->kind == KV::K::Tile && x->known && x->off == 0) return *x->known;
+    if (x->kind == KV::K::Tile && x->known) {
+      if (*x->known + x->off <= 0) unsupported("a tile extent of " + std::to_string(*x->known + x->off), at);
+      return *x->known + x->off;
+    }
     unsupported("a tile extent that is known only at run time", at);
   }
 
@@ -636,6 +647,8 @@ private:
         if (!sl->upper) unsupported("a view slice without an end (`a:`) whose extent is known only at run time", ie->range);
         KVRef hi = expr(sl->upper);
         KVRef n = binary(BinOp::Sub, hi, lo, ie->range);
+        // A slice up to a size the launch fixes (`X[0:N]`) has that extent.
+        if (n->kind == KV::K::Tile && n->known) n = integer(extent(n, ie->range));
         if (n->kind != KV::K::Int) unsupported("a view slice whose extent is known only at run time", ie->range);
         if (n->i <= 0) unsupported("a view slice of extent " + std::to_string(n->i), ie->range);
         ViewAxis ax;
