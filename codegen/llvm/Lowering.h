@@ -82,6 +82,7 @@ private:
   std::unordered_map<const TValue *, int> uses;
   // Tile buffers a loop carries, by the block argument: the in-place rules look them up.
   std::unordered_map<const TValue *, Value *> carriedBuf;
+  const tile::Block *curBlock = nullptr; // the block being lowered
 
   // ---- types ----
   Type *i1() { return B.getInt1Ty(); }

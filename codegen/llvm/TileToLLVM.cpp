@@ -152,7 +152,9 @@ constexpr LowerFn kLower[] = {
 };
 
 void Lowering::lowerBlock(const tile::Block &b) {
+  const tile::Block *outer = curBlock;
   for (const TOp *op : b.ops) {
+    curBlock = &b;
     // Reshape/expand_dims of a scalar into a [1] tile, or the reverse, change representation.
     if ((op->kind == OpKind::Reshape || op->kind == OpKind::ExpandDims) &&
         op->operands[0]->type.isScalar() != op->result()->type.isScalar()) {
@@ -168,6 +170,7 @@ void Lowering::lowerBlock(const tile::Block &b) {
     }
     (this->*kLower[static_cast<size_t>(op->kind)])(*op);
   }
+  curBlock = outer;
 }
 
 void Lowering::run() {

@@ -636,3 +636,33 @@ TEST_CASE("one kernel launched from several threads at once") {
   for (int q = 0; q < 4; ++q)
     for (int64_t i = 0; i < n; ++i) REQUIRE(os[q].data<float>()[i] == 2.0f * float(q + 1));
 }
+
+TEST_CASE("dot on an outer loop's accumulator inside an inner loop is not done in place") {
+  // acc_{i+1} = sum_{j<3} (acc_i + ones[4,8] @ ones[8,16]) = 3 acc_i + 24: 0 -> 24 -> 96.
+  Function f("nested_dot");
+  Value *o = f.addParam("o", Type::tensor(2, DType::F32));
+  TB t{f, f.body};
+  Value *a = t.cst(1.0, DType::F32, {4, 8}), *b = t.cst(1.0, DType::F32, {8, 16});
+  Value *acc0 = t.cst(0.0, DType::F32, {4, 16});
+  tile::Op *outer = f.addWithTypes(f.body, OpKind::For, {t.i64(0), t.i64(2), t.i64(1), acc0}, {}, {acc0->type});
+  Block *ob = f.newBlock(outer);
+  f.addBlockArg(ob, Type::scalar(DType::I64));
+  Value *acc = f.addBlockArg(ob, acc0->type);
+  TB ot{f, ob};
+  Value *x0 = ot.cst(0.0, DType::F32, {4, 16});
+  tile::Op *inner = f.addWithTypes(ob, OpKind::For, {ot.i64(0), ot.i64(3), ot.i64(1), x0}, {}, {x0->type});
+  Block *ib = f.newBlock(inner);
+  f.addBlockArg(ib, Type::scalar(DType::I64));
+  Value *x = f.addBlockArg(ib, x0->type);
+  TB it{f, ib};
+  Value *d = it.op(OpKind::Dot, {a, b, acc});
+  f.addWithTypes(ib, OpKind::Yield, {it.add(x, d)}, {}, {});
+  f.addWithTypes(ob, OpKind::Yield, {inner->results[0]}, {}, {});
+  Value *z = t.i64(0);
+  t.storeBox(o, {z, z}, {4, 16}, outer->results[0]);
+  auto k = compile(f);
+  auto O = rt::Tensor::zeros({4, 16}, DType::F32);
+  KernelArg args[1] = {arg(O)};
+  k->launch(args, 1, {1, 1, 1});
+  for (int i = 0; i < 64; ++i) CHECK(O.data<float>()[i] == 96.0f);
+}

@@ -97,9 +97,11 @@ void Lowering::lowerDot(const TOp &op) {
   Type *acct = ctype(rd);
   Value *out;
   bool hasAcc = op.operands.size() == 3;
-  // Accumulate in place when the accumulator is a loop's carried tile used only here (the
-  // usual `acc = dot(a, b, acc)`): the yield then has nothing to copy.
-  if (hasAcc && op.operands[2]->owner && carriedBuf.count(op.operands[2]) && uses[op.operands[2]] == 1) {
+  // Accumulate in place when the accumulator is a loop's carried tile used only here, directly
+  // in the loop's body (the usual `acc = dot(a, b, acc)`; inside a nested loop the dot would run
+  // more than once per iteration): the yield then has nothing to copy.
+  const TValue *accV = hasAcc ? op.operands[2] : nullptr;
+  if (accV && accV->owner == curBlock && carriedBuf.count(accV) && uses[accV] == 1) {
     out = get(op.operands[2]);
   } else {
     out = alloc(rt);
