@@ -603,8 +603,12 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
           std::string sym = wd.symbols()[0];
           auto e = env.find(sym);
           if (e == env.end()) { env[sym] = got->dims[i]; boundBy[sym] = p.name; continue; }
-          // Sizes known only at run time (a `main` flag's value) are guarded when the call runs.
-          if (isRuntimeDim(e->second) || isRuntimeDim(got->dims[i])) continue;
+          // Host code runs on values: a size that is not a constant there (a `main` flag's value,
+          // a loaded file's extent) is known only at run time, where the call's guard checks it
+          // (spec 5). In compiled code the symbols are the program's own, and differ.
+          bool runtime = isRuntimeDim(e->second) || isRuntimeDim(got->dims[i]) ||
+                         (ctx_ == BodyContext::Host && (!e->second.isConstant() || !got->dims[i].isConstant()));
+          if (runtime) continue;
           if (provablyDifferent(e->second, got->dims[i])) {
             D.report(DiagKind::SymbolConflict, a->range, {"\"" + sym + "\"", dimStr(e->second), boundBy[sym], dimStr(got->dims[i]), p.name});
             ok = false;

@@ -973,7 +973,45 @@ struct Interpreter::Impl {
 
   // A graph function: one graph per signature (tensor shapes and dtypes, compile-time values),
   // compiled on first use and cached.
+  // The run-time shape guard of a call (spec 5): the symbols of the callee's annotated tensor
+  // parameters bind to the arguments' sizes, and a symbol bound to two sizes is an error naming
+  // it, both sizes and both arguments, at the call (exit 3). What the checker could decide was
+  // decided at compile time; this catches sizes known only now.
+  void guardCall(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+    std::map<std::string, std::pair<int64_t, std::string>> sizes; // symbol -> (size, argument)
+    for (auto &[n, v] : bound) {
+      const sema::ParamInfo *p = fn.param(n);
+      if (!p || !p->annotated || !p->annotated->is(TypeKind::Tensor) || v->k != K::Tensor) continue;
+      const TypeRef &want = p->annotated;
+      if (!want->rankKnown) continue;
+      const auto &shape = v->t.shape();
+      if (shape.size() != want->dims.size()) {
+        fail("argument `" + n + "` of `" + fn.name + "` has rank " + std::to_string(shape.size()) + ", but the parameter is " +
+                 sema::typeStr(want),
+             at, 3);
+      }
+      for (size_t i = 0; i < shape.size(); ++i) {
+        const Dim &d = want->dims[i];
+        if (auto c = d.constantValue()) {
+          if (*c != shape[i])
+            fail("argument `" + n + "` of `" + fn.name + "` has size " + std::to_string(shape[i]) + " in axis " + std::to_string(i) +
+                     ", but the parameter is " + sema::typeStr(want),
+                 at, 3);
+          continue;
+        }
+        if (!d.isSymbol()) continue;
+        std::string sym = d.symbols()[0];
+        auto [it, fresh] = sizes.emplace(sym, std::make_pair(shape[i], n));
+        if (!fresh && it->second.first != shape[i])
+          fail("shape guard failed: symbol \"" + sym + "\" is bound to " + std::to_string(it->second.first) + " by `" + it->second.second +
+                   "` and to " + std::to_string(shape[i]) + " by `" + n + "` in this call of `" + fn.name + "`",
+               at, 3);
+      }
+    }
+  }
+
   ValueRef callGraph(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+    guardCall(fn, bound, at);
     std::vector<std::pair<std::string, TypeRef>> params;
     std::string k = "fn:" + fn.module->name + "." + fn.name + "|";
     for (auto &[n, v] : bound) {
