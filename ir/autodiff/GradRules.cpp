@@ -55,6 +55,7 @@ Value *Emitter::reduceSum(Value *v, std::vector<int64_t> axes, bool keep) {
 Value *Emitter::unbroadcast(Value *v, const Type &t) {
   const auto &r = v->type.dims;
   const auto &s = t.dims;
+  if (r.size() < s.size()) throw IRError{"autodiff: unbroadcast of " + v->type.str() + " to " + t.str()};
   std::vector<int64_t> axes;
   size_t lead = r.size() - s.size();
   for (size_t i = 0; i < lead; ++i) axes.push_back(static_cast<int64_t>(i));

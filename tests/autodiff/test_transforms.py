@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_grad import reexec_with_torch  # noqa: E402
+from torch_python import reexec_with_torch  # noqa: E402
 
 if __name__ == "__main__":
     reexec_with_torch("autodiff_transforms")
