@@ -267,6 +267,17 @@ TEST_CASE("unary float ops against libm, per dtype") {
     checkElementwise(u.k, DType::BF16, xs, {}, u.f, 1.0 / 128, 1e-37);
     checkElementwise(u.k, DType::F16, xs, {}, u.f, 1.0 / 1024, 1e-7);
   }
+  // fp8 and tf32 results are rounded after every op (through the runtime helpers for fp8).
+  std::vector<double> small;
+  for (int i = -20; i <= 20; ++i) small.push_back(i * 0.3);
+  for (DType d : {DType::F8E4M3, DType::F8E5M2, DType::TF32}) {
+    double tol = d == DType::TF32 ? 1.0 / 1024 : d == DType::F8E4M3 ? 1.0 / 8 : 1.0 / 4;
+    checkElementwise(OpKind::Exp, d, small, {}, [](double x, double) { return std::exp(x); }, tol, 1e-30);
+    checkElementwise(OpKind::Neg, d, small, {}, [](double x, double) { return -x; }, 0, 0);
+    checkElementwise(OpKind::Add, d, small, std::vector<double>(small.rbegin(), small.rend()),
+                     [](double x, double y) { return x + y; }, 0, 0);
+    checkElementwise(OpKind::Mul, d, small, small, [](double x, double y) { return x * y; }, 0, 0);
+  }
   checkElementwise(OpKind::Gelu, DType::F32, xs, {}, gelu, 1e-6, 1e-7, {A("approximate", std::string("none"))});
   checkElementwise(OpKind::Gelu, DType::F32, xs, {}, geluT, 1e-6, 1e-7, {A("approximate", std::string("tanh"))});
   checkElementwise(OpKind::Gelu, DType::BF16, xs, {}, gelu, 1.0 / 128, 1e-7, {A("approximate", std::string("none"))});
