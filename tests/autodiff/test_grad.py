@@ -7,14 +7,16 @@ against central finite differences of the program's own forward pass, all in f64
 For each case below the driver writes, into one generated program, a loss
 `f_i(inputs..., w) = sum(EXPR * w)` (w a fixed random weighting of EXPR's elements, so that every
 element's derivative matters), its gradient `d_i = value_and_grad(f_i, argnums=(the float
-inputs))`, and a directional difference quotient `fd_i(inputs..., w, directions...) =
-(f_i(x + h v) - f_i(x - h v)) / 2h`. `tsrc --emit=graph` lowers it (so the gradient goes through
+inputs))`, a directional difference quotient `fd_i(inputs..., w, directions...) =
+(f_i(x + h v) - f_i(x - h v)) / 2h`, and the directional derivative by forward mode `j_i`. `tsrc --emit=graph` lowers it (so the gradient goes through
 lowering and ir/autodiff exactly as user code does) and `tsr-eval` runs the graphs. Checks:
 - torch: every gradient element equals torch.autograd's for the same function (rtol 1e-9,
   atol 1e-10, f64), and the value equals torch's;
 - finite differences: <grad, v> equals the difference quotient for 3 random directions v
   (h = 1e-5, relative error 1e-6: central differences are accurate to O(h^2) and f64 rounding
-  adds about 1e-16 |f| / h).
+  adds about 1e-16 |f| / h);
+- forward mode: `j_i = jvp(f_i, inputs, v)` equals <grad, v> (relative 1e-9), which checks every
+  op's jvp rule against its vjp rule.
 Cases with `torch=None` (random draws, whose bits torch cannot reproduce) check finite
 differences and a case-specific rule. Prints the largest errors per case; ends with `N passed,
 N failed`.
@@ -49,7 +51,8 @@ H = 1e-5
 #   Float inputs are differentiated; the others are not.
 # torch function: of the inputs as torch tensors (None for keys), returning EXPR's value.
 # options (optional): "torch_tol" (rtol, atol) where the function itself differs from torch's,
-#   "fd_rtol" where rounding limits the difference quotient, "fd": False where it does not apply.
+#   "fd_rtol" where rounding limits the difference quotient, "fd": False where it does not apply,
+#   "jvp_rtol" where tangents and cotangents are rounded differently.
 
 def _gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
@@ -87,8 +90,9 @@ CASES = [
     ("sin", [("x", (3, 4), "n")], "sin(x)", torch.sin),
     ("cos", [("x", (3, 4), "n")], "cos(x)", torch.cos),
     ("erf", [("x", (3, 4), "n")], "erf(x)", torch.erf),
-    # Through f32, whose rounding (6e-8 relative) is large against h: a looser difference quotient.
-    ("cast", [("x", (3, 4), "n")], "cast(cast(x, f32), f64)", lambda x: x.float().double(), {"fd_rtol": 3e-2}),
+    # Through f32, whose rounding (6e-8 relative) is large against h: a looser difference quotient;
+    # tangents and cotangents are rounded to f32 at different points: a looser jvp.
+    ("cast", [("x", (3, 4), "n")], "cast(cast(x, f32), f64)", lambda x: x.float().double(), {"fd_rtol": 3e-2, "jvp_rtol": 1e-6}),
     # -- binary, with broadcasting on both sides --
     ("add", [("x", (3, 4), "n"), ("y", (4,), "n")], "x + y", lambda x, y: x + y),
     ("sub", [("x", (3, 1), "n"), ("y", (1, 4), "n")], "x - y", lambda x, y: x - y),
@@ -199,6 +203,10 @@ def program(cases_with_shapes):
         minus = ", ".join(f"{n} - {H} * v_{n}" if j in diff else n for j, (n, _, _) in enumerate(inputs))
         lines += ["@jit", f"def fd_{i}({params}, {wparam}, {vparams}) -> f64:",
                   f"    return (f_{i}({plus}, w_) - f_{i}({minus}, w_)) / {2 * H}", ""]
+        tangents = ", ".join(f"v_{n}" if j in diff else n for j, (n, _, _) in enumerate(inputs))
+        lines += ["@jit", f"def j_{i}({params}, {wparam}, {vparams}) -> f64:",
+                  f"    y, t = jvp(f_{i}, ({names}, w_), ({tangents}, zeros_like(w_)))",
+                  "    return t", ""]
     return "\n".join(lines)
 
 
@@ -282,17 +290,26 @@ def main():
                     if not ok or not (0.2 < kept < 0.8):
                         problems.append(f"dropout gradient is not the scaled mask (kept {kept:.2f})")
                     notes.append(f"kept {kept:.2f}")
-                worst_fd = 0.0
-                for _ in range(3 if opts.get("fd", True) else 0):
+                worst_fd = worst_jvp = 0.0
+                for _ in range(3):
                     vs = [torch.randn(vals[j].shape, generator=gen, dtype=torch.float64) for j in diff]
                     (fd,) = run_eval(tsr_eval, graphs, f"fd_{i}", ins + [w] + vs, tmp)
                     dot = sum((g * v).sum() for g, v in zip(grads, vs))
+                    # Forward mode: the jvp of the scalar loss is the same directional derivative.
+                    (jv,) = run_eval(tsr_eval, graphs, f"j_{i}", ins + [w] + vs, tmp)
+                    jrel = abs(jv.item() - float(dot)) / max(1.0, abs(float(dot)))
+                    worst_jvp = max(worst_jvp, jrel)
+                    if jrel > opts.get("jvp_rtol", 1e-9):
+                        problems.append(f"jvp {jv.item():.15g} vs <grad, v> {float(dot):.15g}")
                     rel = abs(fd.item() - float(dot)) / max(1.0, abs(float(dot)))
+                    if not opts.get("fd", True):
+                        continue
                     worst_fd = max(worst_fd, rel)
                     if rel > opts.get("fd_rtol", 1e-6):
                         problems.append(f"finite differences {fd.item():.10g} vs <grad, v> {float(dot):.10g}")
                 if opts.get("fd", True):
                     notes.append(f"fd rel err {worst_fd:.1e}")
+                notes.append(f"jvp rel err {worst_jvp:.1e}")
                 if problems:
                     failed += 1
                     print(f"FAIL {name}: " + "; ".join(problems))
