@@ -12,7 +12,8 @@
 - @loss_scale: in f16, gradients of 2e-8 underflow to zero without scaling and are exact with
   @loss_scale(1024);
 - a second derivative (grad of grad) equals 6x for sum(x^3);
-- a graph with symbolic shapes (one per N, a stepped slice of a symbolic extent) against torch.
+- a graph with symbolic shapes (one per N, a stepped slice of a symbolic extent) against torch;
+- the lowered graphs (with checkpoint's `remat` attributes) read back as printed.
 Ends with `N passed, N failed`. Needs NumPy (re-runs itself under a Python that has it, as
 test_grad.py does).
 """
@@ -81,6 +82,10 @@ def main():
         with open(graphs, "w") as f:
             f.write(p.stdout)
         run = Runner(tsr_eval, graphs, tmp)
+        # The derivatives' graphs (checkpoint clones carry a `remat` attribute) read back as printed.
+        rt = subprocess.run([tsrc, graphs, "--read-graph"], capture_output=True, text=True, timeout=600)
+        check("graph text round trip", rt.returncode == 0 and rt.stdout.strip() == p.stdout.strip() and "remat" in p.stdout,
+              f"{p.stdout.count('remat =')} ops with remat; {rt.stderr.strip()[:200]}")
 
         # jvp against vjp.
         for trial in range(3):
