@@ -108,6 +108,33 @@ TV *loadBox(Builder &b, TV *tensor, const Coords &c) {
   return b.op(TK::LoadBox, ops, {{"box", c.block}});
 }
 
+// Which axes of the iteration shape `shape` a value is broadcast along (NumPy's alignment on the
+// right): axes it lacks, and its constant 1s where the iteration extent is not 1.
+std::vector<bool> broadcastAxes(const Value *v, const std::vector<int64_t> &shape) {
+  const size_t n = shape.size(), k = v->type.rank();
+  std::vector<bool> r(n, false);
+  for (size_t d = 0; d < n; ++d) {
+    if (d + k < n) { r[d] = true; continue; }
+    auto one = v->type.dims[d + k - n].constantValue();
+    r[d] = one && *one == 1 && shape[d] != 1;
+  }
+  return r;
+}
+
+// A box of a view that is broadcast along `bcast`: read once along those axes (start 0, extent
+// 1) and broadcast in the tile, rather than read again at every index with a stride of 0.
+TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<bool> &bcast) {
+  Coords lc = c;
+  bool shrunk = false;
+  for (size_t d = 0; d < c.block.size(); ++d) {
+    if (!bcast[d]) continue;
+    lc.start[d] = b.i64(0);
+    if (lc.block[d] > 1) { lc.block[d] = 1; shrunk = true; }
+  }
+  TV *t = loadBox(b, tensor, lc);
+  return shrunk ? b.broadcast(t, c.tileShape()) : t;
+}
+
 void storeBox(Builder &b, TV *tensor, const Coords &c, TV *value) {
   std::vector<TV *> ops{tensor};
   for (TV *s : c.start) ops.push_back(s);
@@ -176,6 +203,8 @@ public:
       vals_[op->result()] = lower(*op);
     }
   }
+  /// Per op of checkedOps(cone), in order: a bool tile, true where the op has no value.
+  const std::vector<TV *> &checks() const { return checks_; }
 
 private:
   TV *operandAs(const Op &op, size_t i, DType to, const Policies &p = {}) {
@@ -234,7 +263,12 @@ private:
     if (cls == OpClass::Binary) {
       TV *x = operandAs(op, 0, T), *y = operandAs(op, 1, T);
       if (!isFloat(T) && !intSafeNarrow(op.kind, T)) {
-        TV *w = b_.bin(tileKindOf(op.kind), b_.cast(x, DType::I64), b_.cast(y, DType::I64));
+        TV *x64 = b_.cast(x, DType::I64), *y64 = b_.cast(y, DType::I64);
+        const std::vector<int64_t> &sh = x64->type.shape;
+        TV *zero = b_.constant(sh, DType::I64, int64_t(0));
+        if (op.kind == OpKind::FloorDiv || op.kind == OpKind::Mod) checks_.push_back(b_.bin(TK::Eq, y64, zero));
+        if (op.kind == OpKind::Pow) checks_.push_back(b_.bin(TK::And, b_.bin(TK::Eq, x64, zero), b_.bin(TK::Lt, y64, zero)));
+        TV *w = b_.bin(tileKindOf(op.kind), x64, y64);
         return b_.cast(w, T);
       }
       return roundTo(b_, b_.bin(tileKindOf(op.kind), x, y), T, pol);
@@ -263,7 +297,33 @@ private:
   const Coords &c_;
   std::function<TV *(const Value *)> load_;
   std::unordered_map<const Value *, TV *> vals_;
+  std::vector<TV *> checks_;
 };
+
+// Counts, for each check of a cone, the elements inside `inBounds` where it fails, into slot i
+// of the i64 tensor `err` (atomically: programs run concurrently).
+void reportChecks(Builder &b, const std::vector<TV *> &checks, TV *inBounds, TV *err) {
+  for (size_t i = 0; i < checks.size(); ++i) {
+    TV *bad = b.bin(TK::And, checks[i], inBounds);
+    TV *n = b.cast(bad, DType::I64);
+    if (n->type.shape.size() > 1) n = b.op(TK::Reshape, {n}, {{"shape", std::vector<int64_t>{n->type.numElements()}}});
+    if (!n->type.shape.empty()) n = b.op(TK::ReduceSum, {n}, {{"axis", int64_t(0)}});
+    b.f.addWithTypes(b.blk, TK::AtomicAddBox, {err, b.i64(int64_t(i)), n}, {{"box", std::vector<int64_t>{0}}}, {}, b.loc);
+  }
+}
+
+// Whether the tile's elements lie inside the iteration space: index < extent along each box axis
+// (`extents[d]` an i64 scalar; lead axes are always inside).
+TV *inBoundsMask(Builder &b, const Coords &c, const std::vector<TV *> &extents) {
+  std::vector<int64_t> shape = c.tileShape();
+  TV *m = b.constant(shape, DType::Bool, true);
+  for (size_t d = 0; d < c.block.size(); ++d) {
+    if (c.block[d] == 0) continue;
+    TV *ext = shape.empty() ? extents[d] : b.broadcast(extents[d], shape);
+    m = b.bin(TK::And, m, b.bin(TK::Lt, axisIndex(b, c, d), ext));
+  }
+  return m;
+}
 
 void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g) {
   f.gridRank = !g[2].axes.empty() ? 3 : !g[1].axes.empty() ? 2 : 1;
@@ -272,6 +332,16 @@ void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g) {
 std::string opName(const Op &op) { return std::string(opSpelling(op.kind)); }
 
 } // namespace
+
+std::vector<const Op *> checkedOps(const std::vector<const Op *> &cone) {
+  std::vector<const Op *> r;
+  for (const Op *op : cone) {
+    const DType T = op->result()->type.dtype;
+    if (opClass(op->kind) != OpClass::Binary || isFloat(T) || intSafeNarrow(op->kind, T)) continue;
+    if (op->kind == OpKind::FloorDiv || op->kind == OpKind::Mod || op->kind == OpKind::Pow) r.push_back(op);
+  }
+  return r;
+}
 
 DType reductionCarryDType(const Op &reduce) {
   DType x = reduce.operands[0]->type.dtype;
@@ -320,13 +390,19 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
   ConeLowering cone(b, c, [&](const Value *v) -> TV * {
     auto it = params.find(v);
     if (it == params.end()) throw tile::TileError{"an operand that is neither computed nor an input"};
-    TV *t = loadBox(b, it->second, c);
+    TV *t = loadBroadcast(b, it->second, c, broadcastAxes(v, shape));
     return b.cast(t, reprOf(v->type.dtype));
   });
   cone.run(st.cone);
   b.loc = f.loc;
   TV *val = b.cast(cone.get(root), root->type.dtype);
   storeBox(b, out, c, val);
+  if (!cone.checks().empty()) {
+    TV *err = f.addParam("err", tile::Type::tensor(1, DType::I64));
+    std::vector<TV *> ext(n, nullptr);
+    for (size_t d = 0; d < n; ++d) if (c.block[d] > 0) ext[d] = b.dim(out, int(d));
+    reportChecks(b, cone.checks(), inBoundsMask(b, c, ext), err);
+  }
   return k;
 }
 
@@ -409,6 +485,16 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
     else identity = mx ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
   }
   }
+  // Inputs broadcast along the reduced axis do not change in the loop: read before it.
+  std::unordered_map<const Value *, TV *> hoisted;
+  if (stage == 0)
+    for (const Value *v : st.inputs) {
+      std::vector<bool> bc = broadcastAxes(v, shape);
+      if (!bc[size_t(axis)]) continue;
+      Coords hc = c;
+      hc.start[size_t(axis)] = b.i64(0);
+      hoisted[v] = b.cast(loadBroadcast(b, params.at(v), hc, bc), reprOf(v->type.dtype));
+    }
   TV *init = b.constant(tshape, acc, identity);
   TV *zero = b.i64(0), *step = b.i64(BK);
   tile::Op *loop = f.addWithTypes(f.body, TK::For, {zero, extent, step, init}, {}, {init->type}, red.loc);
@@ -424,12 +510,20 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
     ConeLowering cone(lb, c, [&](const Value *v) -> TV * {
       auto it = params.find(v);
       if (it == params.end()) throw tile::TileError{"an operand that is neither computed nor an input"};
-      return lb.cast(loadBox(lb, it->second, c), reprOf(v->type.dtype));
+      if (auto h = hoisted.find(v); h != hoisted.end()) return h->second;
+      return lb.cast(loadBroadcast(lb, it->second, c, broadcastAxes(v, shape)), reprOf(v->type.dtype));
     });
     cone.run(st.cone);
     lb.loc = red.loc;
     val = cone.get(operand);
     valDType = operand->type.dtype;
+    if (!cone.checks().empty()) {
+      TV *err = f.addParam("err", tile::Type::tensor(1, DType::I64));
+      std::vector<TV *> ext(n, nullptr);
+      for (size_t d = 0; d < n; ++d)
+        if (c.block[d] > 0) ext[d] = int(d) == axis ? extent : lb.dim(out, int(d));
+      reportChecks(lb, cone.checks(), inBoundsMask(lb, c, ext), err);
+    }
   } else {
     val = loadBox(lb, prev, c);
     valDType = carry;
@@ -440,14 +534,16 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   (void)inDType;
   // Elements past the extent (the loaded `other`, then the cone's results of it) are replaced by
   // the identity before they are combined.
-  std::vector<int64_t> rshape(tshape.size(), 1);
-  rshape[size_t(rpos)] = BK;
-  TV *idx = lb.op(TK::Arange, {}, {{"n", BK}, {"dtype", DTypeAttr{DType::I64, {}}}});
-  idx = lb.bin(TK::Add, idx, lb.broadcast(iv, {BK}));
-  TV *inside = lb.bin(TK::Lt, idx, lb.broadcast(extent, {BK}));
-  if (tshape.size() == 2) inside = lb.op(TK::ExpandDims, {inside}, {{"axis", int64_t(rpos == 0 ? 1 : 0)}});
-  inside = lb.broadcast(inside, tshape);
-  val = lb.op(TK::Select, {inside, val, lb.constant(tshape, acc, identity)});
+  // (A program for an extent that is a multiple of BK has no partial chunk: it is specialized
+  // without the mask; the executor's plans are per shape.)
+  if (shape[size_t(axis)] % BK != 0) {
+    TV *idx = lb.op(TK::Arange, {}, {{"n", BK}, {"dtype", DTypeAttr{DType::I64, {}}}});
+    idx = lb.bin(TK::Add, idx, lb.broadcast(iv, {BK}));
+    TV *inside = lb.bin(TK::Lt, idx, lb.broadcast(extent, {BK}));
+    if (tshape.size() == 2) inside = lb.op(TK::ExpandDims, {inside}, {{"axis", int64_t(rpos == 0 ? 1 : 0)}});
+    inside = lb.broadcast(inside, tshape);
+    val = lb.op(TK::Select, {inside, val, lb.constant(tshape, acc, identity)});
+  }
   TK combine = red.kind == OpKind::ReduceSum ? TK::Add : red.kind == OpKind::ReduceProd ? TK::Mul
                : red.kind == OpKind::ReduceMax ? TK::Max : TK::Min;
   TV *next = lb.bin(combine, carried, val);

@@ -61,8 +61,15 @@ struct Kernel {
   std::string tiles;
 };
 
-/// The extent a reduction stage reduces and the dtype that the stages of a reduction pass on.
+/// The dtype that the stages of a reduction pass on (the accumulator's; the operand's for max
+/// and min).
 DType reductionCarryDType(const Op &reduce);
+
+/// The ops of a cone that can fail at run time (integer floordiv and mod by zero, integer 0 to
+/// a negative power), in cone order. A program whose cone has any takes one more parameter
+/// last, `err` (i64 [count]): slot i counts the elements where the i-th of them fails, and the
+/// executor reports the first nonzero slot as that op's error, as the evaluator would.
+std::vector<const Op *> checkedOps(const std::vector<const Op *> &cone);
 
 /// An elementwise step over the concrete iteration shape `shape` (its root's). Parameters: the
 /// root (rank n, the root's dtype), then `st.inputs` (rank n each, their dtypes). Throws

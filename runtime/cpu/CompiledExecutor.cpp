@@ -184,6 +184,26 @@ struct OpFailure {
   std::string message;
 };
 
+// The run-time checks of a program (LowerGroups.h, checkedOps): a zeroed counter per checked op,
+// passed as the program's last argument, and the error of the first op that failed.
+struct Checks {
+  std::vector<const Op *> ops;
+  Tensor counts;
+  explicit Checks(const std::vector<const Op *> &cone) : ops(sched::checkedOps(cone)) {
+    if (!ops.empty()) counts = Tensor::zeros({int64_t(ops.size())}, DType::I64);
+  }
+  void addArg(std::vector<codegen::KernelArg> &args) const {
+    if (!ops.empty()) args.push_back(argOf(whole(counts)));
+  }
+  void raise(const ir::Module &m, const ir::Graph &g) const {
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (counts.data<int64_t>()[i] != 0)
+        throw EvalError(whereOf(m, g, *ops[i]), describe(*ops[i]) + ": " +
+                                                    (ops[i]->kind == OpKind::Pow ? "integer 0 raised to a negative power"
+                                                                                 : "integer division by zero"));
+  }
+};
+
 } // namespace
 
 std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &g, const std::vector<Tensor> &inputs,
@@ -231,8 +251,11 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         Tensor out = Tensor::empty(S, root->type.dtype);
         std::vector<codegen::KernelArg> args{argOf(whole(out))};
         for (const Value *in : st.inputs) args.push_back(argOf(broadcastView(viewOf(in), S)));
+        Checks checks(st.cone);
+        checks.addArg(args);
         const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew" + std::to_string(si)); });
         I.launch(c, args, S);
+        checks.raise(m, g);
         views[root] = whole(out);
         break;
       }
@@ -251,15 +274,11 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         }
         std::vector<int> order;
         for (size_t d = rank; d-- > 0;) if (reduced[d]) order.push_back(int(d));
-        // No reduced axis: one stage over an extra axis of extent 1 (a rounding into the result).
+        // No reduced axis: one stage over an extra leading axis of extent 1 (a rounding into the
+        // result dtype).
         Shape S = S0;
-        const bool extra = order.empty();
-        if (extra) { S.push_back(1); order.push_back(int(rank)); }
-        auto inputView = [&](const Value *v) {
-          View w = broadcastView(viewOf(v), S0);
-          if (extra) { w.shape.push_back(1); w.strides.push_back(0); }
-          return w;
-        };
+        if (order.empty()) { S.insert(S.begin(), 1); order.push_back(0); }
+        auto inputView = [&](const Value *v) { return broadcastView(viewOf(v), S); };
         const bool extreme = op.kind == OpKind::ReduceMax || op.kind == OpKind::ReduceMin;
         const DType carry = sched::reductionCarryDType(op);
         Tensor prev;
@@ -275,10 +294,13 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (s == 0) for (const Value *in : st.inputs) args.push_back(argOf(inputView(in)));
           else args.push_back(argOf(whole(prev)));
           args.push_back(scalarArg(S[size_t(axis)]));
+          Checks checks(s == 0 ? st.cone : std::vector<const Op *>{});
+          checks.addArg(args);
           const Compiled &c = I.program(key + std::to_string(s) + shapeKey(S) + (last ? "L" : ""), [&] {
             return sched::lowerReduceStage(st, s, last, S, axis, "reduce" + std::to_string(si) + "_" + std::to_string(s));
           });
           I.launch(c, args, S);
+          checks.raise(m, g);
           prev = out;
           S = outShape;
         }
@@ -400,12 +422,15 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         for (const Value *r : op.results) types.push_back(r->type);
         Op *copy = one.addWithTypes(op.kind, params, op.attrs, types, op.loc);
         one.outputs = copy->results;
+        // The graph's value numbers, so that errors name the op as the whole graph would.
+        for (size_t i = 0; i < copy->results.size(); ++i) copy->results[i]->id = op.results[i]->id;
+        for (size_t i = 0; i < params.size(); ++i) params[i]->id = op.operands[i]->id;
         std::vector<Tensor> outs;
         try {
           outs = ir::evaluate(m, one, args, kernels, sizes);
         } catch (const EvalError &e) {
-          // The one-op graph's errors name the op as the whole graph would (its location).
-          if (e.where().rfind("graph @", 0) == 0) throw OpFailure{e.problem()};
+          // Without a location, the one-op graph's name would stand for the op's.
+          if (e.where().rfind("graph @", 0) == 0) throw EvalError(whereOf(m, g, op), e.problem());
           throw;
         }
         for (size_t r = 0; r < outs.size() && r < op.results.size(); ++r) views[op.results[r]] = whole(outs[r]);

@@ -15,11 +15,14 @@
 //   widening; keys as i64 [2] = (k0, k1)), and each is listed on stdout as
 //   `out0.npy bf16 (4, 8)` with its dtype in the graph.
 //
+// - TSR_EXECUTOR=compiled runs the graph compiled (runtime/cpu/CompiledExecutor.h) instead.
+//
 // Exit codes: 0 success, 1 an error of the files or of evaluation (printed), 2 a usage error.
 #include "ir/Text.h"
 #include "ir/Verifier.h"
 #include "ir/eval/Evaluator.h"
 #include "runtime/Formats.h"
+#include "runtime/cpu/CompiledExecutor.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -170,7 +173,12 @@ int main(int argc, char **argv) {
       }
       values.push_back(t);
     }
-    std::vector<rt::Tensor> outs = ir::evaluate(*m, *g, values, nullptr, sizes);
+    // TSR_EXECUTOR=compiled runs the graph on the compiled CPU path instead (the same cases
+    // then test it against PyTorch: the graph_eval_compiled test).
+    const char *executor = std::getenv("TSR_EXECUTOR");
+    std::vector<rt::Tensor> outs = executor && std::string(executor) == "compiled"
+                                       ? cpu::CompiledExecutor().run(*m, *g, values, sizes)
+                                       : ir::evaluate(*m, *g, values, nullptr, sizes);
     fs::create_directories(outDir);
     for (size_t i = 0; i < outs.size(); ++i) {
       std::string name = "out" + std::to_string(i) + ".npy";

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The CPU benchmark: Tessera's compiled path against PyTorch on this CPU, as ratios.
+
+    cpu_ops.py TSR [--reps N] [--rounds N] [--threads N]
+
+Runs tools/bench/cpu_ops.tsr with `tsr run` (GEMM f32 1024^3, nn.layer_norm and nn.softmax over
+[4096, 1024] f32, each a @jit graph compiled through fusion -> Tile IR -> LLVM) and the same
+three ops in PyTorch (torch.matmul, F.layer_norm with weight and bias, torch.softmax) with
+torch.set_num_threads(threads) (default 2, the cores Tessera's launches use here), in the same
+run. Each figure is the best of `rounds` rounds of `reps` calls after a warm-up call (which
+compiles, for Tessera). Prints a Markdown table: seconds per call, GFLOP/s or GB/s, and the ratio
+tessera_time / torch_time (below 1: Tessera is faster). Checksums guard against a fast wrong
+result: sum(y^2) of layer_norm is about rows*size and sum(softmax) is rows whatever the data;
+the GEMM's depends on the data, which the two sides draw from different generators (Tessera's
+Philox, torch's), so only its magnitude compares (the compiled GEMM's correctness is the
+compiled_vs_reference test's).
+
+Needs torch: runs itself again under /usr/bin/python3 (or TSR_TORCH_PYTHON) when the current
+interpreter lacks it.
+"""
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _ensure_torch():
+    try:
+        import torch  # noqa: F401
+        return
+    except ImportError:
+        pass
+    for c in [os.environ.get("TSR_TORCH_PYTHON"), "/usr/bin/python3"]:
+        if c and os.path.exists(c) and os.path.realpath(c) != os.path.realpath(sys.executable):
+            os.execv(c, [c, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit("cpu_ops.py: needs a Python with torch (set TSR_TORCH_PYTHON)")
+
+
+def arg(name, default):
+    if name in sys.argv:
+        return int(sys.argv[sys.argv.index(name) + 1])
+    return default
+
+
+def best_of(fn, reps, rounds):
+    fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def main():
+    _ensure_torch()
+    import torch
+    import torch.nn.functional as F
+
+    tsr = sys.argv[1]
+    reps, rounds, threads = arg("--reps", 10), arg("--rounds", 3), arg("--threads", 2)
+    size, rows = 1024, 4096
+
+    r = subprocess.run([tsr, "run", os.path.join(HERE, "cpu_ops.tsr"), "--reps", str(reps), "--rounds", str(rounds)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("tsr run failed:\n" + r.stderr)
+    tess = {}
+    for line in r.stdout.splitlines():
+        name, secs, check = line.split()
+        tess[name] = (float(secs), float(check))
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    x = torch.randn(rows, size)
+    w, bias = torch.ones(size), torch.zeros(size)
+    torch_t = {
+        "gemm": (best_of(lambda: a @ b, reps, rounds), float((a @ b).sum())),
+        "layer_norm": (best_of(lambda: F.layer_norm(x, (size,), w, bias), reps, rounds),
+                       float((F.layer_norm(x, (size,), w, bias) ** 2).sum())),
+        "softmax": (best_of(lambda: torch.softmax(x, -1), reps, rounds), float(torch.softmax(x, -1).sum())),
+    }
+    work = {  # (amount, unit): flops for gemm, bytes moved (read x, write y) for the others
+        "gemm": (2.0 * size ** 3, "GFLOP/s"),
+        "layer_norm": (2.0 * 4 * rows * size, "GB/s"),
+        "softmax": (2.0 * 4 * rows * size, "GB/s"),
+    }
+    print(f"threads: {threads} (torch {torch.__version__}), reps {reps}, best of {rounds} rounds; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print()
+    print("| op | Tessera | PyTorch | ratio (Tessera / PyTorch) | checksums (Tessera, PyTorch) |")
+    print("|---|---|---|---|---|")
+    for name in ["gemm", "layer_norm", "softmax"]:
+        ts, tc = tess[name]
+        ps, pc = torch_t[name]
+        amount, unit = work[name]
+        print(f"| {name} | {ts * 1e3:.2f} ms ({amount / ts / 1e9:.1f} {unit}) | {ps * 1e3:.2f} ms ({amount / ps / 1e9:.1f} {unit}) "
+              f"| {ts / ps:.2f} | {tc:.4e}, {pc:.4e} |")
+
+
+if __name__ == "__main__":
+    main()
