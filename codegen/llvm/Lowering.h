@@ -83,6 +83,8 @@ private:
   // Tile buffers a loop carries, by the block argument: the in-place rules look them up.
   std::unordered_map<const TValue *, Value *> carriedBuf;
   const tile::Block *curBlock = nullptr; // the block being lowered
+  // load_box results left to the dot that reads them (deferToDot), by value.
+  std::unordered_map<const TValue *, const TOp *> deferred;
 
   // ---- types ----
   Type *i1() { return B.getInt1Ty(); }
@@ -242,9 +244,10 @@ private:
   void lowerBroadcast(const TOp &op);
   void lowerTranspose(const TOp &op);
   void lowerDot(const TOp &op);
-  void dotF32Blocked(Value *out, Value *a, Value *b, int64_t M, int64_t K, int64_t N);
-  void microKernel(Value *out, Value *a, Value *b, int64_t K, int64_t N, int64_t row0, int64_t rowBlocks, int64_t MR,
-                   int64_t col0, int64_t colBlocks, int64_t NV, int64_t W);
+  void dotF32Blocked(Value *out, Value *a, Value *lda, Value *b, Value *ldb, int64_t M, int64_t K, int64_t N);
+  void microKernel(Value *out, Value *a, Value *lda, Value *b, Value *ldb, int64_t K, int64_t N, int64_t row0,
+                   int64_t rowBlocks, int64_t MR, int64_t col0, int64_t colBlocks, int64_t NV, int64_t W);
+  bool deferToDot(const tile::Block &b, size_t index);
   void lowerBox(const TOp &op);
   void lowerGather(const TOp &op);
   void lowerFor(const TOp &op);

@@ -153,8 +153,13 @@ constexpr LowerFn kLower[] = {
 
 void Lowering::lowerBlock(const tile::Block &b) {
   const tile::Block *outer = curBlock;
-  for (const TOp *op : b.ops) {
+  for (size_t index = 0; index < b.ops.size(); ++index) {
+    const TOp *op = b.ops[index];
     curBlock = &b;
+    if (deferToDot(b, index)) {
+      deferred[op->result()] = op;
+      continue;
+    }
     // Reshape/expand_dims of a scalar into a [1] tile, or the reverse, change representation.
     if ((op->kind == OpKind::Reshape || op->kind == OpKind::ExpandDims) &&
         op->operands[0]->type.isScalar() != op->result()->type.isScalar()) {

@@ -13,8 +13,8 @@ namespace tsr::codegen::lower {
 // micro-kernels (Van Zee & van de Geijn, "BLIS", ACM TOMS 2015). Leftover rows take one block of
 // fewer rows, leftover whole vectors one block of fewer vectors, and the last columns (fewer than
 // W) a plain i-k-j loop nest.
-void Lowering::microKernel(Value *out, Value *a, Value *bb, int64_t K, int64_t N, int64_t row0, int64_t rowBlocks,
-                           int64_t MR, int64_t col0, int64_t colBlocks, int64_t NV, int64_t W) {
+void Lowering::microKernel(Value *out, Value *a, Value *lda, Value *bb, Value *ldb, int64_t K, int64_t N, int64_t row0,
+                           int64_t rowBlocks, int64_t MR, int64_t col0, int64_t colBlocks, int64_t NV, int64_t W) {
   auto *vt = FixedVectorType::get(f32(), unsigned(W));
   loop(c64(0), c64(rowBlocks), [&](Value *ib) {
     Value *i0 = B.CreateAdd(c64(row0), B.CreateMul(ib, c64(MR)));
@@ -41,12 +41,12 @@ void Lowering::microKernel(Value *out, Value *a, Value *bb, int64_t K, int64_t N
         acc[q]->addIncoming(acc0[q], pre);
       }
       std::vector<Value *> bv(NV);
-      Value *brow = B.CreateAdd(B.CreateMul(k, c64(N)), j0);
+      Value *brow = B.CreateAdd(B.CreateMul(k, ldb), j0);
       for (int64_t v = 0; v < NV; ++v)
         bv[v] = B.CreateAlignedLoad(vt, B.CreateInBoundsGEP(f32(), bb, B.CreateAdd(brow, c64(v * W))), Align(4));
       std::vector<Value *> next(MR * NV);
       for (int64_t r = 0; r < MR; ++r) {
-        Value *av = B.CreateLoad(f32(), B.CreateInBoundsGEP(f32(), a, B.CreateAdd(B.CreateMul(B.CreateAdd(i0, c64(r)), c64(K)), k)));
+        Value *av = B.CreateLoad(f32(), B.CreateInBoundsGEP(f32(), a, B.CreateAdd(B.CreateMul(B.CreateAdd(i0, c64(r)), lda), k)));
         Value *splat = B.CreateVectorSplat(unsigned(W), av);
         for (int64_t v = 0; v < NV; ++v) next[r * NV + v] = fma(splat, bv[v], acc[r * NV + v]);
       }
@@ -60,7 +60,7 @@ void Lowering::microKernel(Value *out, Value *a, Value *bb, int64_t K, int64_t N
   });
 }
 
-void Lowering::dotF32Blocked(Value *out, Value *a, Value *bb, int64_t M, int64_t K, int64_t N) {
+void Lowering::dotF32Blocked(Value *out, Value *a, Value *lda, Value *bb, Value *ldb, int64_t M, int64_t K, int64_t N) {
   const int64_t W = T.vectorFloats();
   // Accumulators plus NV B vectors plus one broadcast within the register file.
   const int64_t regs = T.vectorRegisters();
@@ -71,17 +71,17 @@ void Lowering::dotF32Blocked(Value *out, Value *a, Value *bb, int64_t M, int64_t
   if (K > 0) {
     for (auto [row0, blocks, mr] : {std::tuple<int64_t, int64_t, int64_t>{0, Mb / MR, MR}, {Mb, M > Mb ? 1 : 0, M - Mb}}) {
       if (blocks == 0 || mr == 0) continue;
-      if (Nb > 0) microKernel(out, a, bb, K, N, row0, blocks, mr, 0, Nb / (NV * W), NV, W);
-      if (NV2 > 0) microKernel(out, a, bb, K, N, row0, blocks, mr, Nb, 1, NV2, W);
+      if (Nb > 0) microKernel(out, a, lda, bb, ldb, K, N, row0, blocks, mr, 0, Nb / (NV * W), NV, W);
+      if (NV2 > 0) microKernel(out, a, lda, bb, ldb, K, N, row0, blocks, mr, Nb, 1, NV2, W);
     }
   }
   if (Ns == N) return;
   // The last columns: a plain i-k-j loop nest.
   loopN(M, [&](Value *i) {
     loopN(K, [&](Value *k) {
-      Value *av = B.CreateLoad(f32(), B.CreateInBoundsGEP(f32(), a, B.CreateAdd(B.CreateMul(i, c64(K)), k)));
+      Value *av = B.CreateLoad(f32(), B.CreateInBoundsGEP(f32(), a, B.CreateAdd(B.CreateMul(i, lda), k)));
       loop(c64(Ns), c64(N), [&](Value *j) {
-        Value *bp = B.CreateInBoundsGEP(f32(), bb, B.CreateAdd(B.CreateMul(k, c64(N)), j));
+        Value *bp = B.CreateInBoundsGEP(f32(), bb, B.CreateAdd(B.CreateMul(k, ldb), j));
         Value *cp = B.CreateInBoundsGEP(f32(), out, B.CreateAdd(B.CreateMul(i, c64(N)), j));
         B.CreateStore(fma(av, B.CreateLoad(f32(), bp), B.CreateLoad(f32(), cp)), cp);
       });
@@ -89,10 +89,37 @@ void Lowering::dotF32Blocked(Value *out, Value *a, Value *bb, int64_t M, int64_t
   });
 }
 
+/// Whether the load_box `op` (ops[index] of `b`) may be left to the dot that is its only use: an
+/// unmasked 2-d box of an f32 tensor, read by an f32-accumulating dot later in the same block with
+/// nothing in between that writes memory. The dot then reads the tensor in place when the box is
+/// inside it with unit inner stride (no copy into a tile), and copies the box otherwise.
+bool Lowering::deferToDot(const tile::Block &b, size_t index) {
+  const TOp *op = b.ops[index];
+  if (op->kind != OpKind::LoadBox || op->operands[0]->type.dtype != DType::F32) return false;
+  const bool *masked = op->attrAs<bool>("masked");
+  if ((masked && *masked) || op->result()->type.shape.size() != 2 || uses[op->result()] != 1) return false;
+  for (size_t j = index + 1; j < b.ops.size(); ++j) {
+    const TOp *u = b.ops[j];
+    if (u->kind == OpKind::Dot) {
+      bool isOperand = u->operands[0] == op->result() || u->operands[1] == op->result();
+      if (isOperand) return u->result()->type.dtype == DType::F32 && u->operands[0]->type.dtype == DType::F32;
+    }
+    if (!u->regions.empty() || u->kind == OpKind::Store || u->kind == OpKind::StoreBox || u->kind == OpKind::AtomicAdd ||
+        u->kind == OpKind::AtomicAddBox)
+      return false;
+    for (const TValue *v : u->operands)
+      if (v == op->result()) return false;
+  }
+  return false;
+}
+
 void Lowering::lowerDot(const TOp &op) {
   const TType &at = op.operands[0]->type, &bt = op.operands[1]->type, &rt = op.result()->type;
   int64_t M = at.shape[0], K = at.shape[1], N = bt.shape[1];
-  Value *a = get(op.operands[0]), *b = get(op.operands[1]);
+  // Operands whose load_box was deferred: read in place when the box allows it.
+  const TOp *boxOf[2] = {nullptr, nullptr};
+  for (int q = 0; q < 2; ++q)
+    if (auto it = deferred.find(op.operands[q]); it != deferred.end()) boxOf[q] = it->second;
   DType rd = rt.dtype;
   Type *acct = ctype(rd);
   Value *out;
@@ -113,8 +140,47 @@ void Lowering::lowerDot(const TOp &op) {
   }
   DType od = at.dtype;
   bool f32Path = acct->isFloatTy() && isFloat(od) && od != DType::F64 && rd != DType::Bool;
+  if (f32Path && (boxOf[0] || boxOf[1])) {
+    // In place: pointer to the box's first element and the tensor's row stride.
+    Value *direct = B.getTrue();
+    Value *ptr[2], *ld[2];
+    for (int q = 0; q < 2; ++q) {
+      if (!boxOf[q]) continue;
+      const TOp &bx = *boxOf[q];
+      TensorInfo &ti = tensor(bx.operands[0]);
+      const auto &box = *bx.attrAs<std::vector<int64_t>>("box");
+      Value *off = c64(0);
+      int rowAxis = -1, colAxis = -1;
+      for (size_t d = 0; d < box.size(); ++d) {
+        Value *st = get(bx.operands[1 + d]);
+        int64_t ext = box[d] > 0 ? box[d] : 1;
+        direct = B.CreateAnd(direct, B.CreateAnd(B.CreateICmpSGE(st, c64(0)), B.CreateICmpSLE(B.CreateAdd(st, c64(ext)), ti.shape[d])));
+        off = B.CreateAdd(off, B.CreateMul(st, ti.strides[d]));
+        if (box[d] > 0) (rowAxis < 0 ? rowAxis : colAxis) = int(d);
+      }
+      direct = B.CreateAnd(direct, B.CreateICmpEQ(ti.strides[colAxis], c64(1)));
+      ptr[q] = B.CreateGEP(f32(), ti.data, off);
+      ld[q] = ti.strides[rowAxis];
+    }
+    BasicBlock *inPlace = BasicBlock::Create(C, "dot.direct", fn), *copied = BasicBlock::Create(C, "dot.copied", fn),
+               *join = BasicBlock::Create(C, "dot.end", fn);
+    B.CreateCondBr(direct, inPlace, copied);
+    B.SetInsertPoint(inPlace);
+    dotF32Blocked(out, boxOf[0] ? ptr[0] : get(op.operands[0]), boxOf[0] ? ld[0] : c64(K),
+                  boxOf[1] ? ptr[1] : get(op.operands[1]), boxOf[1] ? ld[1] : c64(N), M, K, N);
+    B.CreateBr(join);
+    B.SetInsertPoint(copied);
+    for (int q = 0; q < 2; ++q)
+      if (boxOf[q]) lowerBox(*boxOf[q]);
+    dotF32Blocked(out, get(op.operands[0]), c64(K), get(op.operands[1]), c64(N), M, K, N);
+    B.CreateBr(join);
+    B.SetInsertPoint(join);
+    set(op.result(), out);
+    return;
+  }
+  Value *a = get(op.operands[0]), *b = get(op.operands[1]);
   if (f32Path) {
-    dotF32Blocked(out, a, b, M, K, N);
+    dotF32Blocked(out, a, c64(K), b, c64(N), M, K, N);
   } else {
     // i-k-j with the j loop contiguous; operands widened to the accumulator's type.
     auto widen = [&](Value *x) -> Value * {
