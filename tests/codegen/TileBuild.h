@@ -75,7 +75,9 @@ inline codegen::KernelArg scalarArg(double f, int64_t i = 0) {
 
 /// C[M,N] = A[M,K] @ B[K,N] over tiles of BM x BN, stepping K by BK; the grid is
 /// (cdiv(N, BN), cdiv(M, BM)). A and B of dtype `in`, accumulation in f32, C of dtype `out`.
-inline void buildGemm(Function &f, int64_t BM, int64_t BN, int64_t BK, DType in = DType::F32, DType out = DType::F32) {
+/// With `dotOnly`, the tiles are loaded once before the loop (a benchmark of `dot` alone).
+inline void buildGemm(Function &f, int64_t BM, int64_t BN, int64_t BK, DType in = DType::F32, DType out = DType::F32,
+                      bool dotOnly = false) {
   Value *a = f.addParam("a", Type::tensor(2, in));
   Value *bt = f.addParam("b", Type::tensor(2, in));
   Value *c = f.addParam("c", Type::tensor(2, out));
@@ -85,13 +87,20 @@ inline void buildGemm(Function &f, int64_t BM, int64_t BN, int64_t BK, DType in 
   Value *row = t.mul(t.pid(1), t.i64(BM));
   Value *K = t.op(OpKind::TensorDim, {a}, {A("axis", int64_t(1))});
   Value *acc0 = t.cst(0.0, DType::F32, {BM, BN});
+  Value *ta = nullptr, *tb = nullptr;
+  if (dotOnly) {
+    ta = t.loadBox(a, {row, t.i64(0)}, {BM, BK});
+    tb = t.loadBox(bt, {t.i64(0), col}, {BK, BN});
+  }
   tile::Op *loop = f.addWithTypes(f.body, OpKind::For, {t.i64(0), K, t.i64(BK), acc0}, {}, {acc0->type});
   Block *body = f.newBlock(loop);
   Value *k = f.addBlockArg(body, Type::scalar(DType::I64));
   Value *acc = f.addBlockArg(body, acc0->type);
   TB l{f, body};
-  Value *ta = l.loadBox(a, {row, k}, {BM, BK});
-  Value *tb = l.loadBox(bt, {k, col}, {BK, BN});
+  if (!dotOnly) {
+    ta = l.loadBox(a, {row, k}, {BM, BK});
+    tb = l.loadBox(bt, {k, col}, {BK, BN});
+  }
   Value *next = l.op(OpKind::Dot, {ta, tb, acc});
   f.addWithTypes(body, OpKind::Yield, {next}, {}, {});
   Value *res = loop->results[0];
