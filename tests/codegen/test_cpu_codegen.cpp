@@ -677,3 +677,31 @@ TEST_CASE("dot on an outer loop's accumulator inside an inner loop is not done i
   k->launch(args, 1, {1, 1, 1});
   for (int i = 0; i < 64; ++i) CHECK(O.data<float>()[i] == 96.0f);
 }
+
+TEST_CASE("gemm through transposed and reversed views (dot reads boxes in place or copies them)") {
+  const int64_t M = 50, N = 70, K = 40;
+  Function f("gemm_views");
+  buildGemm(f, 32, 64, 16);
+  auto k = compile(f);
+  std::vector<float> A(M * K), Bm(K * N);
+  for (int64_t i = 0; i < M * K; ++i) A[i] = float((i * 37) % 19) - 9.0f;
+  for (int64_t i = 0; i < K * N; ++i) Bm[i] = float((i * 11) % 13) - 6.0f;
+  // A stored transposed (inner stride M: copied), B stored with its rows reversed (row stride -N,
+  // inner stride 1: read in place where the box is inside).
+  auto At = rt::Tensor::empty({K, M}, DType::F32), Br = rt::Tensor::empty({K, N}, DType::F32);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t q = 0; q < K; ++q) At.data<float>()[q * M + i] = A[i * K + q];
+  for (int64_t q = 0; q < K; ++q)
+    for (int64_t j = 0; j < N; ++j) Br.data<float>()[(K - 1 - q) * N + j] = Bm[q * N + j];
+  auto Cm = rt::Tensor::zeros({M, N}, DType::F32);
+  KernelArg args[3] = {arg(At), arg(Br), arg(Cm)};
+  args[0].shape[0] = M; args[0].shape[1] = K; args[0].strides[0] = 1; args[0].strides[1] = M;
+  args[1].data = Br.data<float>() + (K - 1) * N; args[1].strides[0] = -N; args[1].strides[1] = 1;
+  k->launch(args, 3, {(N + 63) / 64, (M + 31) / 32, 1});
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = 0;
+      for (int64_t q = 0; q < K; ++q) ref += double(A[i * K + q]) * Bm[q * N + j];
+      REQUIRE(Cm.data<float>()[i * N + j] == float(ref)); // small integers: exact
+    }
+}
