@@ -1,10 +1,11 @@
 // Unit tests of ir/autodiff on graphs built directly (ops that lowering does not produce, such as
 // take, and the transforms' errors): every op has a rule; take's gradient is its scatter-add;
 // forward mode agrees with reverse mode; non-differentiable ops and integer paths are errors that
-// name the op; checkpoint regions recompute with ops CSE cannot merge back.
+// name the op; checkpoint regions recompute with ops CSE cannot merge back; peak live bytes.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "ir/analysis/LiveBytes.h"
 #include "ir/autodiff/Autodiff.h"
 #include "ir/eval/Evaluator.h"
 #include "ir/passes/Pipeline.h"
@@ -147,4 +148,23 @@ TEST_CASE("checkpoint: the region is recomputed in the backward pass and survive
     double ta = std::tanh(xs[i]), tb = std::tanh(ta);
     CHECK(out[0].toF64(static_cast<int64_t>(i)) == doctest::Approx((1 - tb * tb) * (1 - ta * ta)).epsilon(1e-14));
   }
+}
+
+TEST_CASE("peak live bytes: an op's operands and results count together; values die after their last use") {
+  Graph g("chain");
+  Value *x = g.addParam("x", Type::tensor({Dim::constant(4)}, DType::F32)); // 16 bytes
+  Value *a = g.add(OpKind::Exp, {x});
+  Value *b = g.add(OpKind::Exp, {a});
+  Value *c = g.add(OpKind::Add, {a, b}); // a is still live here: 3 values of 16 bytes
+  g.outputs = {c};
+  LiveBytes r = peakLiveBytes(g);
+  CHECK(r.params == 16);
+  CHECK(r.peak == 48);
+  CHECK(r.peakOp == 2); // add(a, b): a, b and c (x died after the first exp)
+  // Symbolic dims take their sizes from the caller.
+  Graph h("sym");
+  Value *y = h.addParam("y", Type::tensor({Dim::symbol("N"), Dim::constant(2)}, DType::BF16));
+  h.outputs = {h.add(OpKind::Neg, {y})};
+  CHECK(peakLiveBytes(h, {{"N", 10}}).peak == 80);
+  CHECK_THROWS_AS(peakLiveBytes(h), std::invalid_argument);
 }
