@@ -8,11 +8,16 @@
 //   elements (the loop vectorizer widens it). Compute types: f32 for f32/tf32/bf16/f16/fp8 (a
 //   value of a narrow float dtype is kept as the f32 of that dtype's value, rounded after every
 //   op), f64, i8/i32/i64, and i8 0/1 in buffers (i1 in registers) for bool.
-// - Shape ops are index-mapping copy loops, reductions loops, `dot` an i-k-j loop nest whose j
-//   loop is innermost and contiguous, blocked by 4 rows of i.
-// - Boxes are nested loops over the box with the tensor's strides, masked at its bounds.
-// - `for` and `if` become loops and branches with phis for carried values (tiles: buffers
-//   copied at the loop's back edge).
+// - Shape ops are index-mapping copy loops (reshape and expand_dims reuse the buffer),
+//   reductions are loops, and an f32 `dot` is a register-blocked micro-kernel (MR rows by NV
+//   vectors of accumulators, the target's vector shape); other dots are i-k-j loop nests with the
+//   j loop innermost and contiguous.
+// - Boxes are nested loops over the box with the tensor's strides, masked at its bounds, with a
+//   fast path when the box is inside the tensor; an f32 box read only by the next dot is read by
+//   the dot in place when it can be.
+// - `for` and `if` become loops and branches with phis for carried scalars; a carried tile has a
+//   buffer of its own, which the yield copies into (nothing to copy when a dot accumulated into it
+//   in place), and an `if`'s tile result is a phi of its arms' buffers.
 //
 // Tensor parameters are read from the KernelArg array of codegen/cpu/CpuKernel.h (one struct per
 // parameter: data, shape[8], strides[8], i, f); the target gives the pointer to it.
@@ -48,8 +53,8 @@ public:
   /// program_id(axis) and num_programs(axis) as i64.
   virtual llvm::Value *programId(llvm::IRBuilderBase &b, llvm::Function *fn, int axis) const = 0;
   virtual llvm::Value *numPrograms(llvm::IRBuilderBase &b, llvm::Function *fn, int axis) const = 0;
-  /// A call of a scalar libm function (`name` as C's: "erff", "log1p", ...) on `args`, which
-  /// all have the function's float type. The CPU calls the C library; NVPTX maps to libdevice.
+  /// A call of a scalar libm function (`name` as C's: "erff", "log1p", ...) on `x`, of the
+  /// function's float type. The CPU calls the C library; NVPTX would map to libdevice.
   virtual llvm::Value *mathCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Value *x) const = 0;
   /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
   /// from f64): `name` is one of the tsr_cg_* functions of codegen/cpu/HostJit.cpp.
