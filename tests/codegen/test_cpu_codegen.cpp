@@ -8,6 +8,7 @@
 
 #include "runtime/Numeric.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -704,4 +705,31 @@ TEST_CASE("gemm through transposed and reversed views (dot reads boxes in place 
       for (int64_t q = 0; q < K; ++q) ref += double(A[i * K + q]) * Bm[q * N + j];
       REQUIRE(Cm.data<float>()[i * N + j] == float(ref)); // small integers: exact
     }
+}
+
+TEST_CASE("constructs without a lowering and malformed functions are CodegenErrors") {
+  Function f("fp8_atomic");
+  Value *o = f.addParam("o", Type::tensor(1, DType::F8E4M3));
+  TB t{f, f.body};
+  t.storeBox(o, {t.i64(0)}, {4}, t.cst(1.0, DType::F8E4M3, {4}), nullptr, OpKind::AtomicAddBox);
+  REQUIRE(tile::verify(f).empty());
+  CHECK_THROWS_AS(codegen::compileForHost(f), codegen::CodegenError);
+  // Still usable afterwards.
+  Function g("after_error");
+  Value *p = g.addParam("o", Type::tensor(1, DType::F32));
+  TB u{g, g.body};
+  u.storeBox(p, {u.i64(0)}, {0}, u.cst(3.0, DType::F32));
+  auto k = compile(g);
+  auto O = rt::Tensor::zeros({1}, DType::F32);
+  KernelArg args[1] = {arg(O)};
+  k->launch(args, 1, {1, 1, 1});
+  CHECK(O.data<float>()[0] == 3.0f);
+  // An op whose operand is defined after it.
+  Function h("malformed");
+  Value *q = h.addParam("o", Type::tensor(1, DType::F32));
+  TB w{h, h.body};
+  w.storeBox(q, {w.i64(0)}, {0}, w.cst(1.0, DType::F32));
+  std::rotate(h.body->ops.begin(), h.body->ops.end() - 1, h.body->ops.end()); // the store first
+  REQUIRE(!tile::verify(h).empty());
+  CHECK_THROWS_AS(codegen::compileForHost(h), codegen::CodegenError);
 }

@@ -108,6 +108,20 @@ int main(int argc, char **argv) {
     if (maxErr > 1e-2 && !dotOnly) std::printf("    WRONG RESULT\n");
     else if (gf > best) { best = gf; bestTile = tile; }
   }
+  {
+    // Launch overhead: a kernel of 2*threads programs that each store one element.
+    Function f("tiny");
+    Value *o = f.addParam("o", Type::tensor(1, DType::F32));
+    TB t{f, f.body};
+    t.storeBox(o, {t.pid(0)}, {0}, t.cst(1.0, DType::F32));
+    auto k = codegen::compileForHost(f);
+    auto O = rt::Tensor::zeros({2 * int64_t(threads)}, DType::F32);
+    codegen::KernelArg args[1] = {arg(O)};
+    const int iters = 2000;
+    double s = now();
+    for (int i = 0; i < iters; ++i) k->launch(args, 1, {2 * int64_t(threads), 1, 1}, threads);
+    std::printf("launch overhead (%d programs on %d threads): %.1f us\n", 2 * threads, threads, (now() - s) / iters * 1e6);
+  }
   double tg = torchGflops(python, n, threads, reps);
   std::printf("best tile %s: %.1f GFLOP/s\n", bestTile.c_str(), best);
   if (tg > 0) std::printf("torch (%s): %.1f GFLOP/s; tessera / torch = %.2f\n", python.c_str(), tg, best / tg);
