@@ -21,7 +21,11 @@ EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  train_acc +([\d.]+)%  test
 def run(tsr, root, *flags):
     cmd = [tsr, "run", os.path.join(root, "examples", "digits_vit.tsr"),
            "--data", os.path.join(root, "examples", "data", "digits.csv.gz")] + list(flags)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # The reference evaluator: this tests the program, and the compiled executor spends minutes
+    # of LLVM compilation on this job's graphs on a 2-core machine before the first step runs
+    # (docs/performance.md, "Main job"); compiled_vs_reference tests that executor.
+    env = dict(os.environ, TSR_EXECUTOR="reference")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def main():
@@ -82,7 +86,7 @@ def main():
                     problems.append(f"the chart has no `{label}` label")
 
         bad = os.path.join(tmp, "no-such-dir", "curve.svg")
-        p = run(tsr, root, "--epochs", "1", "--train_limit", "32", "--batch", "32", "--out", bad)
+        p = run(tsr, root, "--epochs", "1", "--train_limit", "64", "--batch", "64", "--out", bad)
         if p.returncode != 3:
             problems.append(f"an unwritable --out gave exit code {p.returncode}, not 3")
         if not re.search(r"digits_vit\.tsr:\d+:\d+: error: cannot write `.*no-such-dir/curve\.svg`", p.stderr):
