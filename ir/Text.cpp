@@ -1,4 +1,5 @@
 #include "ir/Text.h"
+#include "ir/TextSyntax.h"
 
 #include <cctype>
 #include <cmath>
@@ -11,58 +12,8 @@ namespace tsr::ir {
 
 // ---- printing ---------------------------------------------------------------------------------
 
-static std::string quote(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += static_cast<char>(c); }
-    else if (c == '\n') out += "\\n";
-    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\x%02x", c); out += b; }
-    else out += static_cast<char>(c);
-  }
-  return out + "\"";
-}
-
-static std::string dimText(const Dim &d) {
-  if (d.hasUnknown()) return "?";
-  if (auto c = d.constantValue()) return std::to_string(*c);
-  return quote(d.str());
-}
-
-static std::string floatText(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  std::string s = b;
-  // The shortest text that reads back exactly, with a mark that it is a float.
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(b, sizeof b, "%.*g", prec, v);
-    if (std::strtod(b, nullptr) == v) { s = b; break; }
-  }
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
-
-static std::string attrText(const AttrValue &v) {
-  struct V {
-    std::string operator()(int64_t x) const { return std::to_string(x); }
-    std::string operator()(double x) const { return floatText(x); }
-    std::string operator()(bool x) const { return x ? "true" : "false"; }
-    std::string operator()(const std::string &x) const { return quote(x); }
-    std::string operator()(const std::vector<int64_t> &x) const {
-      std::string s = "[";
-      for (size_t i = 0; i < x.size(); ++i) s += (i ? ", " : "") + std::to_string(x[i]);
-      return s + "]";
-    }
-    std::string operator()(const std::vector<Dim> &x) const {
-      std::string s = "<";
-      for (size_t i = 0; i < x.size(); ++i) s += (i ? ", " : "") + dimText(x[i]);
-      return s + ">";
-    }
-    std::string operator()(const DTypeAttr &x) const { return "dtype " + std::string(dtypeName(x.dtype)) + x.policies.str(); }
-  };
-  return std::visit(V{}, v);
-}
+using text::attrText;
+using text::quote;
 
 static std::string valueName(const Value *v) { return v->def ? "%" + std::to_string(v->id) : "%" + v->name; }
 
@@ -110,109 +61,18 @@ std::string toString(const Module &m, bool withLocations) {
 uint64_t contentHash(const Graph &g, const Module &m) {
   std::ostringstream os;
   printGraph(os, g, m, false);
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : os.str()) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return text::fnv1a(os.str());
 }
 
 // ---- parsing ----------------------------------------------------------------------------------
 
 namespace {
 
-struct Tok {
-  enum Kind { End, Ident, Local, Global, Int, Float, String, Punct } kind = End;
-  std::string text;
-  size_t line = 1, col = 1;
-};
+using text::Tok;
 
-class Lexer {
+class Parser : public text::ParserBase {
 public:
-  explicit Lexer(const std::string &s) : s_(s) {}
-  Tok next() {
-    skip();
-    Tok t;
-    t.line = line_;
-    t.col = col_;
-    if (i_ >= s_.size()) return t;
-    char c = s_[i_];
-    if (c == '%' || c == '@') {
-      get();
-      t.kind = c == '%' ? Tok::Local : Tok::Global;
-      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '.' || s_[i_] == '$')) t.text += get();
-      if (t.text.empty() && c == '@') { t.kind = Tok::Punct; t.text = "@"; }
-      return t;
-    }
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      t.kind = Tok::Ident;
-      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) t.text += get();
-      return t;
-    }
-    if (std::isdigit(static_cast<unsigned char>(c)) || ((c == '-' || c == '+') && i_ + 1 < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_ + 1])) || s_[i_ + 1] == 'i' || s_[i_ + 1] == 'n'))) {
-      t.text += get();
-      if (!std::isdigit(static_cast<unsigned char>(t.text[0])) && i_ < s_.size() && std::isalpha(static_cast<unsigned char>(s_[i_]))) {
-        while (i_ < s_.size() && std::isalpha(static_cast<unsigned char>(s_[i_]))) t.text += get();
-        t.kind = Tok::Float; // -inf
-        return t;
-      }
-      bool isFloat = false;
-      while (i_ < s_.size()) {
-        char d = s_[i_];
-        if (std::isdigit(static_cast<unsigned char>(d))) t.text += get();
-        else if (d == '.' || d == 'e' || d == 'E') { isFloat = true; t.text += get(); if (i_ < s_.size() && (s_[i_] == '-' || s_[i_] == '+') && (d == 'e' || d == 'E')) t.text += get(); }
-        else break;
-      }
-      t.kind = isFloat ? Tok::Float : Tok::Int;
-      return t;
-    }
-    if (c == '"') {
-      get();
-      t.kind = Tok::String;
-      while (i_ < s_.size() && s_[i_] != '"') {
-        char d = get();
-        if (d == '\\' && i_ < s_.size()) {
-          char e = get();
-          if (e == 'n') t.text += '\n';
-          else if (e == 'x' && i_ + 1 < s_.size()) { t.text += static_cast<char>(std::stoi(s_.substr(i_, 2), nullptr, 16)); get(); get(); }
-          else t.text += e;
-        } else {
-          t.text += d;
-        }
-      }
-      if (i_ >= s_.size()) throw err(t, "unterminated string");
-      get();
-      return t;
-    }
-    if (c == '-' && i_ + 1 < s_.size() && s_[i_ + 1] == '>') { get(); get(); t.kind = Tok::Punct; t.text = "->"; return t; }
-    t.kind = Tok::Punct;
-    t.text = std::string(1, get());
-    return t;
-  }
-  static IRError err(const Tok &t, const std::string &m) { return IRError{std::to_string(t.line) + ":" + std::to_string(t.col) + ": " + m}; }
-
-private:
-  char get() {
-    char c = s_[i_++];
-    if (c == '\n') { ++line_; col_ = 1; } else ++col_;
-    return c;
-  }
-  void skip() {
-    while (i_ < s_.size()) {
-      char c = s_[i_];
-      if (std::isspace(static_cast<unsigned char>(c))) get();
-      else if (c == '/' && i_ + 1 < s_.size() && s_[i_ + 1] == '/') { while (i_ < s_.size() && s_[i_] != '\n') get(); }
-      else break;
-    }
-  }
-  const std::string &s_;
-  size_t i_ = 0, line_ = 1, col_ = 1;
-};
-
-class Parser {
-public:
-  explicit Parser(const std::string &text) : lex_(text) { advance(); }
+  explicit Parser(const std::string &text) : ParserBase(text) {}
 
   std::unique_ptr<Module> module() {
     auto m = std::make_unique<Module>();
@@ -222,62 +82,6 @@ public:
   }
 
 private:
-  void advance() { tok_ = lex_.next(); }
-  [[noreturn]] void fail(const std::string &m) { throw Lexer::err(tok_, m); }
-  bool isPunct(const char *p) const { return tok_.kind == Tok::Punct && tok_.text == p; }
-  void expect(const char *p) {
-    if (!isPunct(p)) fail(std::string("expected `") + p + "`, found `" + tok_.text + "`");
-    advance();
-  }
-  std::string expectIdent(const char *what) {
-    if (tok_.kind != Tok::Ident) fail(std::string("expected ") + what);
-    std::string s = tok_.text;
-    advance();
-    return s;
-  }
-
-  Dim dim() {
-    if (tok_.kind == Tok::Int) { Dim d = Dim::constant(std::stoll(tok_.text)); advance(); return d; }
-    if (isPunct("?")) { advance(); return Dim::unknown(); }
-    if (tok_.kind == Tok::String) {
-      std::string e;
-      auto d = Dim::parse(tok_.text, &e);
-      if (!d) fail("invalid dim \"" + tok_.text + "\": " + e);
-      advance();
-      return *d;
-    }
-    fail("expected a dim");
-  }
-
-  // dtype name and policies: bf16 @accum(f32) @loss_scale(1024.0) @stochastic_round @saturate
-  DTypeAttr dtypeWithPolicies() {
-    std::string n = expectIdent("a dtype");
-    auto d = dtypeFromName(n);
-    if (!d) fail("unknown dtype " + n);
-    DTypeAttr out{*d, {}};
-    // `@accum` lexes as a global name: the policy's name follows the `@`.
-    while (tok_.kind == Tok::Global) {
-      std::string p = tok_.text;
-      advance();
-      if (p == "accum") {
-        expect("(");
-        auto a = dtypeFromName(expectIdent("a dtype"));
-        if (!a) fail("unknown accumulation dtype");
-        out.policies.accum = *a;
-        expect(")");
-      } else if (p == "loss_scale") {
-        expect("(");
-        if (tok_.kind != Tok::Float && tok_.kind != Tok::Int) fail("expected a number");
-        out.policies.lossScale = std::stod(tok_.text);
-        advance();
-        expect(")");
-      } else if (p == "stochastic_round") out.policies.stochasticRound = true;
-      else if (p == "saturate") out.policies.saturate = true;
-      else fail("unknown policy " + p);
-    }
-    return out;
-  }
-
   Type type() {
     std::string k = expectIdent("a type");
     if (k == "key") return Type::key();
@@ -291,48 +95,6 @@ private:
     DTypeAttr d = dtypeWithPolicies();
     expect(">");
     return Type::tensor(std::move(dims), d.dtype, d.policies);
-  }
-
-  AttrValue attrValue() {
-    if (tok_.kind == Tok::Int) { int64_t v = std::stoll(tok_.text); advance(); return v; }
-    if (tok_.kind == Tok::Float) {
-      std::string t = tok_.text;
-      advance();
-      if (t == "inf" || t == "+inf") return INFINITY;
-      if (t == "-inf") return -INFINITY;
-      return std::strtod(t.c_str(), nullptr);
-    }
-    if (tok_.kind == Tok::String) { std::string s = tok_.text; advance(); return s; }
-    if (tok_.kind == Tok::Ident) {
-      if (tok_.text == "true" || tok_.text == "false") { bool b = tok_.text == "true"; advance(); return b; }
-      if (tok_.text == "inf") { advance(); return INFINITY; }
-      if (tok_.text == "nan") { advance(); return NAN; }
-      if (tok_.text == "dtype") { advance(); return dtypeWithPolicies(); }
-      fail("unexpected `" + tok_.text + "` in an attribute");
-    }
-    if (isPunct("[")) {
-      advance();
-      std::vector<int64_t> v;
-      while (!isPunct("]")) {
-        if (tok_.kind != Tok::Int) fail("expected an integer");
-        v.push_back(std::stoll(tok_.text));
-        advance();
-        if (!isPunct("]")) expect(",");
-      }
-      advance();
-      return v;
-    }
-    if (isPunct("<")) {
-      advance();
-      std::vector<Dim> v;
-      while (!isPunct(">")) {
-        v.push_back(dim());
-        if (!isPunct(">")) expect(",");
-      }
-      advance();
-      return v;
-    }
-    fail("expected an attribute value");
   }
 
   Value *use() {
@@ -405,48 +167,24 @@ private:
       if (isPunct(",")) advance();
     }
     std::vector<Attr> attrs;
-    if (isPunct("{")) {
-      advance();
-      while (!isPunct("}")) {
-        std::string n = expectIdent("an attribute name");
-        expect("=");
-        attrs.push_back({n, attrValue()});
-        if (!isPunct("}")) expect(",");
-      }
-      advance();
-    }
+    if (isPunct("{")) attrs = this->attrs();
     expect(":");
     std::vector<Type> types;
     for (size_t i = 0; i < names.size(); ++i) {
       types.push_back(type());
       if (i + 1 < names.size()) expect(",");
     }
-    Loc loc;
-    if (tok_.kind == Tok::Ident && tok_.text == "loc") {
-      advance();
-      expect("(");
-      if (tok_.kind != Tok::String) fail("expected a file name");
-      loc.file = m_->fileIndex(tok_.text);
-      advance();
-      expect(":");
-      if (tok_.kind != Tok::Int) fail("expected a line");
-      loc.line = static_cast<uint32_t>(std::stoul(tok_.text));
-      advance();
-      expect(":");
-      if (tok_.kind != Tok::Int) fail("expected a column");
-      loc.col = static_cast<uint32_t>(std::stoul(tok_.text));
-      advance();
-      expect(")");
-    }
+    Loc loc = optLoc([&](const std::string &f) { return m_->fileIndex(f); });
     Op *o = g.addWithTypes(*kind, operands, attrs, types, loc);
     for (size_t i = 0; i < names.size(); ++i) {
-      o->results[i]->id = static_cast<uint32_t>(std::stoul(names[i].empty() || !std::isdigit(static_cast<unsigned char>(names[i][0])) ? "0" : names[i]));
+      // A numeric name keeps its number (the printed ids); other names number from 0.
+      uint32_t id = 0;
+      for (char c : names[i]) id = std::isdigit(static_cast<unsigned char>(c)) ? id * 10 + static_cast<uint32_t>(c - '0') : 0;
+      o->results[i]->id = id;
       if (!values_.emplace(names[i], o->results[i]).second) fail("value %" + names[i] + " is defined twice");
     }
   }
 
-  Lexer lex_;
-  Tok tok_;
   Module *m_ = nullptr;
   std::map<std::string, Value *> values_;
 };
@@ -454,8 +192,12 @@ private:
 } // namespace
 
 std::unique_ptr<Module> parseModuleText(const std::string &text) {
-  Parser p(text);
-  return p.module();
+  try {
+    Parser p(text);
+    return p.module();
+  } catch (text::SyntaxError &e) {
+    throw IRError{e.message};
+  }
 }
 
 } // namespace tsr::ir

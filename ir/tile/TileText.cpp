@@ -1,4 +1,5 @@
 #include "ir/tile/TileText.h"
+#include "ir/TextSyntax.h"
 
 #include <cctype>
 #include <cmath>
@@ -16,58 +17,8 @@ namespace tsr::tile {
 
 namespace {
 
-std::string quote(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += static_cast<char>(c); }
-    else if (c == '\n') out += "\\n";
-    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\x%02x", c); out += b; }
-    else out += static_cast<char>(c);
-  }
-  return out + "\"";
-}
-
-std::string floatText(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  std::string s = b;
-  // The shortest text that reads back exactly, marked as a float.
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(b, sizeof b, "%.*g", prec, v);
-    if (std::strtod(b, nullptr) == v) { s = b; break; }
-  }
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string attrText(const AttrValue &v) {
-  struct V {
-    std::string operator()(int64_t x) const { return std::to_string(x); }
-    std::string operator()(double x) const { return floatText(x); }
-    std::string operator()(bool x) const { return x ? "true" : "false"; }
-    std::string operator()(const std::string &x) const { return quote(x); }
-    std::string operator()(const std::vector<int64_t> &x) const {
-      std::string s = "[";
-      for (size_t i = 0; i < x.size(); ++i) s += (i ? ", " : "") + std::to_string(x[i]);
-      return s + "]";
-    }
-    std::string operator()(const std::vector<Dim> &x) const {
-      std::string s = "<";
-      for (size_t i = 0; i < x.size(); ++i) s += (i ? ", " : "") + quote(x[i].str());
-      return s + ">";
-    }
-    std::string operator()(const ir::DTypeAttr &x) const { return "dtype " + std::string(dtypeName(x.dtype)) + x.policies.str(); }
-  };
-  return std::visit(V{}, v);
-}
-
-std::string attrsText(const std::vector<Attr> &attrs) {
-  std::string s = "{";
-  for (size_t i = 0; i < attrs.size(); ++i) s += (i ? ", " : "") + attrs[i].name + " = " + attrText(attrs[i].value);
-  return s + "}";
-}
+using ir::text::attrsText;
+using ir::text::quote;
 
 class Printer {
 public:
@@ -191,137 +142,19 @@ std::string toString(const Function &f) {
   return os.str();
 }
 
-uint64_t contentHash(const Function &f) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : toString(f)) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t contentHash(const Function &f) { return ir::text::fnv1a(toString(f)); }
 
 // ---- parsing ----------------------------------------------------------------------------------
 
 namespace {
 
-struct Tok {
-  enum Kind { End, Ident, Local, Global, Int, Float, String, Punct } kind = End;
-  std::string text;
-  size_t line = 1, col = 1;
-};
+using ir::text::Tok;
 
-TileError errAt(const Tok &t, const std::string &m) {
-  return TileError{std::to_string(t.line) + ":" + std::to_string(t.col) + ": " + m};
-}
+TileError errAt(const Tok &t, const std::string &m) { return TileError{ir::text::errorAt(t, m).message}; }
 
-class Lexer {
+class Parser : public ir::text::ParserBase {
 public:
-  explicit Lexer(const std::string &s) : s_(s) {}
-  Tok next() {
-    skip();
-    Tok t;
-    t.line = line_;
-    t.col = col_;
-    if (i_ >= s_.size()) return t;
-    char c = s_[i_];
-    auto isNameChar = [&](char d) { return std::isalnum(static_cast<unsigned char>(d)) || d == '_' || d == '.' || d == '$'; };
-    if (c == '%' || c == '@') {
-      get();
-      t.kind = c == '%' ? Tok::Local : Tok::Global;
-      while (i_ < s_.size() && isNameChar(s_[i_])) t.text += get();
-      if (t.text.empty() && c == '@') { t.kind = Tok::Punct; t.text = "@"; }
-      return t;
-    }
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      t.kind = Tok::Ident;
-      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) t.text += get();
-      return t;
-    }
-    if (std::isdigit(static_cast<unsigned char>(c)) ||
-        ((c == '-' || c == '+') && i_ + 1 < s_.size() &&
-         (std::isdigit(static_cast<unsigned char>(s_[i_ + 1])) || s_[i_ + 1] == 'i' || s_[i_ + 1] == 'n'))) {
-      t.text += get();
-      if (!std::isdigit(static_cast<unsigned char>(t.text[0])) && i_ < s_.size() && std::isalpha(static_cast<unsigned char>(s_[i_]))) {
-        while (i_ < s_.size() && std::isalpha(static_cast<unsigned char>(s_[i_]))) t.text += get();
-        t.kind = Tok::Float; // -inf, +nan
-        return t;
-      }
-      bool isFloat = false;
-      while (i_ < s_.size()) {
-        char d = s_[i_];
-        if (std::isdigit(static_cast<unsigned char>(d))) t.text += get();
-        else if (d == '.' || d == 'e' || d == 'E') {
-          isFloat = true;
-          t.text += get();
-          if (i_ < s_.size() && (s_[i_] == '-' || s_[i_] == '+') && (d == 'e' || d == 'E')) t.text += get();
-        } else break;
-      }
-      t.kind = isFloat ? Tok::Float : Tok::Int;
-      return t;
-    }
-    if (c == '"') {
-      get();
-      t.kind = Tok::String;
-      while (i_ < s_.size() && s_[i_] != '"') {
-        char d = get();
-        if (d == '\\' && i_ < s_.size()) {
-          char e = get();
-          if (e == 'n') t.text += '\n';
-          else if (e == 'x' && i_ + 1 < s_.size() && std::isxdigit(static_cast<unsigned char>(s_[i_])) &&
-                   std::isxdigit(static_cast<unsigned char>(s_[i_ + 1]))) {
-            t.text += static_cast<char>(std::stoi(s_.substr(i_, 2), nullptr, 16));
-            get();
-            get();
-          } else t.text += e;
-        } else {
-          t.text += d;
-        }
-      }
-      if (i_ >= s_.size()) throw errAt(t, "unterminated string");
-      get();
-      return t;
-    }
-    t.kind = Tok::Punct;
-    t.text = std::string(1, get());
-    return t;
-  }
-
-  /// The raw text of a tile type's shape and dtype, `64x32xf32`, up to the closing `>`.
-  std::string rawUntil(char close) {
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != close && !std::isspace(static_cast<unsigned char>(s_[i_]))) out += get();
-    return out;
-  }
-
-private:
-  char get() {
-    char c = s_[i_++];
-    if (c == '\n') { ++line_; col_ = 1; } else ++col_;
-    return c;
-  }
-  void skip() {
-    while (i_ < s_.size()) {
-      char c = s_[i_];
-      if (std::isspace(static_cast<unsigned char>(c))) get();
-      else if (c == '/' && i_ + 1 < s_.size() && s_[i_ + 1] == '/') { while (i_ < s_.size() && s_[i_] != '\n') get(); }
-      else break;
-    }
-  }
-  const std::string &s_;
-  size_t i_ = 0, line_ = 1, col_ = 1;
-};
-
-int64_t toInt(const Tok &t) {
-  errno = 0;
-  char *end = nullptr;
-  long long v = std::strtoll(t.text.c_str(), &end, 10);
-  if (errno == ERANGE || !end || *end) throw errAt(t, "integer out of range: " + t.text);
-  return v;
-}
-
-class Parser {
-public:
-  explicit Parser(const std::string &text) : lex_(text) { advance(); }
+  explicit Parser(const std::string &text) : ParserBase(text) {}
 
   std::unique_ptr<Module> module() {
     auto m = std::make_unique<Module>();
@@ -331,59 +164,7 @@ public:
   }
 
 private:
-  void advance() { tok_ = lex_.next(); }
-  [[noreturn]] void fail(const std::string &m) { throw errAt(tok_, m); }
-  bool isPunct(const char *p) const { return tok_.kind == Tok::Punct && tok_.text == p; }
-  bool isIdent(const char *w) const { return tok_.kind == Tok::Ident && tok_.text == w; }
-  void expect(const char *p) {
-    if (!isPunct(p)) fail(std::string("expected `") + p + "`, found `" + tok_.text + "`");
-    advance();
-  }
-  void expectWord(const char *w) {
-    if (!isIdent(w)) fail(std::string("expected `") + w + "`, found `" + tok_.text + "`");
-    advance();
-  }
-  std::string expectIdent(const char *what) {
-    if (tok_.kind != Tok::Ident) fail(std::string("expected ") + what);
-    std::string s = tok_.text;
-    advance();
-    return s;
-  }
-  int64_t expectInt(const char *what) {
-    if (tok_.kind != Tok::Int) fail(std::string("expected ") + what);
-    int64_t v = toInt(tok_);
-    advance();
-    return v;
-  }
-
-  DType dtypeName(const std::string &n) {
-    auto d = dtypeFromName(n);
-    if (!d) fail("unknown dtype " + n);
-    return *d;
-  }
-
-  // dtype name and policies: bf16 @accum(f32) @loss_scale(1024.0) @stochastic_round @saturate
-  ir::DTypeAttr dtypeWithPolicies() {
-    ir::DTypeAttr out{dtypeName(expectIdent("a dtype")), {}};
-    while (tok_.kind == Tok::Global) {
-      std::string p = tok_.text;
-      advance();
-      if (p == "accum") {
-        expect("(");
-        out.policies.accum = dtypeName(expectIdent("a dtype"));
-        expect(")");
-      } else if (p == "loss_scale") {
-        expect("(");
-        if (tok_.kind != Tok::Float && tok_.kind != Tok::Int) fail("expected a number");
-        out.policies.lossScale = std::strtod(tok_.text.c_str(), nullptr);
-        advance();
-        expect(")");
-      } else if (p == "stochastic_round") out.policies.stochasticRound = true;
-      else if (p == "saturate") out.policies.saturate = true;
-      else fail("unknown policy " + p);
-    }
-    return out;
-  }
+  Loc optLoc() { return ParserBase::optLoc([this](const std::string &f) { return m_->fileIndex(f); }); }
 
   Type type() {
     if (tok_.kind != Tok::Ident) fail("expected a type");
@@ -394,7 +175,7 @@ private:
       int64_t rank = expectInt("a rank");
       if (rank < 0 || rank > 8) fail("a tensor's rank must be in 0..8");
       expect(",");
-      DType d = dtypeName(expectIdent("a dtype"));
+      DType d = dtypeNamed(expectIdent("a dtype"));
       expect(">");
       return Type::tensor(static_cast<uint32_t>(rank), d);
     }
@@ -428,82 +209,7 @@ private:
       }
     }
     advance();
-    return Type::scalar(dtypeName(k));
-  }
-
-  AttrValue attrValue() {
-    if (tok_.kind == Tok::Int) { int64_t v = toInt(tok_); advance(); return v; }
-    if (tok_.kind == Tok::Float) {
-      std::string t = tok_.text;
-      advance();
-      if (t == "inf" || t == "+inf") return INFINITY;
-      if (t == "-inf") return -INFINITY;
-      if (t == "nan" || t == "+nan" || t == "-nan") return NAN;
-      return std::strtod(t.c_str(), nullptr);
-    }
-    if (tok_.kind == Tok::String) { std::string s = tok_.text; advance(); return s; }
-    if (tok_.kind == Tok::Ident) {
-      if (tok_.text == "true" || tok_.text == "false") { bool b = tok_.text == "true"; advance(); return b; }
-      if (tok_.text == "inf") { advance(); return INFINITY; }
-      if (tok_.text == "nan") { advance(); return NAN; }
-      if (tok_.text == "dtype") { advance(); return dtypeWithPolicies(); }
-      fail("unexpected `" + tok_.text + "` in an attribute");
-    }
-    if (isPunct("[")) {
-      advance();
-      std::vector<int64_t> v;
-      while (!isPunct("]")) {
-        v.push_back(expectInt("an integer"));
-        if (!isPunct("]")) expect(",");
-      }
-      advance();
-      return v;
-    }
-    if (isPunct("<")) {
-      advance();
-      std::vector<Dim> v;
-      while (!isPunct(">")) {
-        if (tok_.kind != Tok::String) fail("expected a dim");
-        std::string e;
-        auto d = Dim::parse(tok_.text, &e);
-        if (!d) fail("invalid dim \"" + tok_.text + "\": " + e);
-        v.push_back(*d);
-        advance();
-        if (!isPunct(">")) expect(",");
-      }
-      advance();
-      return v;
-    }
-    fail("expected an attribute value");
-  }
-
-  std::vector<Attr> attrs() {
-    std::vector<Attr> out;
-    expect("{");
-    while (!isPunct("}")) {
-      std::string n = expectIdent("an attribute name");
-      expect("=");
-      out.push_back({n, attrValue()});
-      if (!isPunct("}")) expect(",");
-    }
-    advance();
-    return out;
-  }
-
-  Loc optLoc() {
-    Loc loc;
-    if (!isIdent("loc")) return loc;
-    advance();
-    expect("(");
-    if (tok_.kind != Tok::String) fail("expected a file name");
-    loc.file = m_->fileIndex(tok_.text);
-    advance();
-    expect(":");
-    loc.line = static_cast<uint32_t>(expectInt("a line"));
-    expect(":");
-    loc.col = static_cast<uint32_t>(expectInt("a column"));
-    expect(")");
-    return loc;
+    return Type::scalar(dtypeNamed(k));
   }
 
   Value *use() {
@@ -651,8 +357,6 @@ private:
     for (size_t i = 0; i < names.size(); ++i) define(names[i], o->results[i], defined);
   }
 
-  Lexer lex_;
-  Tok tok_;
   Module *m_ = nullptr;
   Function *f_ = nullptr;
   std::map<std::string, std::vector<Value *>> scope_;
@@ -661,8 +365,12 @@ private:
 } // namespace
 
 std::unique_ptr<Module> parseTileModule(const std::string &text) {
-  Parser p(text);
-  return p.module();
+  try {
+    Parser p(text);
+    return p.module();
+  } catch (ir::text::SyntaxError &e) {
+    throw TileError{e.message};
+  }
 }
 
 } // namespace tsr::tile
