@@ -21,6 +21,27 @@
 using namespace tsr;
 namespace fs = std::filesystem;
 
+// --read-graph / --read-tile: parse FILE as IR text, verify it and print it back (the text
+// form's round trip). A malformed or ill-formed text is a user error: `FILE:line:col: message`
+// or `FILE: graph @name: problem`, exit 1.
+template <class Error, class ParseVerifyPrint>
+static int readIRText(const std::string &file, ParseVerifyPrint run) {
+  std::ifstream in(file);
+  if (!in) {
+    std::cerr << "tsrc: cannot open `" << file << "`\n";
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    run(text.str());
+    return 0;
+  } catch (const Error &e) {
+    std::cerr << file << ":" << e.message << "\n";
+    return 1;
+  }
+}
+
 int main(int argc, char **argv) {
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
   app.set_version_flag("--version", "tsrc 0.1 (Tessera)");
@@ -48,50 +69,20 @@ int main(int argc, char **argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  if (readGraph) {
-    std::ifstream in(file);
-    if (!in) {
-      std::cerr << "tsrc: cannot open `" << file << "`\n";
-      return 1;
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-      auto m = ir::parseModuleText(text.str());
+  if (readGraph)
+    return readIRText<ir::IRError>(file, [](const std::string &text) {
+      auto m = ir::parseModuleText(text);
       for (auto &g : m->graphs)
-        for (auto &problem : ir::verify(*g)) {
-          std::cerr << file << ": graph @" << g->name << ": " << problem << "\n";
-          return 1;
-        }
+        for (auto &problem : ir::verify(*g)) throw ir::IRError{" graph @" + g->name + ": " + problem};
       ir::printModule(std::cout, *m);
-      return 0;
-    } catch (const ir::IRError &e) {
-      std::cerr << file << ":" << e.message << "\n";
-      return 1;
-    }
-  }
-  if (readTile) {
-    std::ifstream in(file);
-    if (!in) {
-      std::cerr << "tsrc: cannot open `" << file << "`\n";
-      return 1;
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    try {
-      auto m = tile::parseTileModule(text.str());
-      for (auto &f : m->functions)
-        for (auto &problem : tile::verify(*f)) {
-          std::cerr << file << ": tile @" << f->name << ": " << problem << "\n";
-          return 1;
-        }
+    });
+  if (readTile)
+    return readIRText<tile::TileError>(file, [](const std::string &text) {
+      auto m = tile::parseTileModule(text);
+      for (auto &fn : m->functions)
+        for (auto &problem : tile::verify(*fn)) throw tile::TileError{" tile @" + fn->name + ": " + problem};
       tile::printModule(std::cout, *m);
-      return 0;
-    } catch (const tile::TileError &e) {
-      std::cerr << file << ":" << e.message << "\n";
-      return 1;
-    }
-  }
+    });
   if (!check && emit.empty()) {
     std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph|tile\n";
     return 2;
