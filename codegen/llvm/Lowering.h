@@ -145,7 +145,10 @@ private:
 
   // ---- control-flow helpers ----
   /// for (i = lo; i < hi; ++i) body(i), at the insertion point; continues after the loop.
-  void loop(Value *lo, Value *hi, const std::function<void(Value *)> &body) {
+  /// With `keepRolled`, the loop is marked llvm.loop.unroll.disable: full unrolling of a short
+  /// inner loop would otherwise hand the loop vectorizer its outer loop, which it versions on a
+  /// run-time stride being 1 (for a box's rows, never) and so leaves scalar.
+  void loop(Value *lo, Value *hi, const std::function<void(Value *)> &body, bool keepRolled = false) {
     BasicBlock *pre = B.GetInsertBlock();
     BasicBlock *head = BasicBlock::Create(C, "l.head", fn);
     BasicBlock *bodyBB = BasicBlock::Create(C, "l.body", fn);
@@ -159,10 +162,17 @@ private:
     body(i);
     Value *next = B.CreateAdd(i, c64(1), "", true, true);
     i->addIncoming(next, B.GetInsertBlock());
-    B.CreateBr(head);
+    BranchInst *back = B.CreateBr(head);
+    if (keepRolled) {
+      MDNode *self = MDNode::getDistinct(C, {nullptr, MDNode::get(C, {MDString::get(C, "llvm.loop.unroll.disable")})});
+      self->replaceOperandWith(0, self);
+      back->setMetadata(LLVMContext::MD_loop, self);
+    }
     B.SetInsertPoint(exit);
   }
-  void loopN(int64_t n, const std::function<void(Value *)> &body) { loop(c64(0), c64(n), body); }
+  void loopN(int64_t n, const std::function<void(Value *)> &body, bool keepRolled = false) {
+    loop(c64(0), c64(n), body, keepRolled);
+  }
   /// Nested loops over `shape` (row-major, the last axis innermost).
   void loopNest(const std::vector<int64_t> &shape, const std::function<void(const std::vector<Value *> &)> &body) {
     std::vector<Value *> idx(shape.size());

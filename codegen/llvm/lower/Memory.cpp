@@ -159,7 +159,8 @@ void Lowering::lowerBox(const TOp &op) {
             rowOk = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(starts[ax], c64(0)), B.CreateICmpSLT(starts[ax], ti.shape[ax])));
       Value *rowPtr = elemAt(rowOff);
       if (fastPath) {
-        loopN(innerN, [&](Value *j) { access(B.CreateInBoundsGEP(mt, rowPtr, j), B.CreateAdd(tileRow, j), nullptr); });
+        loopN(innerN, [&](Value *j) { access(B.CreateInBoundsGEP(mt, rowPtr, j), B.CreateAdd(tileRow, j), nullptr); },
+              !outerShape.empty());
         return;
       }
       // Columns in bounds: j in [lo, hi) with 0 <= start + j < dim.
@@ -179,7 +180,7 @@ void Lowering::lowerBox(const TOp &op) {
         } else {
           ifThen(ok, [&] { access(ptr, ti_, nullptr); });
         }
-      });
+      }, !outerShape.empty());
     });
   };
   B.SetInsertPoint(fastBB);
