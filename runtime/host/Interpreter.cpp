@@ -141,13 +141,6 @@ struct Interpreter::Impl {
     }
     case K::DType: return T::dtypeVal(v->dtype, v->policies);
     case K::Builtin: return T::builtin(v->builtin, v->self ? typeOf(v->self, at) : nullptr);
-    default: fail("a " + kindName(v) + " cannot be passed to compiled code", at);
-    }
-  }
-
-  // Tensors (and keys, as i64 [2]) of a value, in the order lowering makes parameters.
-  void flatten(const ValueRef &v, std::vector<rt::Tensor> &out) {
-    switch (v->k) {
     case K::Function: return T::function(v->fn);
     case K::Transform: {
       // grad(f), value_and_grad(f, argnums=...), checkpoint(f): the checker's type of the
@@ -161,6 +154,13 @@ struct Interpreter::Impl {
       if (v->argnumsTuple) t->name = "tuple";
       return t;
     }
+    default: fail("a " + kindName(v) + " cannot be passed to compiled code", at);
+    }
+  }
+
+  // Tensors (and keys, as i64 [2]) of a value, in the order lowering makes parameters.
+  void flatten(const ValueRef &v, std::vector<rt::Tensor> &out) {
+    switch (v->k) {
     case K::Tensor: out.push_back(v->t); return;
     case K::Key: out.push_back(ir::keyTensor(v->key)); return;
     case K::List: case K::Tuple: for (auto &e : v->items) flatten(e, out); return;
@@ -204,13 +204,6 @@ struct Interpreter::Impl {
     for (auto &e : t->elems) s += "," + key(e);
     for (auto &[k, e] : t->fields) s += "," + k + ":" + key(e);
     if (t->self) s += "self:" + key(t->self);
-    return s;
-  }
-
-  // ---- eager tensor operations --------------------------------------------------------------
-
-  // Evaluates `e` (a synthetic expression over the names _0, _1, ...) as a graph.
-  ValueRef eager(Expr *e, const std::vector<ValueRef> &operands, const sema::ModuleInfo &mod, const void *site) {
     // Functions and transforms: which function, which transform, which argument numbers.
     if (t->fn) s += "@" + std::to_string(reinterpret_cast<uintptr_t>(t->fn));
     if (t->transform != sema::Transform::None) {
@@ -218,6 +211,13 @@ struct Interpreter::Impl {
       for (int n : t->argnums) s += "," + std::to_string(n);
     }
     if (t->inner) s += "inner:" + key(t->inner);
+    return s;
+  }
+
+  // ---- eager tensor operations --------------------------------------------------------------
+
+  // Evaluates `e` (a synthetic expression over the names _0, _1, ...) as a graph.
+  ValueRef eager(Expr *e, const std::vector<ValueRef> &operands, const sema::ModuleInfo &mod, const void *site) {
     std::vector<ir::EagerInput> inputs;
     std::string k = std::to_string(reinterpret_cast<uintptr_t>(site)) + "|";
     for (size_t i = 0; i < operands.size(); ++i) {
@@ -934,181 +934,11 @@ struct Interpreter::Impl {
       return expr(callee->lambda->body, scope);
     }
     case K::Builtin: return builtin(*callee, args, kwargs, c, env);
+    case K::Transform: return callTransform(callee, args, kwargs, c, env);
     default: fail("a " + kindName(callee) + " is not callable", at);
     }
   }
 
-  ValueRef callFunction(const sema::FunctionInfo &fn, const std::vector<ValueRef> &args,
-                        const std::vector<std::pair<std::string, ValueRef>> &kwargs, SourceRange at) {
-    if (fn.kind == sema::FunctionKind::Kernel) fail("kernel `" + fn.name + "` must be launched with a grid", at);
-    // Bind arguments to parameters.
-    std::vector<std::pair<std::string, ValueRef>> bound;
-    size_t ai = 0;
-    for (const Param &p : fn.def->params) {
-      ValueRef v;
-      for (auto &[k, x] : kwargs) if (k == p.name) v = x;
-      if (!v && p.kind == ParamKind::Positional && ai < args.size()) v = args[ai++];
-      if (!v && p.defaultValue) {
-        auto scope = std::make_shared<Env>();
-        scope->module = fn.module;
-        v = expr(p.defaultValue, scope);
-      }
-      if (!v) fail("`" + fn.name + "` is missing the argument `" + p.name + "`", at);
-      bound.push_back({p.name, v});
-    }
-    if (fn.kind == sema::FunctionKind::Graph) return callGraph(fn, bound, at);
-    if (++depth > 500) fail("recursion deeper than 500 calls", at);
-    auto scope = std::make_shared<Env>();
-    scope->module = fn.module;
-    for (auto &[k, v] : bound) scope->vars[k] = v;
-    ValueRef result = none();
-    try {
-      block(fn.def->body, scope);
-    } catch (ReturnSignal &r) {
-      result = r.value;
-    }
-    --depth;
-    return result;
-  }
-
-  // A graph function: one graph per signature (tensor shapes and dtypes, compile-time values),
-  // compiled on first use and cached.
-  // The run-time shape guard of a call (spec 5): the symbols of the callee's annotated tensor
-  // parameters bind to the arguments' sizes, and a symbol bound to two sizes is an error naming
-  // it, both sizes and both arguments, at the call (exit 3). What the checker could decide was
-  // decided at compile time; this catches sizes known only now.
-  void guardCall(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
-    std::map<std::string, std::pair<int64_t, std::string>> sizes; // symbol -> (size, argument)
-    for (auto &[n, v] : bound) {
-      const sema::ParamInfo *p = fn.param(n);
-      if (!p || !p->annotated || !p->annotated->is(TypeKind::Tensor) || v->k != K::Tensor) continue;
-      const TypeRef &want = p->annotated;
-      if (!want->rankKnown) continue;
-      const auto &shape = v->t.shape();
-      if (shape.size() != want->dims.size()) {
-        fail("argument `" + n + "` of `" + fn.name + "` has rank " + std::to_string(shape.size()) + ", but the parameter is " +
-                 sema::typeStr(want),
-             at, 3);
-      }
-      for (size_t i = 0; i < shape.size(); ++i) {
-        const Dim &d = want->dims[i];
-        if (auto c = d.constantValue()) {
-          if (*c != shape[i])
-            fail("argument `" + n + "` of `" + fn.name + "` has size " + std::to_string(shape[i]) + " in axis " + std::to_string(i) +
-                     ", but the parameter is " + sema::typeStr(want),
-                 at, 3);
-          continue;
-        }
-        if (!d.isSymbol()) continue;
-        std::string sym = d.symbols()[0];
-        auto [it, fresh] = sizes.emplace(sym, std::make_pair(shape[i], n));
-        if (!fresh && it->second.first != shape[i])
-          fail("shape guard failed: symbol \"" + sym + "\" is bound to " + std::to_string(it->second.first) + " by `" + it->second.second +
-                   "` and to " + std::to_string(shape[i]) + " by `" + n + "` in this call of `" + fn.name + "`",
-               at, 3);
-      }
-    }
-  }
-
-  ValueRef callGraph(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
-    guardCall(fn, bound, at);
-    std::vector<std::pair<std::string, TypeRef>> params;
-    std::string k = "fn:" + fn.module->name + "." + fn.name + "|";
-    // A float given to a positional parameter is a run-time value, a 0-d f32 input (spec 3:
-    // keyword-only parameters are the compile-time ones), so that a learning rate that changes
-    // every step reuses one compiled graph instead of compiling a graph per value.
-    auto runtimeFloat = [&](size_t i) {
-      return bound[i].second->k == K::Float && i < fn.def->params.size() && fn.def->params[i].kind == ParamKind::Positional;
-    };
-    for (size_t i = 0; i < bound.size(); ++i) {
-      const auto &[n, v] = bound[i];
-      TypeRef t = runtimeFloat(i) ? T::floating() : typeOf(v, at);
-      params.push_back({n, t});
-      k += n + "=" + key(t) + "|";
-    }
-    const ir::Graph *g = nullptr;
-    auto it = cache.find(k);
-    if (it != cache.end()) {
-      g = it->second;
-    } else {
-      try {
-        TypeRef structure;
-        ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()), &structure);
-        ir::runGraphPipeline(*lowered, true);
-        g = lowered;
-        cacheResult[k] = structure;
-      } catch (ir::CompileError &err) {
-        fail(compileMessage(err), err.range.valid() ? err.range : at);
-      } catch (ir::IRError &err) {
-        fail("internal error: " + err.message, at, 70);
-      }
-      cache[k] = g;
-    }
-    std::vector<rt::Tensor> ins;
-    for (size_t i = 0; i < bound.size(); ++i) {
-      if (runtimeFloat(i)) {
-        const double value[] = {bound[i].second->f};
-        ins.push_back(rt::Tensor::fromF64({}, DType::F32, value));
-      } else {
-        flatten(bound[i].second, ins);
-      }
-    }
-    std::vector<rt::Tensor> outs;
-    try {
-      outs = exec.run(graphs, *g, ins);
-    } catch (std::exception &err) {
-      fail(err.what(), at, 3);
-    }
-    // The result's structure, as lowering found it (pytrees of tensors, such as a train step's
-    // loss and gradients); a flat tuple of the outputs when it has none.
-    if (auto st = cacheResult.find(k); st != cacheResult.end() && st->second) {
-      size_t next = 0;
-      return rebuild(st->second, outs, next);
-    }
-    if (outs.size() == 1) return tensor(outs[0]);
-    std::vector<ValueRef> es;
-    for (auto &o : outs) es.push_back(tensor(o));
-    return seq(es, false);
-  }
-
-  // ---- builtins ------------------------------------------------------------------------------
-
-  ValueRef builtin(const Value &b, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
-                   Call *c, std::shared_ptr<Env> &env) {
-    const std::string &name = b.builtin->name;
-    SourceRange at = c ? c->range : SourceRange{};
-    auto kw = [&](const char *n) -> ValueRef {
-      for (auto &[k, v] : kwargs) if (k == n) return v;
-      return nullptr;
-    };
-    auto argOr = [&](size_t i, const char *n) -> ValueRef {
-      if (i < args.size()) return args[i];
-      return kw(n);
-    };
-    if (name == "print") {
-      std::string sep = " ", end = "\n";
-      if (auto s = kw("sep")) sep = s->s;
-      if (auto e = kw("end")) end = e->s;
-      for (size_t i = 0; i < args.size(); ++i) out << (i ? sep : "") << display(args[i]);
-      out << end << std::flush;
-      return none();
-    }
-    if (name == "len") {
-      ValueRef x = args.at(0);
-      if (x->k == K::List || x->k == K::Tuple) return integer(static_cast<int64_t>(x->items.size()));
-      if (x->k == K::Dict) return integer(static_cast<int64_t>(x->dict.size()));
-      if (x->k == K::Str) return integer(static_cast<int64_t>(x->s.size()));
-      if (x->k == K::Range) return integer(std::max<int64_t>(0, (x->stop - x->start + x->step - (x->step > 0 ? 1 : -1)) / x->step));
-      if (x->k == K::Tensor && x->t.ndim() > 0) return integer(x->t.shape()[0]);
-      fail("len() of a " + kindName(x), at);
-    }
-    if (name == "range") {
-      Value r;
-    case K::Transform: return callTransform(callee, args, kwargs, c, env);
-      r.k = K::Range;
-      auto intArg = [&](const ValueRef &v) {
-        if (v->k != K::Int) fail("range() takes ints", at);
-        return v->i;
   // A call of grad(f), value_and_grad(f), checkpoint(f) or a pullback: one graph computing the
   // transform's result, compiled per argument signature and cached like other eager graphs. A
   // pullback's graph recomputes the forward pass from the primals (vjp(f, *primals)[1](g)).
@@ -1206,6 +1036,162 @@ struct Interpreter::Impl {
     return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
   }
 
+  ValueRef callFunction(const sema::FunctionInfo &fn, const std::vector<ValueRef> &args,
+                        const std::vector<std::pair<std::string, ValueRef>> &kwargs, SourceRange at) {
+    if (fn.kind == sema::FunctionKind::Kernel) fail("kernel `" + fn.name + "` must be launched with a grid", at);
+    // Bind arguments to parameters.
+    std::vector<std::pair<std::string, ValueRef>> bound;
+    size_t ai = 0;
+    for (const Param &p : fn.def->params) {
+      ValueRef v;
+      for (auto &[k, x] : kwargs) if (k == p.name) v = x;
+      if (!v && p.kind == ParamKind::Positional && ai < args.size()) v = args[ai++];
+      if (!v && p.defaultValue) {
+        auto scope = std::make_shared<Env>();
+        scope->module = fn.module;
+        v = expr(p.defaultValue, scope);
+      }
+      if (!v) fail("`" + fn.name + "` is missing the argument `" + p.name + "`", at);
+      bound.push_back({p.name, v});
+    }
+    if (fn.kind == sema::FunctionKind::Graph) return callGraph(fn, bound, at);
+    if (++depth > 500) fail("recursion deeper than 500 calls", at);
+    auto scope = std::make_shared<Env>();
+    scope->module = fn.module;
+    for (auto &[k, v] : bound) scope->vars[k] = v;
+    ValueRef result = none();
+    try {
+      block(fn.def->body, scope);
+    } catch (ReturnSignal &r) {
+      result = r.value;
+    }
+    --depth;
+    return result;
+  }
+
+  // A graph function: one graph per signature (tensor shapes and dtypes, compile-time values),
+  // compiled on first use and cached.
+  // The run-time shape guard of a call (spec 5): the symbols of the callee's annotated tensor
+  // parameters bind to the arguments' sizes, and a symbol bound to two sizes is an error naming
+  // it, both sizes and both arguments, at the call (exit 3). What the checker could decide was
+  // decided at compile time; this catches sizes known only now.
+  void guardCall(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+    std::map<std::string, std::pair<int64_t, std::string>> sizes; // symbol -> (size, argument)
+    for (auto &[n, v] : bound) {
+      const sema::ParamInfo *p = fn.param(n);
+      if (!p || !p->annotated || !p->annotated->is(TypeKind::Tensor) || v->k != K::Tensor) continue;
+      const TypeRef &want = p->annotated;
+      if (!want->rankKnown) continue;
+      const auto &shape = v->t.shape();
+      if (shape.size() != want->dims.size()) {
+        fail("argument `" + n + "` of `" + fn.name + "` has rank " + std::to_string(shape.size()) + ", but the parameter is " +
+                 sema::typeStr(want),
+             at, 3);
+      }
+      for (size_t i = 0; i < shape.size(); ++i) {
+        const Dim &d = want->dims[i];
+        if (auto c = d.constantValue()) {
+          if (*c != shape[i])
+            fail("argument `" + n + "` of `" + fn.name + "` has size " + std::to_string(shape[i]) + " in axis " + std::to_string(i) +
+                     ", but the parameter is " + sema::typeStr(want),
+                 at, 3);
+          continue;
+        }
+        if (!d.isSymbol()) continue;
+        std::string sym = d.symbols()[0];
+        auto [it, fresh] = sizes.emplace(sym, std::make_pair(shape[i], n));
+        if (!fresh && it->second.first != shape[i])
+          fail("shape guard failed: symbol \"" + sym + "\" is bound to " + std::to_string(it->second.first) + " by `" + it->second.second +
+                   "` and to " + std::to_string(shape[i]) + " by `" + n + "` in this call of `" + fn.name + "`",
+               at, 3);
+      }
+    }
+  }
+
+  ValueRef callGraph(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+    guardCall(fn, bound, at);
+    std::vector<std::pair<std::string, TypeRef>> params;
+    std::string k = "fn:" + fn.module->name + "." + fn.name + "|";
+    for (auto &[n, v] : bound) {
+      TypeRef t = typeOf(v, at);
+      params.push_back({n, t});
+      k += n + "=" + key(t) + "|";
+    }
+    const ir::Graph *g = nullptr;
+    auto it = cache.find(k);
+    if (it != cache.end()) {
+      g = it->second;
+    } else {
+      try {
+        TypeRef structure;
+        ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()), &structure);
+        ir::runGraphPipeline(*lowered, true);
+        g = lowered;
+        cacheResult[k] = structure;
+      } catch (ir::CompileError &err) {
+        fail(compileMessage(err), err.range.valid() ? err.range : at);
+      } catch (ir::IRError &err) {
+        fail("internal error: " + err.message, at, 70);
+      }
+      cache[k] = g;
+    }
+    std::vector<rt::Tensor> ins;
+    for (auto &[n, v] : bound) flatten(v, ins);
+    std::vector<rt::Tensor> outs;
+    try {
+      outs = exec.run(graphs, *g, ins);
+    } catch (std::exception &err) {
+      fail(err.what(), at, 3);
+    }
+    // The result's structure, as lowering found it (pytrees of tensors, such as a train step's
+    // loss and gradients); a flat tuple of the outputs when it has none.
+    if (auto st = cacheResult.find(k); st != cacheResult.end() && st->second) {
+      size_t next = 0;
+      return rebuild(st->second, outs, next);
+    }
+    if (outs.size() == 1) return tensor(outs[0]);
+    std::vector<ValueRef> es;
+    for (auto &o : outs) es.push_back(tensor(o));
+    return seq(es, false);
+  }
+
+  // ---- builtins ------------------------------------------------------------------------------
+
+  ValueRef builtin(const Value &b, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                   Call *c, std::shared_ptr<Env> &env) {
+    const std::string &name = b.builtin->name;
+    SourceRange at = c ? c->range : SourceRange{};
+    auto kw = [&](const char *n) -> ValueRef {
+      for (auto &[k, v] : kwargs) if (k == n) return v;
+      return nullptr;
+    };
+    auto argOr = [&](size_t i, const char *n) -> ValueRef {
+      if (i < args.size()) return args[i];
+      return kw(n);
+    };
+    if (name == "print") {
+      std::string sep = " ", end = "\n";
+      if (auto s = kw("sep")) sep = s->s;
+      if (auto e = kw("end")) end = e->s;
+      for (size_t i = 0; i < args.size(); ++i) out << (i ? sep : "") << display(args[i]);
+      out << end << std::flush;
+      return none();
+    }
+    if (name == "len") {
+      ValueRef x = args.at(0);
+      if (x->k == K::List || x->k == K::Tuple) return integer(static_cast<int64_t>(x->items.size()));
+      if (x->k == K::Dict) return integer(static_cast<int64_t>(x->dict.size()));
+      if (x->k == K::Str) return integer(static_cast<int64_t>(x->s.size()));
+      if (x->k == K::Range) return integer(std::max<int64_t>(0, (x->stop - x->start + x->step - (x->step > 0 ? 1 : -1)) / x->step));
+      if (x->k == K::Tensor && x->t.ndim() > 0) return integer(x->t.shape()[0]);
+      fail("len() of a " + kindName(x), at);
+    }
+    if (name == "range") {
+      Value r;
+      r.k = K::Range;
+      auto intArg = [&](const ValueRef &v) {
+        if (v->k != K::Int) fail("range() takes ints", at);
+        return v->i;
       };
       if (args.size() == 1) r.stop = intArg(args[0]);
       else { r.start = intArg(args[0]); r.stop = intArg(args[1]); if (args.size() > 2) r.step = intArg(args[2]); }
@@ -1330,6 +1316,34 @@ struct Interpreter::Impl {
         return args.size() > 1 ? args[1] : none();
       }
     }
+    if (name == "grad" || name == "value_and_grad" || name == "checkpoint") {
+      // The transformed function; calling it compiles one graph (callTransform).
+      Value v;
+      v.k = K::Transform;
+      v.transform = name == "grad" ? sema::Transform::Grad : name == "value_and_grad" ? sema::Transform::ValueAndGrad : sema::Transform::Checkpoint;
+      v.inner = argOr(0, "f");
+      if (!v.inner) fail(name + "() needs a function", at);
+      if (ValueRef an = name == "checkpoint" ? nullptr : argOr(1, "argnums")) {
+        v.argnumsTuple = an->k == K::Tuple || an->k == K::List;
+        for (auto &n : v.argnumsTuple ? an->items : std::vector<ValueRef>{an}) {
+          if (n->k != K::Int) fail("argnums are ints", at);
+          v.argnums.push_back(static_cast<int>(n->i));
+        }
+      }
+      return mk(v);
+    }
+    if (name == "vjp") {
+      // vjp(f, *primals) -> (f(*primals), pullback); the pullback's graph recomputes f.
+      if (args.empty()) fail("vjp() needs a function", at);
+      std::vector<ValueRef> primals(args.begin() + 1, args.end());
+      ValueRef out = callValue(args[0], primals, {}, c, env);
+      Value pb;
+      pb.k = K::Transform;
+      pb.transform = sema::Transform::Pullback;
+      pb.inner = args[0];
+      pb.items = primals;
+      return seq({out, mk(pb)}, false);
+    }
     if (name == "tree_map") {
       // tree_map(fn, tree, *rest): fn on corresponding leaves; tuples, lists and dicts are
       // structure (as jax.tree_util.tree_map).
@@ -1441,34 +1455,6 @@ struct Interpreter::Impl {
         if (name == "abs") {
           ValueRef x = args.at(0);
           return x->k == K::Float ? floating(std::fabs(x->f)) : integer(x->i < 0 ? -x->i : x->i);
-    if (name == "grad" || name == "value_and_grad" || name == "checkpoint") {
-      // The transformed function; calling it compiles one graph (callTransform).
-      Value v;
-      v.k = K::Transform;
-      v.transform = name == "grad" ? sema::Transform::Grad : name == "value_and_grad" ? sema::Transform::ValueAndGrad : sema::Transform::Checkpoint;
-      v.inner = argOr(0, "f");
-      if (!v.inner) fail(name + "() needs a function", at);
-      if (ValueRef an = name == "checkpoint" ? nullptr : argOr(1, "argnums")) {
-        v.argnumsTuple = an->k == K::Tuple || an->k == K::List;
-        for (auto &n : v.argnumsTuple ? an->items : std::vector<ValueRef>{an}) {
-          if (n->k != K::Int) fail("argnums are ints", at);
-          v.argnums.push_back(static_cast<int>(n->i));
-        }
-      }
-      return mk(v);
-    }
-    if (name == "vjp") {
-      // vjp(f, *primals) -> (f(*primals), pullback); the pullback's graph recomputes f.
-      if (args.empty()) fail("vjp() needs a function", at);
-      std::vector<ValueRef> primals(args.begin() + 1, args.end());
-      ValueRef out = callValue(args[0], primals, {}, c, env);
-      Value pb;
-      pb.k = K::Transform;
-      pb.transform = sema::Transform::Pullback;
-      pb.inner = args[0];
-      pb.items = primals;
-      return seq({out, mk(pb)}, false);
-    }
         }
         if (name == "round") {
           ValueRef x = args.at(0);

@@ -49,15 +49,15 @@ struct Value {
   DType dtype = DType::F32;                           // DType
   std::string progress;                               // progress(xs, desc=...): a loop reports its progress
   Policies policies;
-};
-
-/// Runs graphs: the reference evaluator today, compiled code as it lands.
   // Transform: grad, value_and_grad or checkpoint of `inner` (argnums as given, `argnumsTuple`
   // when given as a tuple), or vjp's pullback of `inner` at the primals in `items`.
   sema::Transform transform = sema::Transform::None;
   ValueRef inner;
   std::vector<int> argnums;
   bool argnumsTuple = false;
+};
+
+/// Runs graphs: the reference evaluator today, compiled code as it lands.
 class GraphExecutor {
 public:
   virtual ~GraphExecutor() = default;
