@@ -1112,8 +1112,15 @@ struct Interpreter::Impl {
     guardCall(fn, bound, at);
     std::vector<std::pair<std::string, TypeRef>> params;
     std::string k = "fn:" + fn.module->name + "." + fn.name + "|";
-    for (auto &[n, v] : bound) {
-      TypeRef t = typeOf(v, at);
+    // A float given to a positional parameter is a run-time value, a 0-d f32 input (spec 3:
+    // keyword-only parameters are the compile-time ones), so that a learning rate that changes
+    // every step reuses one compiled graph instead of compiling a graph per value.
+    auto runtimeFloat = [&](size_t i) {
+      return bound[i].second->k == K::Float && i < fn.def->params.size() && fn.def->params[i].kind == ParamKind::Positional;
+    };
+    for (size_t i = 0; i < bound.size(); ++i) {
+      const auto &[n, v] = bound[i];
+      TypeRef t = runtimeFloat(i) ? T::floating() : typeOf(v, at);
       params.push_back({n, t});
       k += n + "=" + key(t) + "|";
     }
@@ -1136,7 +1143,14 @@ struct Interpreter::Impl {
       cache[k] = g;
     }
     std::vector<rt::Tensor> ins;
-    for (auto &[n, v] : bound) flatten(v, ins);
+    for (size_t i = 0; i < bound.size(); ++i) {
+      if (runtimeFloat(i)) {
+        const double value[] = {bound[i].second->f};
+        ins.push_back(rt::Tensor::fromF64({}, DType::F32, value));
+      } else {
+        flatten(bound[i].second, ins);
+      }
+    }
     std::vector<rt::Tensor> outs;
     try {
       outs = exec.run(graphs, *g, ins);
