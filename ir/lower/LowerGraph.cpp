@@ -1,4 +1,5 @@
 #include "ir/lower/LowerGraph.h"
+#include "ir/lower/LowerKernel.h"
 
 #include "ir/autodiff/Autodiff.h"
 #include "ir/passes/Pipeline.h"
@@ -738,26 +739,6 @@ public:
     unsupported("the attribute `" + n + "` of a " + kindName(base), a->attrRange);
   }
 
-  // The parameters a kernel writes: the tensors that tile.store / tile.atomic_add views reach.
-  static std::vector<std::string> writtenParams(const FunctionInfo &k) {
-    std::vector<std::string> out;
-    std::function<void(Node *)> walk = [&](Node *n) {
-      if (auto *c = dyn_cast<Call>(n)) {
-        auto *at = dyn_cast<Attribute>(c->func);
-        if (at && (at->attr == "store" || at->attr == "atomic_add") && at->value->kind == Kind::Name &&
-            static_cast<Name *>(at->value)->id == "tile" && !c->args.empty()) {
-          Expr *v = c->args[0].value;
-          while (auto *s = dyn_cast<Subscript>(v)) v = s->value;
-          if (auto *nm = dyn_cast<Name>(v))
-            if (std::find(out.begin(), out.end(), nm->id) == out.end()) out.push_back(nm->id);
-        }
-      }
-      forEachChild(n, walk);
-    };
-    for (Stmt *st : k.def->body) walk(st);
-    return out;
-  }
-
   // kernel[grid](args): one kernel_call op. Kernels write into their tensor arguments; in the
   // graph the call returns the written tensors as new values, and the caller's names for them
   // are rebound, so the graph stays pure. On the CPU an autotune space takes its first
@@ -822,7 +803,7 @@ public:
     }
     std::vector<Type> results;
     std::vector<std::pair<Expr *, size_t>> rebind;
-    for (const std::string &w : writtenParams(k)) {
+    for (const std::string &w : kernelWrittenParams(k)) {
       auto it = operandOf.find(w);
       if (it == operandOf.end()) continue;
       results.push_back(operands[it->second]->type);

@@ -1748,4 +1748,23 @@ const FunctionInfo *findKernel(const sema::Program &p, const std::string &callee
   return nullptr;
 }
 
+std::vector<std::string> kernelWrittenParams(const FunctionInfo &k) {
+  std::vector<std::string> out;
+  std::function<void(Node *)> walk = [&](Node *n) {
+    if (auto *c = dyn_cast<Call>(n)) {
+      auto *at = dyn_cast<Attribute>(c->func);
+      if (at && (at->attr == "store" || at->attr == "atomic_add") && at->value->kind == Kind::Name &&
+          static_cast<Name *>(at->value)->id == "tile" && !c->args.empty()) {
+        Expr *v = c->args[0].value;
+        while (auto *s = dyn_cast<Subscript>(v)) v = s->value;
+        if (auto *nm = dyn_cast<Name>(v))
+          if (std::find(out.begin(), out.end(), nm->id) == out.end()) out.push_back(nm->id);
+      }
+    }
+    forEachChild(n, walk);
+  };
+  for (Stmt *st : k.def->body) walk(st);
+  return out;
+}
+
 } // namespace tsr::ir

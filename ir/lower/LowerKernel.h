@@ -49,6 +49,10 @@ std::vector<Attr> launchConfig(const sema::FunctionInfo &k);
 /// NotCompilableYet at the construct, with a note at the launch.
 std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags);
 
+/// The parameters a kernel writes: the tensors that its tile.store / tile.atomic_add views
+/// reach, by name, in the order the body first mentions them (the results of a kernel_call).
+std::vector<std::string> kernelWrittenParams(const sema::FunctionInfo &k);
+
 /// The kernel a kernel_call's `callee` attribute names ("kernels.gemm", or "saxpy" in the main
 /// module); null when the program has none.
 const sema::FunctionInfo *findKernel(const sema::Program &p, const std::string &callee);

@@ -21,23 +21,7 @@ KernelLauncher::KernelLauncher(const sema::Program &p, int threads) : P_(p), thr
 KernelLauncher::~KernelLauncher() = default;
 
 std::vector<size_t> KernelLauncher::writtenOperands(const sema::FunctionInfo &k) {
-  // The same walk as LowerGraph's: the base names of the views given to tile.store and
-  // tile.atomic_add, in the order the body mentions them.
-  std::vector<std::string> names;
-  std::function<void(Node *)> walk = [&](Node *n) {
-    if (auto *c = dyn_cast<Call>(n)) {
-      auto *at = dyn_cast<Attribute>(c->func);
-      if (at && (at->attr == "store" || at->attr == "atomic_add") && at->value->kind == Kind::Name &&
-          static_cast<Name *>(at->value)->id == "tile" && !c->args.empty()) {
-        Expr *v = c->args[0].value;
-        while (auto *s = dyn_cast<Subscript>(v)) v = s->value;
-        if (auto *nm = dyn_cast<Name>(v))
-          if (std::find(names.begin(), names.end(), nm->id) == names.end()) names.push_back(nm->id);
-      }
-    }
-    forEachChild(n, walk);
-  };
-  for (Stmt *st : k.def->body) walk(st);
+  std::vector<std::string> names = ir::kernelWrittenParams(k);
   std::vector<size_t> out;
   for (const std::string &w : names) {
     size_t pos = 0;
