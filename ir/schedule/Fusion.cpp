@@ -15,6 +15,7 @@ std::string_view stepKindName(StepKind k) {
   case StepKind::Reduce: return "reduce";
   case StepKind::MatMul: return "matmul";
   case StepKind::View: return "view";
+  case StepKind::Concat: return "concat";
   case StepKind::Library: return "library";
   }
   return "?";
@@ -149,6 +150,7 @@ Schedule planFusion(const Graph &g) {
     } else {
       st.kind = op->kind == OpKind::MatMul && op->operands.size() == 2 ? StepKind::MatMul
                 : isViewOp(op->kind) && op->operands.size() == 1 ? StepKind::View
+                : op->kind == OpKind::Concat && !op->operands.empty() && op->results.size() == 1 ? StepKind::Concat
                                                                   : StepKind::Library;
       for (const Value *o : op->operands) st.inputs.push_back(o);
     }

@@ -16,7 +16,9 @@
 // - view: transpose, broadcast_to, slice, reverse, reshape: a new (offset, shape, strides) over
 //   the operand's buffer, no kernel (a reshape of a non-contiguous view copies; the executor
 //   decides, since contiguity depends on sizes).
-// - library: ops that runtime code executes rather than a tile program: argmax/argmin, concat,
+// - concat: one copy program per operand into its slice of the output (a view), converting to
+//   the result dtype.
+// - library: ops that runtime code executes rather than a tile program: argmax/argmin,
 //   gather, take, random_bits/normal/uniform, key_split, dim_value (a size as a scalar), and
 //   kernel_call (a hand-written kernel, run by the executor's KernelRunner). These are either
 //   rare and cheap (dim_value, key_split, argmax over logits), draw random numbers by the
@@ -41,7 +43,7 @@
 
 namespace tsr::ir::schedule {
 
-enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Library };
+enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library };
 std::string_view stepKindName(StepKind k);
 
 /// Whether fusion treats the op as elementwise / as a view (no kernel) / as a library step.

@@ -19,17 +19,25 @@ using TK = tile::OpKind;
 // and to fill the vector units, small enough for the working set of a fused chain to stay in L1/L2.
 constexpr int64_t kTileElems = 4096;
 
-int64_t pow2Ceil(int64_t x) {
-  int64_t p = 1;
-  while (p < x && p < (int64_t(1) << 40)) p <<= 1;
-  return p;
+// Tile sizes come in a few buckets rather than fitting each extent: every distinct program text
+// costs a JIT compilation (a large share of a short program's run time), and a tile larger than
+// a small extent only wastes masked lanes.
+int64_t bucket(int64_t x, std::initializer_list<int64_t> levels) {
+  int64_t last = 1;
+  for (int64_t l : levels) {
+    if (x <= l) return l;
+    last = l;
+  }
+  return last;
 }
+int64_t wideBucket(int64_t x) { return bucket(x, {16, 128, 1024}); }     // a contiguous axis
+int64_t rowBucket(int64_t x, int64_t rest) { return x <= 1 ? 1 : x <= 8 ? 8 : std::max<int64_t>(1, rest); }
 
-// The dtype a value of dtype t is computed in inside a program: f32 for the narrow floats.
-DType reprOf(DType t) {
-  if (isFloat(t) && (dtypeBits(t) <= 16 || t == DType::TF32)) return DType::F32;
-  return t;
-}
+// The dtype of the tile that holds a value of dtype t: t itself. Tile IR's elementwise ops on
+// narrow floats (bf16, f16, fp8, tf32) compute in f32 and round into the tile's dtype after every
+// op (the code generators' contract), which is the evaluator's rounding once per op; so the
+// programs need no casts of their own around each op.
+DType reprOf(DType t) { return t; }
 
 Policies roundingPolicies(const Policies &p) {
   Policies r;
@@ -367,13 +375,13 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
   c.block.assign(n, 0);
   int64_t BC = 1, BR = 1;
   if (n >= 1) {
-    BC = std::min(pow2Ceil(std::max<int64_t>(shape[n - 1], 1)), n == 1 ? kTileElems : int64_t(1024));
+    BC = n == 1 ? bucket(shape[0], {128, 1024, kTileElems}) : wideBucket(shape[n - 1]);
     c.block[n - 1] = BC;
     c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
     k.grid[0] = {{int(n - 1)}, BC};
   }
   if (n >= 2) {
-    BR = std::max<int64_t>(1, std::min(pow2Ceil(std::max<int64_t>(shape[n - 2], 1)), kTileElems / BC));
+    BR = rowBucket(shape[n - 2], kTileElems / BC);
     c.block[n - 2] = BR;
     c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
     k.grid[1] = {{int(n - 2)}, BR};
@@ -436,16 +444,16 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   int cax = -1;
   for (int d = int(n) - 1; d >= 0; --d)
     if (d != axis) { cax = d; break; }
-  const int64_t K = std::max<int64_t>(shape[size_t(axis)], 1);
+  const int64_t K = shape[size_t(axis)];
   int64_t BK, BC = 1;
   if (cax < 0) {
-    BK = std::min(pow2Ceil(K), kTileElems);
+    BK = bucket(K, {128, 1024, kTileElems});
   } else if (axis == int(n) - 1) {
-    BK = std::min(pow2Ceil(K), int64_t(1024));
-    BC = std::max<int64_t>(1, std::min(pow2Ceil(std::max<int64_t>(shape[size_t(cax)], 1)), kTileElems / BK));
+    BK = wideBucket(K);
+    BC = rowBucket(shape[size_t(cax)], kTileElems / BK);
   } else {
-    BC = std::min(pow2Ceil(std::max<int64_t>(shape[size_t(cax)], 1)), int64_t(128));
-    BK = std::max<int64_t>(1, std::min(pow2Ceil(K), kTileElems / BC));
+    BC = bucket(shape[size_t(cax)], {16, 128});
+    BK = rowBucket(K, kTileElems / BC);
   }
   k.tiles = (cax >= 0 ? "BC=" + std::to_string(BC) + " " : std::string()) + "BK=" + std::to_string(BK);
 
@@ -586,9 +594,8 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType adt, DType bdt, const T
   TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), T));
   TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
   TV *B = f.addParam("b", tile::Type::tensor(uint32_t(n), bdt));
-  const int64_t BM = std::min<int64_t>(64, pow2Ceil(std::max<int64_t>(mnk[0], 1)));
-  const int64_t BN = std::min<int64_t>(64, pow2Ceil(std::max<int64_t>(mnk[1], 1)));
-  const int64_t BK = std::min<int64_t>(64, pow2Ceil(std::max<int64_t>(mnk[2], 1)));
+  // 64x64x64: the best of codegen's gemm benchmark (tools/bench/gemm_cpu.cpp) at 1024^3.
+  const int64_t BM = bucket(mnk[0], {16, 64}), BN = bucket(mnk[1], {16, 64}), BK = bucket(mnk[2], {16, 64});
   k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK);
 
   Builder b{f, f.body, op.loc};
@@ -649,12 +656,12 @@ Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, co
   c.start.assign(n, nullptr);
   c.block.assign(n, 0);
   if (n >= 1) {
-    int64_t BC = std::min(pow2Ceil(std::max<int64_t>(shape[n - 1], 1)), n == 1 ? kTileElems : int64_t(1024));
+    int64_t BC = n == 1 ? bucket(shape[0], {128, 1024, kTileElems}) : wideBucket(shape[n - 1]);
     c.block[n - 1] = BC;
     c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
     k.grid[0] = {{int(n - 1)}, BC};
     if (n >= 2) {
-      int64_t BR = std::max<int64_t>(1, std::min(pow2Ceil(std::max<int64_t>(shape[n - 2], 1)), kTileElems / BC));
+      int64_t BR = rowBucket(shape[n - 2], kTileElems / BC);
       c.block[n - 2] = BR;
       c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
       k.grid[1] = {{int(n - 2)}, BR};

@@ -10,10 +10,10 @@
 // compileForHost's cache (keyed by text) compiles it once for all shapes that share tiles.
 //
 // Numerics follow the reference evaluator (ir/eval/Evaluator.h):
-// - Values of bf16, f16, fp8 and tf32 are computed in f32 and rounded to their dtype after every
-//   op (round-to-nearest-even, saturating under @saturate), so a fused chain gives what the
-//   op-by-op evaluator gives up to f32-vs-f64 intermediate precision; other dtypes compute in
-//   themselves. Operands are converted to each op's computation dtype first (the result dtype;
+// - Values are tiles of their own dtype; Tile IR computes bf16, f16, fp8 and tf32 in f32 and
+//   rounds into the dtype after every op (round-to-nearest-even, saturating under @saturate), so
+//   a fused chain gives what the op-by-op evaluator gives up to f32-vs-f64 intermediate
+//   precision. Operands are converted to each op's computation dtype first (the result dtype;
 //   the promoted operand dtype for comparisons), as the evaluator does.
 // - Integer ops whose result in a narrow dtype could differ from the evaluator's i64 arithmetic
 //   wrapped at the end (floordiv, mod, pow, shifts, abs/neg/sign, any arithmetic on bool) are

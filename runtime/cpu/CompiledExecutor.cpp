@@ -119,7 +119,21 @@ std::string shapeKey(const Shape &s) {
 
 struct CompiledExecutor::Impl {
   int threads;
+  int64_t jitThreshold = 0;
   std::atomic<uint64_t> launches{0};
+  // Work (element-ops) each step has run interpreted so far, by its program key.
+  std::unordered_map<std::string, int64_t> interpretedWork;
+
+  // Whether a step of `work` element-ops per call is compiled now: once the work it has done
+  // interpreted reaches the threshold (a first call that large compiles at once), so that a
+  // program whose tensors are small never waits for the JIT, and a loop over them compiles
+  // after its first iterations. Counted in work, not time, so that runs are reproducible.
+  bool compileNow(const std::string &key, int64_t work) {
+    if (jitThreshold <= 0 || programs.count(key)) return true;
+    int64_t &done = interpretedWork[key];
+    done += std::max<int64_t>(work, 1);
+    return done >= jitThreshold;
+  }
   // Compiled programs by (graph content, step, program, iteration shape): the plan of a graph
   // for the shapes it has been called with. Pointers into graphs are never kept, so a graph
   // freed and another allocated at its address cannot alias a plan.
@@ -138,25 +152,52 @@ struct CompiledExecutor::Impl {
     ++launches;
   }
 
-  // A contiguous tensor with v's elements (v's buffer itself when it already is one).
+  // Copies the elements of view `src` into view `dst` of equal shape (converted to dst's dtype,
+  // rounded by `pol`).
+  void copy(const View &dst, const View &src, const Policies &pol, const std::string &keyPrefix) {
+    const size_t n = src.shape.size();
+    const DType to = dst.buf.dtype();
+    std::string key = keyPrefix + "copy/" + std::to_string(n) + std::string(dtypeName(src.buf.dtype())) + ">" +
+                      std::string(dtypeName(to)) + (pol.saturate ? "s" : "") + shapeKey(src.shape);
+    const Compiled &c = program(key, [&] { return sched::lowerCopy(n, src.buf.dtype(), to, pol, src.shape, "copy"); });
+    launch(c, {argOf(dst), argOf(src)}, src.shape);
+  }
+
+  // A contiguous tensor with v's elements (v's buffer itself when it already is one): a copy
+  // program, or a host loop for copies too small to be worth compiling one.
   Tensor materialize(const View &v, DType to, const Policies &pol, const std::string &keyPrefix) {
     if (v.buf.dtype() == to && v.offset == 0 && contiguous(v) && numelOf(v.shape) == v.buf.numel())
       return v.buf.reshape(v.shape);
+    if (v.buf.dtype() == to && !compileNow(keyPrefix + "copy" + shapeKey(v.shape), numelOf(v.shape))) return hostCopy(v);
     Tensor out = Tensor::empty(v.shape, to);
-    const size_t n = v.shape.size();
-    std::string key = keyPrefix + "copy/" + std::to_string(n) + std::string(dtypeName(v.buf.dtype())) + ">" +
-                      std::string(dtypeName(to)) + (pol.saturate ? "s" : "") + shapeKey(v.shape);
-    const Compiled &c = program(key, [&] {
-      return sched::lowerCopy(n, v.buf.dtype(), to, pol, v.shape, "copy");
-    });
-    launch(c, {argOf(whole(out)), argOf(v)}, v.shape);
+    copy(whole(out), v, pol, keyPrefix);
+    return out;
+  }
+
+  static Tensor hostCopy(const View &v) {
+    Tensor out = Tensor::empty(v.shape, v.buf.dtype());
+    const int64_t n = numelOf(v.shape), w = int64_t(v.buf.itemsize());
+    const auto *src = static_cast<const unsigned char *>(v.buf.data());
+    auto *dst = static_cast<unsigned char *>(out.data());
+    Shape idx(v.shape.size(), 0);
+    int64_t off = v.offset;
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(dst + i * w, src + off * w, size_t(w));
+      for (size_t d = v.shape.size(); d-- > 0;) {
+        if (++idx[d] < v.shape[d]) { off += v.strides[d]; break; }
+        off -= v.strides[d] * (v.shape[d] - 1);
+        idx[d] = 0;
+      }
+    }
     return out;
   }
 };
 
-CompiledExecutor::CompiledExecutor(const ir::KernelRunner *runner, int threads) : impl_(std::make_unique<Impl>()) {
+CompiledExecutor::CompiledExecutor(const ir::KernelRunner *runner, int threads, int64_t jitThreshold)
+    : impl_(std::make_unique<Impl>()) {
   kernels = runner;
   impl_->threads = threads;
+  impl_->jitThreshold = jitThreshold;
 }
 CompiledExecutor::~CompiledExecutor() = default;
 
@@ -239,11 +280,70 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     return it->second;
   };
 
+  // Runs `ops` (in graph order) on the reference evaluator as a graph of their own, whose
+  // parameters are `ins` and outputs `outs`: library steps, and kernel steps not compiled yet.
+  auto interpret = [&](const Op &anchor, const std::vector<const Op *> &ops, const std::vector<const Value *> &ins,
+                       const std::vector<const Value *> &outs, const std::string &key) {
+    ir::Graph sub(g.name);
+    std::unordered_map<const Value *, Value *> map;
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      Value *p = sub.addParam(std::to_string(i), ins[i]->type);
+      // The graph's value numbers, so that errors name ops as the whole graph would.
+      p->id = ins[i]->id;
+      map[ins[i]] = p;
+      const View &v = viewOf(ins[i]);
+      args.push_back(ins[i]->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));
+    }
+    for (const Op *o : ops) {
+      std::vector<Value *> operands;
+      for (const Value *x : o->operands) operands.push_back(map.at(x));
+      std::vector<ir::Type> types;
+      for (const Value *r : o->results) types.push_back(r->type);
+      Op *c = sub.addWithTypes(o->kind, operands, o->attrs, types, o->loc);
+      for (size_t r = 0; r < c->results.size(); ++r) {
+        c->results[r]->id = o->results[r]->id;
+        map[o->results[r]] = c->results[r];
+      }
+    }
+    for (const Value *o : outs) sub.outputs.push_back(map.at(o));
+    std::vector<Tensor> res;
+    try {
+      res = ir::evaluate(m, sub, args, kernels, sizes);
+    } catch (const EvalError &e) {
+      // Without a location, the subgraph's name would stand for the op's.
+      if (e.where().rfind("graph @", 0) == 0) throw EvalError(whereOf(m, g, anchor), e.problem());
+      throw;
+    }
+    for (size_t r = 0; r < res.size() && r < outs.size(); ++r) views[outs[r]] = whole(res[r]);
+  };
+
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const sched::Step &st = plan.steps[si];
     const Op &op = *st.anchor;
     const std::string key = graphKey + std::to_string(si) + "/";
     try {
+      // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).
+      if (st.kind == sched::StepKind::Elementwise || st.kind == sched::StepKind::Reduce ||
+          st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat) {
+        int64_t work = 0;
+        Shape in;
+        if (st.kind == sched::StepKind::Reduce) in = shapeOf(op.operands[0]);
+        else in = shapeOf(op.result());
+        work = numelOf(in) * int64_t(std::max<size_t>(st.cone.size(), 1));
+        if (st.kind == sched::StepKind::MatMul && !op.operands[0]->type.dims.empty())
+          work *= std::max<int64_t>(1, shapeOf(op.operands[0]).back());
+        if (!I.compileNow(key + shapeKey(in), work)) {
+          std::vector<const Op *> ops = st.cone;
+          if (st.kind != sched::StepKind::Elementwise) ops.push_back(&op);
+          interpret(op, ops, st.inputs, st.outputs, key);
+          for (const Value *v : st.inputs) {
+            auto lu = lastUse.find(v);
+            if (lu != lastUse.end() && lu->second == si) views.erase(v);
+          }
+          continue;
+        }
+      }
       switch (st.kind) {
       case sched::StepKind::Elementwise: {
         const Value *root = st.outputs[0];
@@ -253,7 +353,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         for (const Value *in : st.inputs) args.push_back(argOf(broadcastView(viewOf(in), S)));
         Checks checks(st.cone);
         checks.addArg(args);
-        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew" + std::to_string(si)); });
+        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew"); });
         I.launch(c, args, S);
         checks.raise(m, g);
         views[root] = whole(out);
@@ -297,7 +397,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           Checks checks(s == 0 ? st.cone : std::vector<const Op *>{});
           checks.addArg(args);
           const Compiled &c = I.program(key + std::to_string(s) + shapeKey(S) + (last ? "L" : ""), [&] {
-            return sched::lowerReduceStage(st, s, last, S, axis, "reduce" + std::to_string(si) + "_" + std::to_string(s));
+            return sched::lowerReduceStage(st, s, last, S, axis, "reduce");
           });
           I.launch(c, args, S);
           checks.raise(m, g);
@@ -336,7 +436,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         std::vector<codegen::KernelArg> args{argOf(ov), argOf(broadcastView(a, ash)), argOf(broadcastView(b, bsh))};
         const DType adt = a.buf.dtype(), bdt = b.buf.dtype();
         const Compiled &c = I.program(key + shapeKey(full), [&] {
-          return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul" + std::to_string(si));
+          return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul");
         });
         I.launch(c, args, full);
         views[res] = whole(out);
@@ -408,32 +508,40 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         views[res] = r;
         break;
       }
-      case sched::StepKind::Library: {
-        ir::Graph one(g.name);
-        std::vector<Value *> params;
-        std::vector<Tensor> args;
+      case sched::StepKind::Concat: {
+        // One copy program per operand, into its slice of the output along the axis.
+        const Value *res = op.result();
+        const Shape R = shapeOf(res);
+        const auto *axisAttr = op.attrAs<int64_t>("axis");
+        const int64_t rank = int64_t(R.size());
+        int64_t ax = axisAttr ? *axisAttr : 0;
+        if (ax < -rank || ax >= rank) throw OpFailure{"axis " + std::to_string(ax) + " is out of range for rank " + std::to_string(rank)};
+        if (ax < 0) ax += rank;
+        Tensor out = Tensor::empty(R, res->type.dtype);
+        View dst = whole(out);
+        int64_t at = 0;
+        Policies pol;
+        pol.saturate = res->type.policies.saturate;
         for (size_t i = 0; i < op.operands.size(); ++i) {
-          const Value *o = op.operands[i];
-          params.push_back(one.addParam(std::to_string(i), o->type));
-          const View &v = viewOf(o);
-          args.push_back(o->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));
+          const View &src = viewOf(op.operands[i]);
+          bool fits = int64_t(src.shape.size()) == rank;
+          for (int64_t d = 0; fits && d < rank; ++d) fits = d == ax || src.shape[size_t(d)] == R[size_t(d)];
+          if (!fits || at + src.shape[size_t(ax)] > R[size_t(ax)])
+            throw OpFailure{"cannot concatenate " + rt::formatShape(src.shape) + " into " + rt::formatShape(R) + " along axis " + std::to_string(ax)};
+          View part = dst;
+          part.offset = at * dst.strides[size_t(ax)];
+          part.shape[size_t(ax)] = src.shape[size_t(ax)];
+          if (numelOf(part.shape) > 0) I.copy(part, src, pol, key + std::to_string(i));
+          at += src.shape[size_t(ax)];
         }
-        std::vector<ir::Type> types;
-        for (const Value *r : op.results) types.push_back(r->type);
-        Op *copy = one.addWithTypes(op.kind, params, op.attrs, types, op.loc);
-        one.outputs = copy->results;
-        // The graph's value numbers, so that errors name the op as the whole graph would.
-        for (size_t i = 0; i < copy->results.size(); ++i) copy->results[i]->id = op.results[i]->id;
-        for (size_t i = 0; i < params.size(); ++i) params[i]->id = op.operands[i]->id;
-        std::vector<Tensor> outs;
-        try {
-          outs = ir::evaluate(m, one, args, kernels, sizes);
-        } catch (const EvalError &e) {
-          // Without a location, the one-op graph's name would stand for the op's.
-          if (e.where().rfind("graph @", 0) == 0) throw EvalError(whereOf(m, g, op), e.problem());
-          throw;
-        }
-        for (size_t r = 0; r < outs.size() && r < op.results.size(); ++r) views[op.results[r]] = whole(outs[r]);
+        views[res] = whole(out);
+        break;
+      }
+      case sched::StepKind::Library: {
+        std::vector<const Value *> ins;
+        for (const Value *o : op.operands)
+          if (std::find(ins.begin(), ins.end(), o) == ins.end()) ins.push_back(o);
+        interpret(op, {&op}, ins, st.outputs, key);
         break;
       }
       }
@@ -463,7 +571,9 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
 }
 
 std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels) {
-  return std::make_unique<CompiledExecutor>(kernels);
+  int64_t threshold = kDefaultJitThreshold;
+  if (const char *t = std::getenv("TSR_JIT_THRESHOLD"); t && *t) threshold = std::atoll(t);
+  return std::make_unique<CompiledExecutor>(kernels, 0, threshold);
 }
 
 } // namespace tsr::cpu

@@ -28,7 +28,10 @@ class CompiledExecutor : public host::GraphExecutor {
 public:
   /// `runner` runs kernel_call ops (GraphExecutor::kernels; may be null, and the interpreter
   /// sets its kernel launcher then); `threads` for each launch (0: one per core).
-  explicit CompiledExecutor(const ir::KernelRunner *runner = nullptr, int threads = 0);
+  /// `jitThreshold`: a kernel step runs interpreted (the reference evaluator on its ops) until
+  /// the element-ops it has done so reach this many, then compiled; 0 compiles every step at
+  /// once (what the tests of compiled code use).
+  explicit CompiledExecutor(const ir::KernelRunner *runner = nullptr, int threads = 0, int64_t jitThreshold = 0);
   ~CompiledExecutor() override;
 
   std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override;
@@ -45,6 +48,12 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/// About one JIT compilation's worth of interpreted work (element-ops) on this machine: a step
+/// that does less than this over a whole run is cheaper to interpret than to compile.
+constexpr int64_t kDefaultJitThreshold = int64_t(1) << 23;
+
+/// The executor of `tsr run`: compiled, with the JIT threshold kDefaultJitThreshold or
+/// TSR_JIT_THRESHOLD (0: compile everything at its first call).
 std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels = nullptr);
 
 } // namespace tsr::cpu

@@ -7,7 +7,8 @@ Lowers every program of tests/ir/programs/ with `tsrc FILE --emit=graph` and run
 `schedule_check` (tests/schedule/schedule_check.cpp) on those graphs and on the graphs written
 for this test (tests/schedule/*.graph: views, odd and unit sizes, every storage dtype). Then
 compares `tsrc --emit=schedule` of tests/schedule/*.tsr with the .schedule golden files next to
-them (regenerate with TSR_UPDATE_GOLDEN=1). Exits non-zero on any failure.
+them (regenerate with TSR_UPDATE_GOLDEN=1). A second run of a few graphs uses a JIT threshold, so that
+small steps run interpreted next to compiled ones. Exits non-zero on any failure.
 """
 import glob
 import os
@@ -35,6 +36,14 @@ def main():
         graphs += sorted(glob.glob(os.path.join(here, "*.graph")))
         r = subprocess.run([check] + graphs, capture_output=True, text=True, cwd=root, timeout=1200)
         sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        if r.returncode != 0:
+            failed += 1
+        # Interpreted and compiled steps mixed in one graph (tsr run's JIT threshold): steps of
+        # fewer than 2000 element-ops stay interpreted.
+        mixed = [g for g in graphs if os.path.basename(g) in ("nn_functions.graph", "views.graph", "layout.graph")]
+        r = subprocess.run([check, "--jit-threshold", "2000"] + mixed, capture_output=True, text=True, cwd=root, timeout=1200)
+        sys.stdout.write(r.stdout.replace("\nok", "\nok (mixed)"))
         sys.stderr.write(r.stderr)
         if r.returncode != 0:
             failed += 1

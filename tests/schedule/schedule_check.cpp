@@ -1,7 +1,10 @@
 // Compiled CPU execution (runtime/cpu/CompiledExecutor.h) against the reference evaluator on
 // every graph of Graph IR text files.
 //
-//   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME]
+//   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME] [--jit-threshold N]
+//
+// --jit-threshold: the executor's (default 0, every step compiled at its first call); with a
+// middle value, small steps of a graph run interpreted and large ones compiled, side by side.
 //
 // For each graph and each size assignment (symbols not named get distinct defaults; several
 // assignments give odd, unit and power-of-two sizes), inputs are seeded random values: floats
@@ -101,12 +104,15 @@ std::string compare(const rt::Tensor &got, const rt::Tensor &want) {
 int main(int argc, char **argv) {
   std::vector<std::string> files, sizeSets;
   std::string only;
+  int64_t jitThreshold = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--sizes" && i + 1 < argc) {
       std::stringstream ss(argv[++i]);
       std::string part;
       while (std::getline(ss, part, ';')) sizeSets.push_back(part);
+    } else if (a == "--jit-threshold" && i + 1 < argc) {
+      jitThreshold = std::stoll(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
@@ -121,7 +127,7 @@ int main(int argc, char **argv) {
   if (sizeSets.empty()) sizeSets = {"*=odd", "*=1", "*=8", "*=16"};
 
   int passed = 0, failed = 0;
-  cpu::CompiledExecutor exec;
+  cpu::CompiledExecutor exec(nullptr, 0, jitThreshold);
   for (const std::string &file : files) {
     std::ifstream in(file);
     std::stringstream buf;
