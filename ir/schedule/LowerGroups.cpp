@@ -560,17 +560,7 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
 
   TK rk = red.kind == OpKind::ReduceSum ? TK::ReduceSum : red.kind == OpKind::ReduceProd ? TK::ReduceProd
           : red.kind == OpKind::ReduceMax ? TK::ReduceMax : TK::ReduceMin;
-  // The final reduction runs along the leading tile axis, so that it combines whole rows (the
-  // contiguous axis stays innermost); a kept extent of 1 reduces the tile as a vector.
-  TV *accFinal = loop->result();
-  TV *r;
-  if (tshape.size() == 2 && BC == 1) {
-    accFinal = b.op(TK::Reshape, {accFinal}, {{"shape", std::vector<int64_t>{BK}}});
-    r = b.op(TK::Reshape, {b.op(rk, {accFinal}, {{"axis", int64_t(0)}})}, {{"shape", std::vector<int64_t>{1}}});
-  } else {
-    if (tshape.size() == 2 && rpos == 1) accFinal = b.op(TK::Transpose, {accFinal}, {{"perm", std::vector<int64_t>{1, 0}}});
-    r = b.op(rk, {accFinal}, {{"axis", int64_t(0)}});
-  }
+  TV *r = b.op(rk, {loop->result()}, {{"axis", int64_t(rpos)}});
   // One rounding into the result dtype (the evaluator's), or the carry for the next stage.
   if (last) r = b.cast(r, outDType, rty.policies);
   else r = b.cast(r, outDType);
