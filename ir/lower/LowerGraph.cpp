@@ -36,6 +36,7 @@ struct LV {
   std::string s;
   DTypeAttr dt{DType::F32, {}};
   Value *v = nullptr;       // Tensor, Key; an Int that is a run-time value has it too
+  bool weak = false;        // Tensor: a run-time Python float (weakly typed, as a constant float)
   std::vector<LVRef> elems;
   std::vector<std::pair<std::string, LVRef>> fields;
   const FunctionInfo *fn = nullptr;
@@ -67,6 +68,9 @@ LVRef integer(Dim d, Value *rt = nullptr) { LV v; v.kind = LV::K::Int; v.i = std
 LVRef floating(double f) { LV v; v.kind = LV::K::Float; v.f = f; return mk(v); }
 LVRef str(std::string s) { LV v; v.kind = LV::K::Str; v.s = std::move(s); return mk(v); }
 LVRef tensor(Value *x) { LV v; v.kind = x->type.isKey() ? LV::K::Key : LV::K::Tensor; v.v = x; return mk(v); }
+// A Python float known only at run time (a positional float parameter): a 0-d f32 tensor that
+// arithmetic treats as weakly typed (spec 6), so that it changes no dtype, as a constant would not.
+LVRef weakFloat(Value *x) { LV v; v.kind = LV::K::Tensor; v.v = x; v.weak = true; return mk(v); }
 LVRef tuple(std::vector<LVRef> e, bool list = false) { LV v; v.kind = list ? LV::K::List : LV::K::Tuple; v.elems = std::move(e); return mk(v); }
 
 struct Returned {
@@ -410,6 +414,7 @@ private:
       if (x->kind == LV::K::Int && u->op == UnaryOp::Neg) return integer(Dim::constant(0) - x->i);
       if (x->kind == LV::K::Float && u->op == UnaryOp::Neg) return floating(-x->f);
       if (x->kind != LV::K::Tensor) unsupported("this unary operator on a " + kindName(x), e->range);
+      if (x->weak && u->op == UnaryOp::Neg) return weakFloat(op(OpKind::Neg, {x->v}, {}, e->range));
       return tensor(op(u->op == UnaryOp::Neg ? OpKind::Neg : OpKind::Not, {x->v}, {}, e->range));
     }
     case Kind::Binary: {
@@ -512,6 +517,24 @@ private:
     }
   }
 
+  // Arithmetic with a run-time Python float: beside a tensor, the float takes the dtype that a
+  // constant float would (promoteWithWeak); with numbers and other run-time floats, it is Python
+  // float arithmetic, computed in f32, whose result is again a weak run-time float.
+  LVRef weakBinary(BinOp bop, const LVRef &a, const LVRef &b, SourceRange at) {
+    auto strong = [](const LVRef &x) { return x->kind == LV::K::Tensor && !x->weak; };
+    if (strong(a) || strong(b)) {
+      DType dt = promoteWithWeak((strong(a) ? a : b)->v->type.dtype, WeakScalar::Float);
+      auto fit = [&](const LVRef &x) {
+        if (!x->weak) return x;
+        return tensor(dt == x->v->type.dtype ? x->v : op(OpKind::Cast, {x->v}, {{"dtype", DTypeAttr{dt, {}}}}, at));
+      };
+      return binary(bop, fit(a), fit(b), at);
+    }
+    auto plain = [](const LVRef &x) { return x->weak ? tensor(x->v) : x; };
+    LVRef r = binary(bop, plain(a), plain(b), at);
+    return r->kind == LV::K::Tensor ? weakFloat(r->v) : r;
+  }
+
 public:
   LVRef binary(BinOp bop, const LVRef &a, const LVRef &b, SourceRange at) {
     if ((a->kind == LV::K::Tuple || a->kind == LV::K::List) && bop == BinOp::Add && b->kind == a->kind) {
@@ -520,6 +543,7 @@ public:
       return tuple(es, a->kind == LV::K::List);
     }
     if (a->kind == LV::K::Str && b->kind == LV::K::Str && bop == BinOp::Add) return str(a->s + b->s);
+    if (a->weak || b->weak) return weakBinary(bop, a, b, at);
     if (isNumber(a) && isNumber(b)) return numberOp(bop, a, b, at);
     if (a->kind != LV::K::Tensor && b->kind != LV::K::Tensor) unsupported("this operator on a " + kindName(a) + " and a " + kindName(b), at);
     std::optional<DType> other;
@@ -1674,7 +1698,7 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
   }
   case TypeKind::Float:
     if (t->floatValue) return floating(*t->floatValue);
-    return tensor(g.addParam(name, Type::tensor({}, DType::F32)));
+    return weakFloat(g.addParam(name, Type::tensor({}, DType::F32)));
   case TypeKind::Bool:
     if (t->boolValue) return boolean(*t->boolValue);
     throw CompileError{"a bool parameter whose value is known only at run time", at};
