@@ -12,11 +12,10 @@ device=cpu
 if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
   device=auto
 fi
-# Graphs run on the reference evaluator unless TSR_EXECUTOR says otherwise: the compiled
-# executor runs an epoch about three times as fast, but first spends over 2.5 minutes of LLVM
-# compilation on this job's graphs on the 2-core machine, so that the whole job takes about
-# 3.3 minutes instead of under 2 (docs/performance.md, "Main job"). TSR_EXECUTOR=compiled
-# selects it.
+# Graphs run on the reference evaluator unless TSR_EXECUTOR says otherwise: on this small job it
+# finishes first on the 2-core machine, because the compiled executor's compilation of the job's
+# graphs costs more than it saves (docs/performance.md, "Main job", has both executors'
+# figures). TSR_EXECUTOR=compiled selects the compiled executor.
 executor=${TSR_EXECUTOR:-reference}
 example=examples/digits_vit.tsr
 echo "== tsr run $example --device $device --executor $executor $*"
