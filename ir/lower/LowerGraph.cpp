@@ -1281,15 +1281,29 @@ public:
   }
 
   // The number of elements a reduction over `axisArg` combines.
-  Dim reducedCount(Value *x, const LVRef &axisArg, SourceRange at) {
+  // The number of elements a reduction over `axisArg` (all axes when None) combines, as a
+  // scalar of dtype `dt`. Each symbolic axis is read separately (dim_value floors it), and the
+  // product is formed at run time: a stepped slice's extent "(N + 1)/2" is floored on its own,
+  // whereas the product of the symbolic dims would floor 2 * (N + 1)/2 = N + 1 only once.
+  Value *reducedCount(Value *x, const LVRef &axisArg, DType dt, SourceRange at) {
+    std::vector<size_t> axes;
     if (!axisArg || axisArg->kind == LV::K::None) {
-      Dim p = Dim::constant(1);
-      for (auto &d : x->type.dims) p = p * d;
-      return p;
+      for (size_t i = 0; i < x->type.rank(); ++i) axes.push_back(i);
+    } else {
+      for (int64_t a : intsOf(axisArg, at)) axes.push_back(static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(x->type.rank()) : a));
     }
-    Dim p = Dim::constant(1);
-    for (int64_t a : intsOf(axisArg, at)) p = p * x->type.dims[a < 0 ? a + static_cast<int64_t>(x->type.rank()) : a];
-    return p;
+    int64_t known = 1;
+    Value *count = nullptr;
+    for (size_t a : axes) {
+      const Dim &d = x->type.dims[a];
+      if (auto c = d.constantValue()) { known *= *c; continue; }
+      Value *v = op(OpKind::DimValue, {}, {{"dim", std::vector<Dim>{d}}}, at);
+      count = count ? op(OpKind::Mul, {count, v}, {}, at) : v;
+    }
+    Value *k = constant(static_cast<double>(known), count ? DType::I64 : dt, at);
+    if (!count) return k;
+    if (known != 1) count = op(OpKind::Mul, {count, k}, {}, at);
+    return op(OpKind::Cast, {count}, {{"dtype", DTypeAttr{dt, {}}}}, at);
   }
 
 public:
@@ -1369,10 +1383,8 @@ public:
                                                          {"prod", OpKind::ReduceProd}, {"argmax", OpKind::ArgMax}, {"argmin", OpKind::ArgMin}, {"mean", OpKind::ReduceSum}};
       Value *r = reduce(reds.at(name), t, axis, keep, at);
       if (name == "mean") {
-        Dim n = reducedCount(t, axis, at);
-        Value *cnt = asTensor(integer(n), r->type.dtype, at);
         if (!isFloat(r->type.dtype)) r = op(OpKind::Cast, {r}, {{"dtype", DTypeAttr{DType::F32, {}}}}, at);
-        r = op(OpKind::Div, {r, cnt->type.dtype == r->type.dtype ? cnt : op(OpKind::Cast, {cnt}, {{"dtype", DTypeAttr{r->type.dtype, {}}}}, at)}, {}, at);
+        r = op(OpKind::Div, {r, reducedCount(t, axis, r->type.dtype, at)}, {}, at);
       }
       return tensor(r);
     }
@@ -1383,18 +1395,17 @@ public:
       bool keep = keepArg && keepArg->kind == LV::K::Bool && keepArg->b;
       if (name == "var") {
         if (!isFloat(x->type.dtype)) x = op(OpKind::Cast, {x}, {{"dtype", DTypeAttr{DType::F32, {}}}}, at);
-        Dim n = reducedCount(x, axis, at);
         int64_t ddof = 0;
         if (kw.count("ddof")) {
           auto c = constInt(kw.at("ddof"));
           if (!c) unsupported("a ddof known only at run time", at);
           ddof = *c;
         }
-        Value *cnt = asTensor(integer(n), x->type.dtype, at);
+        Value *cnt = reducedCount(x, axis, x->type.dtype, at);
         Value *mu = op(OpKind::Div, {reduce(OpKind::ReduceSum, x, axis, true, at), cnt}, {}, at);
         Value *d = op(OpKind::Sub, {x, mu}, {}, at);
         Value *s = reduce(OpKind::ReduceSum, op(OpKind::Mul, {d, d}, {}, at), axis, keep, at);
-        Value *den = ddof == 0 ? cnt : asTensor(integer(n - Dim::constant(ddof)), x->type.dtype, at);
+        Value *den = ddof == 0 ? cnt : op(OpKind::Sub, {cnt, constant(static_cast<double>(ddof), x->type.dtype, at)}, {}, at);
         return tensor(op(OpKind::Div, {s, den}, {}, at));
       }
       // logsumexp(x) = m + log(sum(exp(x - m))), m the maximum: no overflow for large x.
