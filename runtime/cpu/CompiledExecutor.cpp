@@ -254,6 +254,24 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
   const sched::Schedule plan = sched::planFusion(g);
   const std::string graphKey = std::to_string(ir::contentHash(g, m)) + "/";
 
+  auto shapeOfDims = [&](const std::vector<Dim> &dims) {
+    Shape s;
+    for (const Dim &d : dims) {
+      try {
+        s.push_back(ir::evaluateDim(d, sizes));
+      } catch (const std::invalid_argument &e) {
+        throw OpFailure{"the dim \"" + d.str() + "\": " + e.what()};
+      }
+      if (s.back() < 0) throw OpFailure{"the dim \"" + d.str() + "\" is " + std::to_string(s.back()) + ", a negative extent"};
+    }
+    return s;
+  };
+  // The `shape` attribute of broadcast_to and reshape (what the evaluator reads too).
+  auto shapeAttr = [&](const Op &o) {
+    const auto *d = o.attrAs<std::vector<Dim>>("shape");
+    if (!d) throw OpFailure{"the attribute `shape` is missing"};
+    return shapeOfDims(*d);
+  };
   auto shapeOf = [&](const Value *v) {
     Shape s;
     for (const Dim &d : v->type.dims) {
@@ -328,12 +346,17 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat) {
         int64_t work = 0;
         Shape in;
-        if (st.kind == sched::StepKind::Reduce) in = shapeOf(op.operands[0]);
-        else in = shapeOf(op.result());
-        work = numelOf(in) * int64_t(std::max<size_t>(st.cone.size(), 1));
-        if (st.kind == sched::StepKind::MatMul && !op.operands[0]->type.dims.empty())
-          work *= std::max<int64_t>(1, shapeOf(op.operands[0]).back());
-        if (!I.compileNow(key + shapeKey(in), work)) {
+        bool known = true; // a type with an unknown dim (`?`) leaves the step to the evaluator
+        try {
+          if (st.kind == sched::StepKind::Reduce) in = shapeOf(op.operands[0]);
+          else in = shapeOf(op.result());
+          work = numelOf(in) * int64_t(std::max<size_t>(st.cone.size(), 1));
+          if (st.kind == sched::StepKind::MatMul && !op.operands[0]->type.dims.empty())
+            work *= std::max<int64_t>(1, shapeOf(op.operands[0]).back());
+        } catch (const OpFailure &) {
+          known = false;
+        }
+        if (!known || !I.compileNow(key + shapeKey(in), work)) {
           std::vector<const Op *> ops = st.cone;
           if (st.kind != sched::StepKind::Elementwise) ops.push_back(&op);
           interpret(op, ops, st.inputs, st.outputs, key);
@@ -458,7 +481,17 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           }
           break;
         }
-        case OpKind::BroadcastTo: r = broadcastView(x, shapeOf(res)); break;
+        case OpKind::BroadcastTo: {
+          const Shape to = shapeAttr(op);
+          bool fits = to.size() >= x.shape.size();
+          for (size_t i = 0; fits && i < x.shape.size(); ++i) {
+            int64_t a = x.shape[i], b = to[to.size() - x.shape.size() + i];
+            fits = a == b || a == 1;
+          }
+          if (!fits) throw OpFailure{"shape " + rt::formatShape(x.shape) + " does not broadcast to " + rt::formatShape(to)};
+          r = broadcastView(x, to);
+          break;
+        }
         case OpKind::Slice: {
           const auto *start = op.attrAs<std::vector<Dim>>("start");
           const auto *stop = op.attrAs<std::vector<Dim>>("stop");
@@ -494,14 +527,16 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           break;
         }
         default: { // reshape
-          const Shape s = shapeOf(res);
+          const Shape s = shapeAttr(op);
           if (numelOf(s) != numelOf(x.shape)) throw OpFailure{"cannot reshape to a different element count"};
           if (contiguous(x)) r = View{x.buf, x.offset, s, rowMajor(s)};
           else r = whole(I.materialize(x, x.buf.dtype(), {}, key).reshape(s));
         }
         }
         // A view's extents are the result type's (what later steps assume), or the type is wrong.
-        const Shape want = shapeOf(res);
+        bool unknown = false;
+        for (const Dim &d : res->type.dims) unknown = unknown || d.hasUnknown();
+        const Shape want = unknown ? r.shape : shapeOf(res);
         if (r.shape != want)
           throw OpFailure{"computed shape " + rt::formatShape(r.shape) + ", but the result type " + res->type.str() + " says " +
                           rt::formatShape(want)};
