@@ -22,7 +22,7 @@
 //   gather, take, random_bits/normal/uniform, key_split, dim_value (a size as a scalar), and
 //   kernel_call (a hand-written kernel, run by the executor's KernelRunner). These are either
 //   rare and cheap (dim_value, key_split, argmax over logits), draw random numbers by the
-//   Philox scheme of runtime/Random.h bit for bit, or move data without arithmetic.
+//   Philox scheme of runtime/Random.h bit for bit, or move data by index (gather, take).
 //
 // Materialized values (written to memory): graph outputs; results of every non-elementwise op;
 // elementwise results read by views, matmuls or library ops; and elementwise results that the

@@ -337,8 +337,6 @@ void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g) {
   f.gridRank = !g[2].axes.empty() ? 3 : !g[1].axes.empty() ? 2 : 1;
 }
 
-std::string opName(const Op &op) { return std::string(opSpelling(op.kind)); }
-
 } // namespace
 
 std::vector<const Op *> checkedOps(const std::vector<const Op *> &cone) {
@@ -420,7 +418,6 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   const Value *operand = red.operands.at(0);
   const Type &rty = red.result()->type;
   const DType carry = reductionCarryDType(red);
-  const DType inDType = stage == 0 ? operand->type.dtype : carry;
   const DType outDType = last ? rty.dtype : carry;
   const bool extreme = red.kind == OpKind::ReduceMax || red.kind == OpKind::ReduceMin;
 
@@ -539,7 +536,6 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   // Elements are converted to the accumulator exactly (the evaluator's f64 / i64 values).
   if (extreme) val = lb.cast(val, acc);
   else val = isFloat(valDType) ? lb.cast(lb.cast(val, reprOf(valDType)), acc) : lb.cast(val, DType::I64);
-  (void)inDType;
   // Elements past the extent (the loaded `other`, then the cone's results of it) are replaced by
   // the identity before they are combined.
   // (A program for an extent that is a multiple of BK has no partial chunk: it is specialized
@@ -568,7 +564,6 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   oc.block[size_t(axis)] = 0;
   oc.start[size_t(axis)] = b.i64(0);
   storeBox(b, out, oc, r);
-  (void)opName;
   return k;
 }
 
