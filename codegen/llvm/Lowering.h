@@ -85,6 +85,20 @@ private:
   const tile::Block *curBlock = nullptr; // the block being lowered
   // load_box results left to the dot that reads them (deferToDot), by value.
   std::unordered_map<const TValue *, const TOp *> deferred;
+  // Threads of one program (TargetDesc::threadsPerProgram) and this thread's index (i64, made in
+  // the entry block); loops entered so far; above 0, ops run redundantly in every thread.
+  int threads = 1;
+  Value *tid = nullptr;
+  int loopDepth = 0;
+  int redundant = 0;
+  bool shared() const { return threads > 1 && redundant == 0; }
+  // Reuse of shared tile buffers (threads > 1): buffers made by the op being lowered (a stack: a
+  // nested block's ops pop their own), live values per reusable buffer, and the values a yield
+  // reads (an if's phi or a loop's copy reads their buffers later: never reused).
+  std::vector<Value *> made;
+  std::unordered_map<Value *, int> bufRefs;
+  std::unordered_map<const TValue *, Value *> valueBuf;
+  std::unordered_map<const TValue *, bool> pinned;
 
   // ---- types ----
   Type *i1() { return B.getInt1Ty(); }
@@ -129,6 +143,13 @@ private:
   void set(const TValue *v, Value *x) { vals[v] = x; }
   Value *alloc(const TType &t) {
     IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+    if (shared()) {
+      uint64_t bytes = uint64_t(t.numElements()) * (btype(t.dtype)->getPrimitiveSizeInBits() / 8);
+      if (Value *p = T.tileBuffer(ab, bytes)) {
+        made.push_back(p);
+        return p;
+      }
+    }
     auto *a = ab.CreateAlloca(ArrayType::get(btype(t.dtype), uint64_t(t.numElements())));
     a->setAlignment(Align(64));
     return a;
@@ -149,6 +170,12 @@ private:
   /// inner loop would otherwise hand the loop vectorizer its outer loop, which it versions on a
   /// run-time stride being 1 (for a box's rows, never) and so leaves scalar.
   void loop(Value *lo, Value *hi, const std::function<void(Value *)> &body, bool keepRolled = false) {
+    // An op's outermost loop is split over the program's threads (TargetDesc::threadsPerProgram).
+    bool split = shared() && loopDepth == 0;
+    if (split) {
+      T.barrier(B);
+      lo = B.CreateAdd(lo, tid);
+    }
     BasicBlock *pre = B.GetInsertBlock();
     BasicBlock *head = BasicBlock::Create(C, "l.head", fn);
     BasicBlock *bodyBB = BasicBlock::Create(C, "l.body", fn);
@@ -159,8 +186,10 @@ private:
     i->addIncoming(lo, pre);
     B.CreateCondBr(B.CreateICmpSLT(i, hi), bodyBB, exit);
     B.SetInsertPoint(bodyBB);
+    ++loopDepth;
     body(i);
-    Value *next = B.CreateAdd(i, c64(1), "", true, true);
+    --loopDepth;
+    Value *next = B.CreateAdd(i, c64(split ? threads : 1), "", true, true);
     i->addIncoming(next, B.GetInsertBlock());
     BranchInst *back = B.CreateBr(head);
     if (keepRolled) {
@@ -169,6 +198,7 @@ private:
       back->setMetadata(LLVMContext::MD_loop, self);
     }
     B.SetInsertPoint(exit);
+    if (split) T.barrier(B);
   }
   void loopN(int64_t n, const std::function<void(Value *)> &body, bool keepRolled = false) {
     loop(c64(0), c64(n), body, keepRolled);
@@ -211,9 +241,28 @@ private:
   /// Copies a tile buffer (n elements of dtype d).
   void copyBuf(Value *dst, Value *src, const TType &t) {
     if (dst == src) return;
+    if (shared()) {
+      // Element by element, split over the threads: one memcpy per thread would race with the
+      // threads already writing `dst` in place (a dot's accumulator).
+      Type *et = btype(t.dtype);
+      loopN(t.numElements(), [&](Value *i) {
+        B.CreateStore(B.CreateLoad(et, B.CreateInBoundsGEP(et, src, i)), B.CreateInBoundsGEP(et, dst, i));
+      });
+      return;
+    }
     uint64_t bytes = uint64_t(t.numElements()) * (t.dtype == DType::Bool ? 1 : btype(t.dtype)->getPrimitiveSizeInBits() / 8);
     B.CreateMemCpy(dst, MaybeAlign(64), src, MaybeAlign(64), bytes);
   }
+
+  /// Whether this thread does a side effect that the program does once (a scalar store or
+  /// atomic): thread 0 where the program has several threads.
+  Value *oneThread() { return threads > 1 ? B.CreateICmpEQ(tid, c64(0)) : B.getTrue(); }
+  /// Runs the ops lowered inside as in a single-threaded program, in every thread (private buffers).
+  struct Redundant {
+    Lowering &l;
+    explicit Redundant(Lowering &l) : l(l) { ++l.redundant; }
+    ~Redundant() { --l.redundant; }
+  };
 
   // ---- intrinsics and math ----
   Value *intr(Intrinsic::ID id, ArrayRef<Value *> args) {
@@ -263,6 +312,7 @@ private:
   void lowerFor(const TOp &op);
   void lowerIf(const TOp &op);
   void lowerBlock(const tile::Block &b);
+  void lowerOp(const tile::Block &b, size_t index);
   TensorInfo &tensor(const TValue *v);
   void atomicAdd(DType d, Value *ptr, Value *x);
 };

@@ -4,6 +4,8 @@
 // lower/*.cpp (Lowering.h).
 #include "codegen/llvm/Lowering.h"
 
+#include <algorithm>
+
 namespace tsr::codegen {
 
 namespace lower {
@@ -153,12 +155,64 @@ constexpr LowerFn kLower[] = {
 
 void Lowering::lowerBlock(const tile::Block &b) {
   const tile::Block *outer = curBlock;
+  // With shared tile buffers: the last op of `b` that reads each value (a read inside a region
+  // counts as one by the op owning the region), after which its buffer may be reused.
+  std::unordered_map<const TValue *, size_t> lastUse;
+  if (threads > 1) {
+    std::function<void(const tile::Block &, size_t)> scan = [&](const tile::Block &blk, size_t at) {
+      for (const TOp *o : blk.ops) {
+        for (const TValue *v : o->operands) lastUse[v] = at;
+        for (const tile::Block *r : o->regions) scan(*r, at);
+      }
+    };
+    for (size_t j = 0; j < b.ops.size(); ++j) {
+      for (const TValue *v : b.ops[j]->operands) lastUse[v] = j;
+      for (const tile::Block *r : b.ops[j]->regions) scan(*r, j);
+    }
+  }
   for (size_t index = 0; index < b.ops.size(); ++index) {
     const TOp *op = b.ops[index];
     curBlock = &b;
+    size_t madeMark = made.size();
+    lowerOp(b, index);
+    if (threads == 1) continue;
+    // Results on a buffer this op made, or on a reusable one (reshape), hold it.
+    for (const TValue *r : op->results) {
+      auto it = vals.find(r);
+      if (it == vals.end()) continue;
+      Value *p = it->second;
+      bool fresh = std::find(made.begin() + long(madeMark), made.end(), p) != made.end();
+      if (fresh || bufRefs.count(p)) {
+        bufRefs[p]++;
+        valueBuf[r] = p;
+      }
+    }
+    made.resize(madeMark);
+    // Values of this block read for the last time by this op (or never read) let go of theirs.
+    for (size_t j = 0; j <= index; ++j)
+      for (const TValue *r : b.ops[j]->results) {
+        auto lu = lastUse.find(r);
+        size_t last = lu == lastUse.end() ? j : lu->second;
+        if (last != index || pinned.count(r)) continue;
+        auto vb = valueBuf.find(r);
+        if (vb == valueBuf.end()) continue;
+        Value *p = vb->second;
+        valueBuf.erase(vb);
+        if (--bufRefs[p] == 0) {
+          bufRefs.erase(p);
+          T.releaseTileBuffer(p);
+        }
+      }
+  }
+  curBlock = outer;
+}
+
+void Lowering::lowerOp(const tile::Block &b, size_t index) {
+  {
+    const TOp *op = b.ops[index];
     if (deferToDot(b, index)) {
       deferred[op->result()] = op;
-      continue;
+      return;
     }
     // Reshape/expand_dims of a scalar into a [1] tile, or the reverse, change representation.
     if ((op->kind == OpKind::Reshape || op->kind == OpKind::ExpandDims) &&
@@ -166,22 +220,27 @@ void Lowering::lowerBlock(const tile::Block &b) {
       const TType &in = op->operands[0]->type, &rt = op->result()->type;
       if (in.isScalar()) {
         Value *out = alloc(rt);
+        // Every thread writes the same value; barriers keep it from racing with readers of the
+        // previous iteration's value and from being read before it is written.
+        if (shared()) T.barrier(B);
         storeElem(out, rt.dtype, c64(0), get(op->operands[0]));
+        if (shared()) T.barrier(B);
         set(op->result(), out);
       } else {
         set(op->result(), loadElem(get(op->operands[0]), in.dtype, c64(0)));
       }
-      continue;
+      return;
     }
     (this->*kLower[static_cast<size_t>(op->kind)])(*op);
   }
-  curBlock = outer;
 }
 
 void Lowering::run() {
   entry = BasicBlock::Create(C, "entry", fn);
   BasicBlock *start = BasicBlock::Create(C, "start", fn);
   B.SetInsertPoint(entry);
+  threads = T.threadsPerProgram();
+  if (threads > 1) tid = T.threadIndex(B);
   B.CreateBr(start);
   B.SetInsertPoint(start);
   // Use counts (for the in-place accumulation of dot).
@@ -192,6 +251,14 @@ void Lowering::run() {
     }
   };
   count(*F.body);
+  std::function<void(const tile::Block &)> pin = [&](const tile::Block &b) {
+    for (const TOp *op : b.ops) {
+      if (op->kind == OpKind::Yield)
+        for (const TValue *v : op->operands) pinned[v] = true;
+      for (const tile::Block *r : op->regions) pin(*r);
+    }
+  };
+  pin(*F.body);
   // Parameters from the KernelArg array.
   Value *args = T.kernelArgs(B, fn);
   Type *argTy = StructType::get(C, {B.getPtrTy(), ArrayType::get(i64(), kMaxRank), ArrayType::get(i64(), kMaxRank), i64(), f64()});

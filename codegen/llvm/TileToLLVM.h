@@ -64,6 +64,25 @@ public:
   /// number of vector registers (AVX-512: 16 and 32; AVX2: 8 and 16).
   virtual int vectorFloats() const { return 8; }
   virtual int vectorRegisters() const { return 16; }
+
+  /// Threads that run one program together (1 on the CPU). Above 1 (NVPTX: a CTA), the lowering
+  /// puts every tile buffer in memory all of them see (tileBuffer), splits the outermost loop of
+  /// each op over the threads (thread t runs iterations t, t+T, t+2T, ...; the iterations of an
+  /// op's outer loop write disjoint elements) with a barrier() before and after it, lets thread 0
+  /// alone do a scalar store or atomic, and runs ops whose result is a scalar redundantly in every
+  /// thread on private buffers. codegen/nvptx/README.md describes the model.
+  virtual int threadsPerProgram() const { return 1; }
+  /// This thread's index in [0, threadsPerProgram()) as i64; only called when that is above 1.
+  virtual llvm::Value *threadIndex(llvm::IRBuilderBase &b) const { (void)b; return nullptr; }
+  /// A barrier of the program's threads that also orders their memory accesses.
+  virtual void barrier(llvm::IRBuilderBase &b) const { (void)b; }
+  /// A tile buffer of `bytes` bytes, 16-byte aligned, shared by the program's threads, built with
+  /// `b` (positioned in the function's entry block); null (the default): a private alloca.
+  virtual llvm::Value *tileBuffer(llvm::IRBuilderBase &b, uint64_t bytes) const { (void)b; (void)bytes; return nullptr; }
+  /// Says that no value lowered to `buf` (a tileBuffer result) is read any more: a later
+  /// tileBuffer may return memory overlapping it. The lowering calls it only between ops, and every
+  /// op writes tile memory only after a barrier(), so the reuse does not race with earlier reads.
+  virtual void releaseTileBuffer(llvm::Value *buf) const { (void)buf; }
 };
 
 /// Lowers `f` into `m` as a function named `name` of the target's program type, internal and

@@ -8,6 +8,8 @@
 #include "ir/lower/LowerGraph.h"
 #include "ir/lower/LowerKernel.h"
 #include "ir/schedule/Fusion.h"
+#include "codegen/cpu/CpuKernel.h"
+#include "codegen/nvptx/PtxKernel.h"
 #include "ir/tile/TileText.h"
 #include "sema/Program.h"
 
@@ -55,8 +57,13 @@ int main(int argc, char **argv) {
                                  "  types  every function's signature and every binding's inferred type\n"
                                  "  graph  the Graph IR of each graph function (and of each specialization)\n"
                                  "  tile   the Tile IR of each kernel launch (from graph functions and from main's module)\n"
-                                 "  schedule  how each graph runs compiled: its fused steps, their ops and inputs")
-      ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule"}));
+                                 "  schedule  how each graph runs compiled: its fused steps, their ops and inputs\n"
+                                 "  llvm   the optimized host-CPU LLVM IR of each kernel that `tile` prints\n"
+                                 "  ptx    one PTX module holding every kernel that `tile` prints (--arch)")
+      ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule", "llvm", "ptx"}));
+  std::string arch = "sm_90";
+  app.add_option("--arch", arch, "the GPU architecture of --emit=ptx: sm_80 or sm_90 (default sm_90)")
+      ->check(CLI::IsMember({"sm_80", "sm_90"}));
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
@@ -84,7 +91,7 @@ int main(int argc, char **argv) {
       tile::printModule(std::cout, *m);
     });
   if (!check && emit.empty()) {
-    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph|tile\n";
+    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph|tile|schedule|llvm|ptx\n";
     return 2;
   }
   return runWithLargeStack(512u << 20, [&]() -> int {
@@ -115,6 +122,36 @@ int main(int argc, char **argv) {
           auto graphs = ir::lowerProgram(*program, diags);
           auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
           if (!diags.hasErrors()) tile::printModule(std::cout, *kernels);
+        }
+        if ((emit == "llvm" || emit == "ptx") && !diags.hasErrors()) {
+          auto graphs = ir::lowerProgram(*program, diags);
+          auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
+          if (!diags.hasErrors()) {
+            std::vector<const tile::Function *> fns;
+            for (auto &f : kernels->functions) fns.push_back(f.get());
+            try {
+              if (emit == "llvm") {
+                for (const tile::Function *f : fns) std::cout << codegen::hostLLVMText(*f, true) << "\n";
+              } else {
+                codegen::nvptx::PtxOptions po;
+                po.arch = arch;
+                auto pm = codegen::nvptx::compileToPtx(fns, po);
+                // One line per kernel (tools/gpu/ptx_check reads them): launch shape and config.
+                for (size_t q = 0; q < pm.kernels.size(); ++q) {
+                  const auto &k = pm.kernels[q];
+                  std::cout << "// kernel " << k.name << ": " << k.threads << " threads, " << k.sharedBytes
+                            << " bytes of dynamic shared memory, " << k.params << " KernelArg params; config";
+                  for (const auto &a : fns[q]->config)
+                    if (auto *v = std::get_if<int64_t>(&a.value)) std::cout << " " << a.name << "=" << *v;
+                  std::cout << "\n";
+                }
+                std::cout << pm.ptx;
+              }
+            } catch (const codegen::CodegenError &e) {
+              std::cerr << "tsrc: " << e.what() << "\n";
+              rc = 1;
+            }
+          }
         }
       }
     } catch (const std::exception &e) {

@@ -115,7 +115,7 @@ void Lowering::lowerBox(const TOp &op) {
       Value *r = B.CreateLoad(btype(d), slot);
       set(op.result(), d == DType::Bool ? B.CreateICmpNE(r, B.getInt8(0)) : r);
     } else {
-      ifThen(ok, [&] { access(elemAt(off), nullptr, nullptr); });
+      ifThen(B.CreateAnd(ok, oneThread()), [&] { access(elemAt(off), nullptr, nullptr); });
     }
     return;
   }
@@ -221,7 +221,9 @@ void Lowering::lowerGather(const TOp &op) {
     return nullptr;
   };
   if (st.isScalar()) {
-    Value *r = one(get(offV), maskV ? get(maskV) : nullptr, valV ? get(valV) : nullptr);
+    Value *mask = maskV ? get(maskV) : nullptr;
+    if (!isLoad && threads > 1) mask = mask ? B.CreateAnd(mask, oneThread()) : oneThread();
+    Value *r = one(get(offV), mask, valV ? get(valV) : nullptr);
     if (isLoad) set(op.result(), r);
     return;
   }

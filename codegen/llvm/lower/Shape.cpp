@@ -1,6 +1,8 @@
 // Creation (constant, arange), layout (broadcast, transpose) and reductions.
 #include "codegen/llvm/Lowering.h"
 
+#include <optional>
+
 namespace tsr::codegen::lower {
 
 // ---- creation ----
@@ -123,6 +125,9 @@ void Lowering::lowerClassReduce(const TOp &op) {
   };
 
   bool scalarOut = rt.isScalar();
+  // A scalar result is an SSA value in every thread: each computes it (from shared inputs).
+  std::optional<Redundant> red;
+  if (scalarOut) red.emplace(*this);
   Value *out = scalarOut ? nullptr : alloc(rt);
   if (!isArg && inner == 1) {
     // Along the contiguous axis: a scalar accumulator per output.

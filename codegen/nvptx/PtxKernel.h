@@ -1,0 +1,52 @@
+// Tile IR -> PTX for NVIDIA GPUs (sm_80, sm_90) through LLVM's NVPTX backend. LLVM-free interface.
+//
+// Execution model (v0, correct first; README.md here says more): one program is one CTA of
+// warps*32 threads (the function's `warps` config, default 4). program_id(axis)/num_programs(axis)
+// are %ctaid/%nctaid of x, y, z. Every tile lives in dynamic shared memory; each op's outer element
+// loop is split over the CTA's threads (thread t takes flat indices t, t+T, ...) between two
+// bar.sync's, so ops that move elements between threads (broadcast, transpose, reductions, dot)
+// read whatever element they need. Ops with a scalar result run redundantly in every thread.
+//
+// Kernel ABI: `.entry NAME(.param .align 8 .b8 args[P*152])`: the KernelArg array of
+// codegen/cpu/CpuKernel.h (one 152-byte struct per parameter: data, shape[8], strides[8], i, f),
+// passed by value; launch with blockDim = (threads,1,1), gridDim = the grid, and
+// sharedMemBytes = PtxKernel::sharedBytes (above 48 KiB, set
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first).
+#pragma once
+
+#include "ir/tile/TileIR.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tsr::codegen::nvptx {
+
+struct PtxOptions {
+  std::string arch = "sm_90"; // "sm_80" or "sm_90"
+  /// libdevice.10.bc; empty: the CUDA toolkit's found at build time (TSR_LIBDEVICE overrides).
+  /// Needed only by kernels that call a transcendental with no PTX instruction (log, sin, erf...).
+  std::string libdevice;
+};
+
+struct PtxKernel {
+  std::string name;         // the .entry's name: the tile function's, with non-identifier bytes as '_'
+  int threads = 128;        // blockDim.x
+  int64_t sharedBytes = 0;  // dynamic shared memory per CTA
+  size_t params = 0;        // KernelArg structs in the parameter
+};
+
+struct PtxModule {
+  std::string ptx;
+  std::vector<PtxKernel> kernels;
+};
+
+/// Compiles `fns` (each verified, tile::verify) into one PTX module for `opts.arch`.
+/// Throws CodegenError (codegen/cpu/CpuKernel.h) for a construct with no NVPTX lowering (fp8
+/// conversions, integer pow) or a missing libdevice.
+PtxModule compileToPtx(const std::vector<const tile::Function *> &fns, const PtxOptions &opts);
+
+/// The optimized NVPTX LLVM IR of the same module (for reading the generated code).
+std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts);
+
+} // namespace tsr::codegen::nvptx
