@@ -7,6 +7,7 @@
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
 #include "runtime/cpu/CompiledExecutor.h"
+#include "runtime/cuda/CudaDriver.h"
 #include "runtime/host/Interpreter.h"
 #include "sema/Program.h"
 
@@ -66,7 +67,13 @@ int main(int argc, char **argv) {
       if ((rest[i] == "--device" || rest[i] == "--devices") && i + 1 < rest.size()) {
         std::string dev = rest[++i];
         if (rest[i - 1] == "--device" && dev != "auto" && dev != "cpu") {
-          std::cerr << "tsr run: --device " << dev << ": only the CPU runs programs in this build\n";
+          // Say which of the two is missing: a usable GPU, or GPU execution in `tsr run`.
+          const auto &driver = tsr::rt::cuda::Driver::get();
+          if (!driver.available())
+            std::cerr << "tsr run: --device " << dev << ": " << driver.why() << "\n";
+          else
+            std::cerr << "tsr run: --device " << dev << ": this build runs programs on the CPU only (kernels compile to PTX "
+                         "with tsrc --emit=ptx; launching them from tsr run is not built yet); use --device cpu\n";
           return 3;
         }
         continue;
