@@ -13,6 +13,20 @@
 
 namespace tsr::ir {
 
+IRSourcePoint irSourcePoint(const sema::Program &p, SourceRange r) {
+  if (!r.valid() || !p.sm.has(r.file)) return {};
+  const SourceFile &f = p.sm.file(r.file);
+  LineCol lc = f.lineCol(r.begin);
+  std::string path = f.path();
+  const std::string &std = p.options.stdlibDir;
+  if (!std.empty() && path.rfind(std, 0) == 0) {
+    std::string rest = path.substr(std.size());
+    while (!rest.empty() && rest[0] == '/') rest.erase(0, 1);
+    path = "stdlib/" + rest;
+  }
+  return {path, lc.line, lc.column, true};
+}
+
 using namespace tsr::ast;
 using sema::FunctionInfo;
 using sema::FunctionKind;
@@ -142,19 +156,8 @@ private:
   };
 
   Loc loc(SourceRange r) {
-    if (!r.valid() || !p_.sm.has(r.file)) return {};
-    const SourceFile &f = p_.sm.file(r.file);
-    LineCol lc = f.lineCol(r.begin);
-    // Locations in the standard library read `stdlib/nn.tsr`, wherever it is installed, so
-    // that printed graphs are the same on every machine.
-    std::string path = f.path();
-    const std::string &std = p_.options.stdlibDir;
-    if (!std.empty() && path.rfind(std, 0) == 0) {
-      std::string rest = path.substr(std.size());
-      while (!rest.empty() && rest[0] == '/') rest.erase(0, 1);
-      path = "stdlib/" + rest;
-    }
-    return {m_.fileIndex(path), lc.line, lc.column};
+    IRSourcePoint sp = irSourcePoint(p_, r);
+    return sp.valid ? Loc{m_.fileIndex(sp.path), sp.line, sp.col} : Loc{};
   }
 
   [[noreturn]] void unsupported(const std::string &what, SourceRange r) { throw CompileError{what, r}; }

@@ -12,6 +12,16 @@
 
 namespace tsr::ir {
 
+/// A source range as IR text locates it: the file (the standard library's as `stdlib/...`
+/// wherever it is installed, so that printed IR is the same on every machine), line and column.
+/// `valid` is false for a range outside the program's files.
+struct IRSourcePoint {
+  std::string path;
+  uint32_t line = 0, col = 0;
+  bool valid = false;
+};
+IRSourcePoint irSourcePoint(const sema::Program &p, SourceRange r);
+
 /// Lowers `fn` for parameters of the given types into a graph named `name`, added to `m`.
 /// Throws CompileError for what lowering does not support yet.
 struct CompileError {

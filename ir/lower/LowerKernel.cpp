@@ -1,4 +1,5 @@
 #include "ir/lower/LowerKernel.h"
+#include "ir/lower/LowerGraph.h"
 
 #include "sema/Builtins.h"
 
@@ -215,19 +216,8 @@ private:
   [[noreturn]] void unsupported(const std::string &what, SourceRange r) { throw CompileError{what, r}; }
 
   Loc loc(SourceRange r) {
-    if (!r.valid() || !p_.sm.has(r.file)) return {};
-    const SourceFile &file = p_.sm.file(r.file);
-    LineCol lc = file.lineCol(r.begin);
-    // Locations in the standard library read `stdlib/kernels.tsr` wherever it is installed, as
-    // in Graph IR, so that printed tile functions are the same on every machine.
-    std::string path = file.path();
-    const std::string &std = p_.options.stdlibDir;
-    if (!std.empty() && path.rfind(std, 0) == 0) {
-      std::string rest = path.substr(std.size());
-      while (!rest.empty() && rest[0] == '/') rest.erase(0, 1);
-      path = "stdlib/" + rest;
-    }
-    return {m_.fileIndex(path), lc.line, lc.column};
+    IRSourcePoint sp = irSourcePoint(p_, r);
+    return sp.valid ? Loc{m_.fileIndex(sp.path), sp.line, sp.col} : Loc{};
   }
 
   static bool isTensorAnnotation(const Param &prm) {
