@@ -252,6 +252,20 @@ struct Interpreter::Impl {
     return rebuild(cacheResult[k], outs, next);
   }
 
+  // Appends a call's arguments to a synthesized call `node` of an eager graph: each value goes
+  // into `operands` and the node refers to it by its operand name (_N), keywords by keyword.
+  void passArguments(Call *node, std::vector<ValueRef> &operands, const std::vector<ValueRef> &args,
+                     const std::vector<std::pair<std::string, ValueRef>> &kwargs, SourceRange at) {
+    for (auto &a : args) {
+      operands.push_back(a);
+      node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
+    }
+    for (auto &[k, v] : kwargs) {
+      operands.push_back(v);
+      node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
+    }
+  }
+
   Name *nameNode(size_t i, SourceRange r) { return synth.make<Name>(r, "_" + std::to_string(i)); }
 
   static bool hasTensor(const ValueRef &v) {
@@ -998,14 +1012,7 @@ struct Interpreter::Impl {
       }
       auto *node = synth.make<Call>(at, inner);
       for (size_t i = 1; i < operands.size(); ++i) node->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
-      for (auto &a : args) {
-        operands.push_back(a);
-        node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
-      }
-      for (auto &[k, v] : kwargs) {
-        operands.push_back(v);
-        node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
-      }
+      passArguments(node, operands, args, kwargs, at);
       return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
     }
     if (t->transform == sema::Transform::Pullback) {
@@ -1025,14 +1032,7 @@ struct Interpreter::Impl {
       func = nameNode(0, at);
     }
     auto *node = synth.make<Call>(at, func);
-    for (auto &a : args) {
-      operands.push_back(a);
-      node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
-    }
-    for (auto &[k, v] : kwargs) {
-      operands.push_back(v);
-      node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
-    }
+    passArguments(node, operands, args, kwargs, at);
     return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
   }
 
@@ -1504,14 +1504,7 @@ struct Interpreter::Impl {
     }
     node->func = nameNode(0, c ? c->func->range : at);
     if (b.self) node->args.push_back({ArgKind::Positional, "", nameNode(1, at), at});
-    for (auto &a : args) {
-      operands.push_back(a);
-      node->args.push_back({ArgKind::Positional, "", nameNode(operands.size() - 1, at), at});
-    }
-    for (auto &[k, v] : kwargs) {
-      operands.push_back(v);
-      node->args.push_back({ArgKind::Keyword, k, nameNode(operands.size() - 1, at), at});
-    }
+    passArguments(node, operands, args, kwargs, at);
     return eager(node, operands, moduleOf(env), c);
   }
 
