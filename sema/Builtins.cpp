@@ -2626,19 +2626,11 @@ BuiltinInfo entry(std::string name, unsigned contexts, BuiltinRule rule, std::st
   return b;
 }
 
-void addFunctions(std::vector<BuiltinInfo> &v) {
-  auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) {
-    v.push_back(entry(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff));
-  };
-  for (const char *ns : {"tile", "random", "dist"}) {
-    BuiltinInfo b = entry(ns, Anywhere, ruleNamespace, ns, std::string("the builtin namespace `") + ns + "`");
-    b.isNamespace = true;
-    v.push_back(std::move(b));
-  }
-
-  // Elementwise math: Anywhere, since kernels use them on Python numbers (sqrt(float(D))).
-  struct Unary { const char *name; bool promote; double (*f)(double); OnNumber on; const char *doc; };
-  const Unary unaries[] = {
+// The elementwise math builtins: name, whether ints promote to float, the function on one
+// number (for constant folding and host code on Python numbers), what it gives on a number.
+struct Unary { const char *name; bool promote; double (*f)(double); OnNumber on; const char *doc; };
+const std::vector<Unary> &unaryTable() {
+  static const std::vector<Unary> unaries = {
       {"exp", true, [](double x) { return std::exp(x); }, OnNumber::Float, "e raised to x, elementwise"},
       {"log", true, [](double x) { return std::log(x); }, OnNumber::Float, "natural logarithm, elementwise"},
       {"sqrt", true, [](double x) { return std::sqrt(x); }, OnNumber::Float, "square root, elementwise"},
@@ -2658,7 +2650,38 @@ void addFunctions(std::vector<BuiltinInfo> &v) {
       {"ceil", false, [](double x) { return std::ceil(x); }, OnNumber::ToInt, "round toward +inf (an int on numbers), elementwise"},
       {"sign", false, signF, OnNumber::KeepKind, "-1, 0 or 1 by the sign of x, elementwise"},
   };
-  for (const Unary &u : unaries) {
+  return unaries;
+}
+
+} // namespace
+
+std::optional<NumberResult> unaryOnNumber(std::string_view name, double x, bool xIsInt) {
+  for (const Unary &u : unaryTable()) {
+    if (name != u.name) continue;
+    double r = u.f(x);
+    switch (u.on) {
+    case OnNumber::Float: return NumberResult{r, false};
+    case OnNumber::ToInt: return NumberResult{xIsInt ? x : r, true};
+    case OnNumber::KeepKind: return NumberResult{r, xIsInt};
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+void addFunctions(std::vector<BuiltinInfo> &v) {
+  auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) {
+    v.push_back(entry(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff));
+  };
+  for (const char *ns : {"tile", "random", "dist"}) {
+    BuiltinInfo b = entry(ns, Anywhere, ruleNamespace, ns, std::string("the builtin namespace `") + ns + "`");
+    b.isNamespace = true;
+    v.push_back(std::move(b));
+  }
+
+  // Elementwise math: Anywhere, since kernels use them on Python numbers (sqrt(float(D))).
+  for (const Unary &u : unaryTable()) {
     std::string sig = std::string(u.name) + (std::string_view(u.name) == "gelu" ? "(x, *, approximate=\"none\")" : "(x)") + " -> Tensor";
     add(u.name, Anywhere, unaryRule(u.name, u.promote, u.f, u.on), sig, u.doc);
   }

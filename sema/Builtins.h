@@ -39,6 +39,16 @@ struct BuiltinInfo {
   bool differentiable = true;
 };
 
+/// An elementwise math builtin (exp, cos, floor, abs, ...) applied to a Python number, as host
+/// code and the checker's constant folding compute it: the value, and whether it is an int (floor
+/// and ceil give ints; abs, relu and sign keep the number's kind; the others give floats).
+/// nullopt when `name` is not such a builtin.
+struct NumberResult {
+  double value;
+  bool isInt;
+};
+std::optional<NumberResult> unaryOnNumber(std::string_view name, double x, bool xIsInt);
+
 /// The calling context of a builtin.
 class CallSite {
 public:

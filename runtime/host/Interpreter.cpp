@@ -1462,6 +1462,14 @@ struct Interpreter::Impl {
         fail(e.what(), at, 3);
       }
     }
+    // Math on a Python number is Python math, with the kind the checker gives the result.
+    // (Ints beyond 2^53 are not exact as doubles: they keep the paths below.)
+    if (args.size() == 1 && kwargs.empty() &&
+        (args[0]->k == K::Float || (args[0]->k == K::Int && std::llabs(args[0]->i) <= (int64_t{1} << 53)))) {
+      bool isInt = args[0]->k == K::Int;
+      if (auto r = sema::unaryOnNumber(name, isInt ? static_cast<double>(args[0]->i) : args[0]->f, isInt))
+        return r->isInt ? integer(static_cast<int64_t>(r->value)) : floating(r->value);
+    }
     if (name == "min" || name == "max" || name == "abs" || name == "round" || name == "sum") {
       bool anyTensor = false;
       for (auto &a : args) anyTensor |= hasTensor(a);
