@@ -439,6 +439,25 @@ struct Interpreter::Impl {
     return *P.main;
   }
 
+  // The value of module `m`'s top-level `id = value` (its last such assignment), evaluated once
+  // in an environment of the module; null when the module assigns no value to `id` that way.
+  std::map<std::pair<const sema::ModuleInfo *, std::string>, ValueRef> moduleValues;
+  ValueRef moduleValue(const sema::ModuleInfo &m, const std::string &id) {
+    auto key = std::make_pair(&m, id);
+    if (auto it = moduleValues.find(key); it != moduleValues.end()) return it->second;
+    Expr *value = nullptr;
+    for (Stmt *st : m.ast->body)
+      if (auto *as = dyn_cast<Assign>(st))
+        for (Expr *t : as->targets)
+          if (auto *n = dyn_cast<Name>(t); n && n->id == id) value = as->value;
+    if (!value) return nullptr;
+    auto env = std::make_shared<Env>();
+    env->module = &m;
+    ValueRef v = expr(value, env);
+    moduleValues[key] = v;
+    return v;
+  }
+
   ValueRef lookup(const std::string &id, const std::shared_ptr<Env> &env, SourceRange at) {
     for (Env *e = env.get(); e; e = e->parent.get()) {
       auto it = e->vars.find(id);
@@ -458,6 +477,9 @@ struct Interpreter::Impl {
         if (t.is(TypeKind::Str) && t.strValue) return str(*t.strValue);
         if (t.is(TypeKind::DTypeVal)) { Value v; v.k = K::DType; v.dtype = t.dtype; v.policies = t.policies; return mk(v); }
       }
+      // Other module-level values (lists, tuples, dicts, tensors): the module's assignment to
+      // the name, run once in the module's scope (as Python runs a module's body) and kept.
+      if (ValueRef v = moduleValue(m, id)) return v;
       fail("the module-level name `" + id + "` cannot be used at run time yet", at);
     }
     if (auto d = dtypeFromName(id)) { Value v; v.k = K::DType; v.dtype = *d; return mk(v); }
