@@ -355,23 +355,17 @@ DType reductionCarryDType(const Op &reduce) {
   return isFloat(x) ? accumulatorOf(reduce.result()->type) : DType::I64;
 }
 
-Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name) {
-  Kernel k;
-  k.fn = std::make_unique<tile::Function>(name);
-  tile::Function &f = *k.fn;
-  const Value *root = st.outputs.at(0);
-  f.loc = st.anchor ? st.anchor->loc : Loc{};
+// The tiling of an elementwise program over its output of `shape` (the copy programs' too):
+// program_id(0) over the last axis in tiles of BC, program_id(1) over the one before in tiles
+// of BR (BR * BC about kTileElems), program_id(2) over the product of the leading axes,
+// decomposed into one start per axis. Sets the function's grid; BR and BC stay 1 for the axes
+// the shape lacks.
+Coords tileOverOutput(Builder &b, Kernel &k, tile::Function &f, const std::vector<int64_t> &shape, TV *out,
+                      int64_t &BR, int64_t &BC) {
   const size_t n = shape.size();
-  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), root->type.dtype));
-  std::unordered_map<const Value *, TV *> params;
-  for (size_t i = 0; i < st.inputs.size(); ++i)
-    params[st.inputs[i]] = f.addParam("in" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.inputs[i]->type.dtype));
-
-  Builder b{f, f.body, f.loc};
   Coords c;
   c.start.assign(n, nullptr);
   c.block.assign(n, 0);
-  int64_t BC = 1, BR = 1;
   if (n >= 1) {
     BC = n == 1 ? bucket(shape[0], {128, 1024, kTileElems}) : wideBucket(shape[n - 1]);
     c.block[n - 1] = BC;
@@ -391,6 +385,24 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
     decompose(b, b.pid(2), lead, out, c.start);
   }
   setGrid(f, k.grid);
+  return c;
+}
+
+Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name) {
+  Kernel k;
+  k.fn = std::make_unique<tile::Function>(name);
+  tile::Function &f = *k.fn;
+  const Value *root = st.outputs.at(0);
+  f.loc = st.anchor ? st.anchor->loc : Loc{};
+  const size_t n = shape.size();
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), root->type.dtype));
+  std::unordered_map<const Value *, TV *> params;
+  for (size_t i = 0; i < st.inputs.size(); ++i)
+    params[st.inputs[i]] = f.addParam("in" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.inputs[i]->type.dtype));
+
+  Builder b{f, f.body, f.loc};
+  int64_t BR = 1, BC = 1;
+  Coords c = tileOverOutput(b, k, f, shape, out, BR, BC);
   k.tiles = n >= 2 ? "BR=" + std::to_string(BR) + " BC=" + std::to_string(BC) : n == 1 ? "BC=" + std::to_string(BC) : "scalar";
 
   ConeLowering cone(b, c, [&](const Value *v) -> TV * {
@@ -636,29 +648,8 @@ Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, co
   TV *out = f.addParam("out", tile::Type::tensor(uint32_t(rank), to));
   TV *in = f.addParam("in0", tile::Type::tensor(uint32_t(rank), from));
   Builder b{f, f.body, {}};
-  Coords c;
-  const size_t n = rank;
-  c.start.assign(n, nullptr);
-  c.block.assign(n, 0);
-  if (n >= 1) {
-    int64_t BC = n == 1 ? bucket(shape[0], {128, 1024, kTileElems}) : wideBucket(shape[n - 1]);
-    c.block[n - 1] = BC;
-    c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
-    k.grid[0] = {{int(n - 1)}, BC};
-    if (n >= 2) {
-      int64_t BR = rowBucket(shape[n - 2], kTileElems / BC);
-      c.block[n - 2] = BR;
-      c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
-      k.grid[1] = {{int(n - 2)}, BR};
-    }
-  }
-  if (n >= 3) {
-    std::vector<int> lead;
-    for (size_t d = 0; d + 2 < n; ++d) lead.push_back(int(d));
-    k.grid[2] = {lead, 1};
-    decompose(b, b.pid(2), lead, out, c.start);
-  }
-  setGrid(f, k.grid);
+  int64_t BR = 1, BC = 1;
+  Coords c = tileOverOutput(b, k, f, shape, out, BR, BC);
   TV *x = loadBox(b, in, c);
   if (from != to) x = b.cast(convert(b, b.cast(x, reprOf(from)), from, to, policies), to);
   storeBox(b, out, c, x);
