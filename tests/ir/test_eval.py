@@ -30,40 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = os.path.join(HERE, "programs")
 
 
-def _has_torch(python):
-    try:
-        return subprocess.run([python, "-c", "import torch, numpy"], capture_output=True, timeout=120).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def _reexec_with_torch():
-    try:
-        import numpy  # noqa: F401
-        import torch  # noqa: F401
-        return
-    except ImportError:
-        pass
-    tried = []
-    if not os.environ.get("TSR_EVAL_REEXEC"):
-        candidates = [os.environ.get("TSR_TORCH_PYTHON"), "/usr/bin/python3", "/usr/local/bin/python3"]
-        candidates += [os.path.join(d, "python3") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-        seen = {os.path.realpath(sys.executable)}
-        for c in candidates:
-            if not c or not os.path.exists(c) or os.path.realpath(c) in seen:
-                continue
-            seen.add(os.path.realpath(c))
-            tried.append(c)
-            if _has_torch(c):
-                env = dict(os.environ, TSR_EVAL_REEXEC="1")
-                os.execve(c, [c, os.path.abspath(__file__)] + sys.argv[1:], env)
-    print("SKIP graph_eval: no Python interpreter with torch and numpy (tried " + (", ".join([sys.executable] + tried)) + ")")
-    print("0 passed, 0 failed")
-    sys.exit(0)
-
+sys.path.insert(0, os.path.dirname(HERE))
+from torch_python import reexec_with_torch  # noqa: E402
 
 if __name__ == "__main__":
-    _reexec_with_torch()
+    reexec_with_torch("graph_eval")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -20,36 +20,14 @@ import sys
 import tempfile
 
 
-def _reexec_with_torch():
-    """The Python that CMake configured may lack torch (a pyenv one, say) where another on the
-    machine has it: run this script again under the first of TSR_TORCH_PYTHON, /usr/bin/python3,
-    /usr/local/bin/python3 that imports torch and numpy, as tests/ir/test_eval.py does."""
-    tried = [sys.executable]
-    if os.environ.get("TSR_OPTIM_REEXEC"):
-        return tried
-    seen = {os.path.realpath(sys.executable)}
-    for c in [os.environ.get("TSR_TORCH_PYTHON"), "/usr/bin/python3", "/usr/local/bin/python3"]:
-        if not c or not os.path.exists(c) or os.path.realpath(c) in seen:
-            continue
-        seen.add(os.path.realpath(c))
-        tried.append(c)
-        try:
-            ok = subprocess.run([c, "-c", "import torch, numpy"], capture_output=True, timeout=120).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            env = dict(os.environ, TSR_OPTIM_REEXEC="1")
-            os.execve(c, [c, os.path.abspath(__file__)] + sys.argv[1:], env)
-    return tried
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_python import reexec_with_torch  # noqa: E402
 
+if __name__ == "__main__":
+    reexec_with_torch("stdlib_optim", skip_exit=77)
 
-try:
-    import numpy as np
-    import torch
-except ImportError as e:
-    tried = _reexec_with_torch()
-    print(f"SKIPPED stdlib_optim: no Python with torch and numpy (tried {', '.join(tried)}; {e})")
-    sys.exit(77)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(HERE, "optim_step.tsr")
