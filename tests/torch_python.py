@@ -1,25 +1,34 @@
 """The Python tests' oracle interpreter: the Python that CMake configured may lack torch and numpy
 (a pyenv one, say) where another on the machine has them. reexec_with_torch runs the calling
 script again under the first of TSR_TORCH_PYTHON, /usr/bin/python3, /usr/local/bin/python3 and
-the python3s on PATH that imports both, or prints a visible SKIP line when there is none. Imports
-nothing but the standard library, so that it works under any Python."""
+the python3s on PATH that imports both, or skips the test (tests/testlib.py: exit 77, which ctest
+shows as skipped; a failure under TSR_REQUIRE_PREREQS=1) when there is none. Imports nothing but
+the standard library, so that it works under any Python.
+
+TSR_TEST_HIDE_TORCH=1 is a switch for the tests' negative controls only: it makes every Python
+look as if it had no torch, so that a control can show that a missing oracle is never a pass."""
 import os
 import subprocess
 import sys
 
+from testlib import skip
+
 
 def _has_torch(python):
+    if os.environ.get("TSR_TEST_HIDE_TORCH") == "1":
+        return False
     try:
         return subprocess.run([python, "-c", "import torch, numpy"], capture_output=True, timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
 
-def reexec_with_torch(name, skip_exit=0):
+def reexec_with_torch(name):
     """Returns when this Python has torch and numpy; otherwise execs the script under one that
-    has them, or prints `SKIP name: ...` and exits with `skip_exit` (0 after a `0 passed, 0
-    failed` line for the tests that count their cases; 77 for ctest's SKIP_RETURN_CODE)."""
+    has them, or skips the test (testlib.skip)."""
     try:
+        if os.environ.get("TSR_TEST_HIDE_TORCH") == "1":
+            raise ImportError("hidden by TSR_TEST_HIDE_TORCH")
         import numpy  # noqa: F401
         import torch  # noqa: F401
         return
@@ -37,7 +46,4 @@ def reexec_with_torch(name, skip_exit=0):
             tried.append(c)
             if _has_torch(c):
                 os.execve(c, [c, os.path.abspath(sys.argv[0])] + sys.argv[1:], dict(os.environ, TSR_TORCH_REEXEC="1"))
-    print(f"SKIP {name}: no Python interpreter with torch and numpy (tried {', '.join(tried)})")
-    if skip_exit == 0:
-        print("0 passed, 0 failed")
-    sys.exit(skip_exit)
+    skip(name, f"no Python interpreter with torch and numpy (tried {', '.join(tried)})")

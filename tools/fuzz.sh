@@ -16,7 +16,10 @@ cp tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
 for f in examples/*.tsr stdlib/*.tsr stdlib/*/*.tsr ../shared/spec/examples/*.tsr ../shared/spec/examples/errors/*.tsr; do
   [[ -f "$f" ]] && cp "$f" "$corpus/$(echo "$f" | tr '/' '_')"
 done
-find tests/golden -name '*.tsr' | head -200 | while read -r f; do cp "$f" "$corpus/$(echo "$f" | tr '/' '_')"; done
+# The golden tests, the first 200 in name order. No `| head` here: under pipefail, head closing
+# the pipe early kills find with SIGPIPE, which fails the script (always, on a cold file cache).
+mapfile -t golden < <(find tests/golden -name '*.tsr' | sort)
+for f in "${golden[@]:0:200}"; do cp "$f" "$corpus/$(echo "$f" | tr '/' '_')"; done
 echo "== fuzzing the front end for ${SECONDS_TO_RUN} s (ASan + UBSan)"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -121,6 +121,8 @@ struct CompiledExecutor::Impl {
   int threads;
   int64_t jitThreshold = 0;
   std::atomic<uint64_t> launches{0};
+  CompiledExecutor::Stats stats;
+  const bool forceInterpret = forceInterpretForTests();
   // Work (element-ops) each step has run interpreted so far, by its program key.
   std::unordered_map<std::string, int64_t> interpretedWork;
 
@@ -129,6 +131,7 @@ struct CompiledExecutor::Impl {
   // program whose tensors are small never waits for the JIT, and a loop over them compiles
   // after its first iterations. Counted in work, not time, so that runs are reproducible.
   bool compileNow(const std::string &key, int64_t work) {
+    if (forceInterpret) return false;
     if (jitThreshold <= 0 || programs.count(key)) return true;
     int64_t &done = interpretedWork[key];
     done += std::max<int64_t>(work, 1);
@@ -202,6 +205,17 @@ CompiledExecutor::CompiledExecutor(const ir::KernelRunner *runner, int threads, 
 CompiledExecutor::~CompiledExecutor() = default;
 
 uint64_t CompiledExecutor::launches() const { return impl_->launches.load(); }
+
+CompiledExecutor::Stats CompiledExecutor::stats() const {
+  Stats s = impl_->stats;
+  s.launches = impl_->launches.load();
+  return s;
+}
+
+bool forceInterpretForTests() {
+  const char *v = std::getenv("TSR_TEST_FORCE_INTERPRET");
+  return v && std::string(v) == "1";
+}
 
 std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &g, const std::vector<Tensor> &inputs) {
   return run(m, g, inputs, {});
@@ -357,6 +371,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           known = false;
         }
         if (!known || !I.compileNow(key + shapeKey(in), work)) {
+          ++(known ? I.stats.interpretedSteps : I.stats.unknownDimSteps);
           std::vector<const Op *> ops = st.cone;
           if (st.kind != sched::StepKind::Elementwise) ops.push_back(&op);
           interpret(op, ops, st.inputs, st.outputs, key);
@@ -366,6 +381,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           }
           continue;
         }
+        ++I.stats.compiledSteps;
       }
       switch (st.kind) {
       case sched::StepKind::Elementwise: {
@@ -573,6 +589,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         break;
       }
       case sched::StepKind::Library: {
+        ++I.stats.librarySteps;
         std::vector<const Value *> ins;
         for (const Value *o : op.operands)
           if (std::find(ins.begin(), ins.end(), o) == ins.end()) ins.push_back(o);

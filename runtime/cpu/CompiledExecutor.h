@@ -39,7 +39,17 @@ public:
   std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs,
                               const ir::SymbolSizes &given);
 
-  /// Number of kernel launches since construction (for tests of fusion).
+  /// What ran how since construction: the tests assert from these that compiled code ran
+  /// (tests/schedule/schedule_check.cpp, tsr-eval under TSR_EXECUTOR=compiled).
+  struct Stats {
+    uint64_t launches = 0;          // compiled programs launched (copies included)
+    uint64_t compiledSteps = 0;     // kernel steps (elementwise, reduce, matmul, concat) run compiled
+    uint64_t interpretedSteps = 0;  // kernel steps run on the evaluator below the JIT threshold
+    uint64_t unknownDimSteps = 0;   // kernel steps run on the evaluator: a type with a `?` dim
+    uint64_t librarySteps = 0;      // library steps (Fusion.h): the evaluator's code by design
+  };
+  Stats stats() const;
+  /// Number of kernel launches since construction (stats().launches).
   uint64_t launches() const;
 
   struct Impl;
@@ -51,6 +61,11 @@ private:
 /// About one JIT compilation's worth of interpreted work (element-ops) on this machine: a step
 /// that does less than this over a whole run is cheaper to interpret than to compile.
 constexpr int64_t kDefaultJitThreshold = int64_t(1) << 23;
+
+/// TSR_TEST_FORCE_INTERPRET=1 makes every kernel step run interpreted as if below the JIT
+/// threshold. It exists for the tests' negative controls only (a test that asserts compiled code
+/// ran must fail under it); no user-facing behaviour depends on it.
+bool forceInterpretForTests();
 
 /// The executor of `tsr run`: compiled, with the JIT threshold kDefaultJitThreshold or
 /// TSR_JIT_THRESHOLD (0: compile everything at its first call).

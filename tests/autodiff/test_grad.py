@@ -32,6 +32,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_python import reexec_with_torch  # noqa: E402
+from testlib import summary  # noqa: E402
 
 
 if __name__ == "__main__":
@@ -267,6 +268,9 @@ def main():
                 value, grads = outs[0], outs[1:]
                 problems = []
                 notes = []
+                # zip() below stops at the shorter list: a missing gradient must not go unchecked.
+                if len(grads) != len(diff):
+                    problems.append(f"{len(grads)} gradients for {len(diff)} differentiable inputs")
                 if fn is not None:
                     tv = [v.clone().requires_grad_(True) if j in diff else v for j, v in enumerate(vals)]
                     ref = (fn(*tv) * w).sum()
@@ -319,8 +323,7 @@ def main():
             except Exception as e:  # noqa: BLE001 (a failure of one case is reported, the rest run)
                 failed += 1
                 print(f"FAIL {name}: {e}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return summary(passed, failed, minimum=len(prepared))
 
 
 if __name__ == "__main__":

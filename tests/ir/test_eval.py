@@ -21,6 +21,7 @@ runs itself again under one that has them (TSR_TORCH_PYTHON, /usr/bin/python3, t
 PATH), and prints a SKIP line and passes when there is none.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,9 +33,10 @@ PROGRAMS = os.path.join(HERE, "programs")
 
 sys.path.insert(0, os.path.dirname(HERE))
 from torch_python import reexec_with_torch  # noqa: E402
+from testlib import crash_reason, summary  # noqa: E402
 
 if __name__ == "__main__":
-    reexec_with_torch("graph_eval")
+    reexec_with_torch("graph_eval_compiled" if os.environ.get("TSR_EXECUTOR") == "compiled" else "graph_eval")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -576,6 +578,9 @@ def run_eval(tsr_eval, graph_file, graph, args, out_dir):
     t0 = time.monotonic()
     p = subprocess.run([tsr_eval, graph_file, "--graph", graph, *args, "--out-dir", out_dir], capture_output=True, text=True, timeout=600)
     dt = time.monotonic() - t0
+    crash = crash_reason(p.returncode, p.stderr)
+    if crash:
+        p = subprocess.CompletedProcess(p.args, 1, p.stdout, f"tsr-eval crashed: {crash}\n{p.stderr}")
     outs = []
     if p.returncode == 0:
         for line in p.stdout.splitlines():
@@ -666,6 +671,8 @@ def main():
                     for name, (arr, dtype, _), e in zip(c.names, outs, expected):
                         ok, msg = compare(arr, dtype, e, c.tol.get(name))
                         results.append((ok, name, msg))
+                if COMPILED and p.returncode == 0:
+                    results.append(compiled_ran(p.stderr))
                 for ok, name, msg in results:
                     if reason:
                         tag = "XPASS" if ok else "XFAIL"
@@ -710,8 +717,30 @@ def main():
 
     if xfailed:
         print(f"{xfailed} expected failures (XFAIL: problems of lowering, listed above)")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    if COMPILED:
+        print(f"compiled execution: {LAUNCHES[0]} kernel launches, {LAUNCHES[1]} compiled steps over all cases")
+        if LAUNCHES[0] == 0:
+            print("FAIL: no compiled program was launched in any case")
+            failed += 1
+    return summary(passed, failed, minimum=len(CASES))
+
+
+COMPILED = os.environ.get("TSR_EXECUTOR") == "compiled"
+LAUNCHES = [0, 0]
+
+
+def compiled_ran(stderr):
+    """(ok, name, message) from tsr-eval's `compiled:` line: every kernel step ran compiled (none
+    fell back to the evaluator); the launches are counted for the summary."""
+    m = re.search(r"^compiled: (\d+) launches; steps: (\d+) compiled, (\d+) interpreted, (\d+) with unknown dims, (\d+) library$", stderr, re.M)
+    if not m:
+        return False, "(compiled)", "tsr-eval printed no `compiled:` line"
+    launches, compiled, interpreted = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    LAUNCHES[0] += launches
+    LAUNCHES[1] += compiled
+    if interpreted:
+        return False, "(compiled)", f"{interpreted} kernel steps fell back to the evaluator: {m.group(0)}"
+    return True, "(compiled)", m.group(0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the Neovim test (tests/lsp/nvim_test.lua) headless: `nvim --headless -u tests/lsp/init.lua`
-with its built-in LSP client driving `tsr lsp`. Without nvim on PATH it prints a skip line and
-passes. Ends with `N passed, N failed`.
+with its built-in LSP client driving `tsr lsp`. Without nvim on PATH the test is skipped
+(tests/testlib.py: exit 77; a failure under TSR_REQUIRE_PREREQS=1). Ends with `N passed, N failed`.
 
 usage: run_nvim_test.py TSR REPO_ROOT
 """
@@ -11,14 +11,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import skip  # noqa: E402
+
 
 def main():
     tsr, root = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     nvim = shutil.which("nvim")
     if not nvim:
-        print("SKIP: nvim is not installed; the Neovim test did not run (tools/setup.sh installs it)")
-        print("0 passed, 0 failed")
-        return 0
+        skip("lsp_neovim", "nvim is not installed; the Neovim test did not run (tools/setup.sh installs it)")
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, TSR=tsr, TSR_ROOT=root, TSR_NVIM_TEST=os.path.join(here, "nvim_test.lua"))
     with tempfile.TemporaryDirectory() as home:

@@ -737,8 +737,11 @@ def main():
             failed += 1
             print(f"FAIL {t.__name__}: exception\n{traceback.format_exc()}")
         sys.stdout.flush()
+    if only and passed + failed == 0:
+        print(f"FAIL: TSR_LSP_TEST={only} names no test; the tests are: " + ", ".join(t.__name__ for t in TESTS))
+        failed += 1
     print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return 1 if failed or passed == 0 else 0
 
 
 if __name__ == "__main__":

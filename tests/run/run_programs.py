@@ -2,15 +2,20 @@
 """End-to-end programs: `tsr run FILE.tsr [ARGS]` for each file here, compared with what the file
 says inside:
 
-    # args: --steps 3            (flags for main)
+    # args: --steps 3            (flags for main; {root} is the repository's root)
     # exit: 1                    (default 0)
     # stdout:                    then `# | line` lines: standard output, exactly
     # stderr-has: text           standard error contains this text
 
-Ends with `N passed, N failed`."""
+Each program runs in a fresh temporary folder (its working directory: files it writes with
+relative paths land there, so two checkouts never collide). A crash (a signal, exit 70, a
+sanitizer report) is a failure whatever the expected exit. Ends with `N passed, N failed`."""
 import os
-import subprocess
 import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import run, summary  # noqa: E402
 
 
 def parse(path):
@@ -40,9 +45,13 @@ def main():
         if not name.endswith(".tsr"):
             continue
         args, code, out, has = parse(os.path.join(here, name))
-        p = subprocess.run([tsr, "run", name] + args, cwd=here, capture_output=True, text=True, timeout=300)
+        args = [a.replace("{root}", os.path.dirname(os.path.dirname(here))) for a in args]
+        with tempfile.TemporaryDirectory() as work:
+            p = run([tsr, "run", os.path.join(here, name)] + args, cwd=work, timeout=300)
         problems = []
-        if p.returncode != code:
+        if p.crash:
+            problems.append(p.crash)
+        elif p.returncode != code:
             problems.append(f"exit code {p.returncode}, expected {code}")
         if out is not None and p.stdout.rstrip("\n").split("\n") != out:
             problems.append("stdout:\n" + p.stdout)
@@ -55,8 +64,7 @@ def main():
             print("    stderr: " + p.stderr.strip().replace("\n", "\n    "))
         else:
             passed += 1
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    return summary(passed, failed, minimum=1, what="programs")
 
 
 if __name__ == "__main__":

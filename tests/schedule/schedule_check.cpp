@@ -17,6 +17,14 @@
 // evaluator's f64), f64 1e-10, tf32 and f16 4e-3, bf16 2^-6 (an op's rounding may land one bf16
 // step apart), fp8 one step of the format; integers, bools and keys exactly; NaN matches NaN.
 // Prints one line per graph and assignment and ends with "N passed, N failed".
+//
+// That compiled code ran is asserted, not assumed (a run on the evaluator alone would compare it
+// with itself): per graph, with --jit-threshold 0 every kernel step must run compiled (a step that
+// falls back to the evaluator fails the graph) and a graph with kernel steps must launch
+// programs; with a middle threshold (--mixed) the whole run must have both compiled and
+// interpreted steps. A graph on which the reference fails at every size prints
+// `note FILE @GRAPH: no size assignment ran` (run_schedule_tests.py holds the list of expected
+// ones). Each line ends with the graph's counts: launches, compiled/interpreted/library steps.
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"
 #include "runtime/cpu/CompiledExecutor.h"
@@ -105,6 +113,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> files, sizeSets;
   std::string only;
   int64_t jitThreshold = 0;
+  bool mixed = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--sizes" && i + 1 < argc) {
@@ -113,6 +122,8 @@ int main(int argc, char **argv) {
       while (std::getline(ss, part, ';')) sizeSets.push_back(part);
     } else if (a == "--jit-threshold" && i + 1 < argc) {
       jitThreshold = std::stoll(argv[++i]);
+    } else if (a == "--mixed") {
+      mixed = true;
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
@@ -146,6 +157,8 @@ int main(int argc, char **argv) {
       const std::vector<std::string> syms = symbolsOf(g);
       int ran = 0;
       bool bad = false;
+      std::string lastRefErr;
+      const cpu::CompiledExecutor::Stats before = exec.stats();
       for (const std::string &set : sizeSets) {
         ir::SymbolSizes sizes;
         const int64_t odd[] = {7, 5, 11, 13, 3, 9, 17, 19, 23};
@@ -200,6 +213,7 @@ int main(int argc, char **argv) {
         try { got = exec.run(*m, g, inputs, sizes); } catch (const std::exception &e) { compErr = e.what(); }
         std::string label = file + " @" + g.name + " [" + set + "]";
         if (!refErr.empty()) {
+          lastRefErr = refErr;
           if (compErr.empty()) { std::cout << "FAIL " << label << ": the reference fails (" << refErr << ") but compiled code runs\n"; bad = true; }
           continue;
         }
@@ -211,10 +225,36 @@ int main(int argc, char **argv) {
         }
         if (!bad) std::cout << "ok   " << label << "\n";
       }
-      if (ran == 0) std::cout << "note " << file << " @" << g.name << ": no size assignment ran on the reference\n";
+      const cpu::CompiledExecutor::Stats after = exec.stats();
+      const uint64_t launched = after.launches - before.launches, compiled = after.compiledSteps - before.compiledSteps,
+                     interpreted = after.interpretedSteps - before.interpretedSteps,
+                     unknown = after.unknownDimSteps - before.unknownDimSteps, library = after.librarySteps - before.librarySteps;
+      const std::string counts = " (" + std::to_string(launched) + " launches; steps: " + std::to_string(compiled) + " compiled, " +
+                                 std::to_string(interpreted) + " interpreted, " + std::to_string(unknown) + " with unknown dims, " +
+                                 std::to_string(library) + " library)";
+      if (ran == 0)
+        std::cout << "note " << file << " @" << g.name << ": no size assignment ran on the reference: "
+                  << (lastRefErr.empty() ? "no assignment gave every input a shape" : lastRefErr) << "\n";
+      if (ran > 0 && !mixed && jitThreshold == 0 && interpreted > 0) {
+        std::cout << "FAIL " << file << " @" << g.name << ": " << interpreted << " kernel steps fell back to the evaluator at JIT threshold 0" << counts << "\n";
+        bad = true;
+      }
+      if (ran > 0 && !mixed && compiled + interpreted > 0 && launched == 0) {
+        std::cout << "FAIL " << file << " @" << g.name << ": kernel steps but no compiled program launched" << counts << "\n";
+        bad = true;
+      }
+      if (ran > 0) std::cout << (bad ? "fail " : "done ") << file << " @" << g.name << counts << "\n";
       if (bad) ++failed; else if (ran > 0) ++passed;
     }
   }
-  std::cout << passed << " passed, " << failed << " failed (" << exec.launches() << " kernel launches)\n";
+  const cpu::CompiledExecutor::Stats st = exec.stats();
+  if (mixed && (st.compiledSteps == 0 || st.interpretedSteps == 0)) {
+    std::cout << "FAIL --mixed: expected both compiled and interpreted steps, got " << st.compiledSteps << " compiled and "
+              << st.interpretedSteps << " interpreted\n";
+    ++failed;
+  }
+  std::cout << "totals: " << st.launches << " kernel launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps
+            << " interpreted, " << st.unknownDimSteps << " with unknown dims, " << st.librarySteps << " library\n";
+  std::cout << passed << " passed, " << failed << " failed\n";
   return failed == 0 ? 0 : 1;
 }

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_python import reexec_with_torch  # noqa: E402
 
 if __name__ == "__main__":
-    reexec_with_torch("stdlib_optim", skip_exit=77)
+    reexec_with_torch("stdlib_optim")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -2,16 +2,20 @@
 """The Tile IR text round trip: for every .tsr file under the given folders whose kernels lower
 (`tsrc FILE --emit=tile` succeeds and prints at least one function), reading the printed text back
 (`tsrc --read-tile`, which also verifies it) must print it identically. Files whose launches cannot
-be lowered before the program runs (sizes known only at run time) are listed as skipped; the test
-fails if fewer than `min_functions` functions were checked in all, so that it cannot pass vacuously.
+be lowered before the program runs (sizes known only at run time) are listed, with the reason, in
+not_lowered.txt beside this script; a file leaving or joining that list fails, and so does any
+crash of tsrc. The test fails if fewer than `min_functions` functions were checked in all, so that
+it cannot pass vacuously.
 Malformed texts derived from a small valid function must be rejected with their messages.
 
 usage: tile_roundtrip.py TSRC MIN_FUNCTIONS DIR_OR_FILE...
 """
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import Expectations, first_error, run  # noqa: E402
 
 
 def files(paths):
@@ -57,7 +61,7 @@ def malformed(tsrc):
         with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
             t.write(text)
         try:
-            q = subprocess.run([tsrc, t.name, "--read-tile"], capture_output=True, text=True, timeout=60)
+            q = run([tsrc, t.name, "--read-tile"], timeout=60)
         finally:
             os.unlink(t.name)
         if q.returncode != 1 or want not in q.stderr:
@@ -70,31 +74,41 @@ def malformed(tsrc):
 def main():
     tsrc, min_functions, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     checked = failed = 0
-    skipped = []
+    exp = Expectations(os.path.join(os.path.dirname(os.path.abspath(__file__)), "not_lowered.txt"),
+                       "no kernel lowered before run time")
+    names = set()
     for path in files(paths):
-        p = subprocess.run([tsrc, path, "--emit=tile"], capture_output=True, text=True, timeout=120)
-        if p.returncode != 0 or not p.stdout.strip():
-            skipped.append(os.path.basename(path))
+        name = os.path.relpath(path, os.path.dirname(os.path.dirname(path)))
+        names.add(name)
+        p = run([tsrc, path, "--emit=tile"], timeout=120)
+        if p.crash:
+            failed += 1
+            print(f"FAIL {path}: tsrc --emit=tile: {p.crash}\n{p.stderr[-2000:]}")
             continue
+        if not p.ok or not p.stdout.strip():
+            exp.check(name, first_error(p.stderr) if not p.ok else "no kernel launch lowers")
+            continue
+        exp.passed(name)
         with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
             t.write(p.stdout)
         try:
-            q = subprocess.run([tsrc, t.name, "--read-tile"], capture_output=True, text=True, timeout=60)
+            q = run([tsrc, t.name, "--read-tile"], timeout=60)
         finally:
             os.unlink(t.name)
         n = p.stdout.count("\ntile @") + p.stdout.startswith("tile @")
-        if q.returncode != 0 or q.stdout != p.stdout:
+        if not q.ok or q.stdout != p.stdout:
             failed += 1
-            print(f"FAIL {path}: read back {'differs' if q.returncode == 0 else 'failed: ' + q.stderr.strip()}")
+            print(f"FAIL {path}: read back {'differs' if q.ok else 'failed: ' + (q.crash or q.stderr.strip())}")
             continue
         checked += n
         print(f"ok   {path}: {n} function(s)")
     failed += malformed(tsrc)
-    print(f"skipped (no kernel lowered before run time): {', '.join(skipped) if skipped else 'none'}")
-    print(f"{checked} functions round-tripped, {failed} files failed")
+    failed += exp.finish(names)
+    print(f"{checked} functions round-tripped, {failed} failures")
     if checked < min_functions:
         print(f"FAIL: expected at least {min_functions} functions")
-        return 1
+        failed += 1
+    print(f"{checked} passed, {failed} failed")
     return 1 if failed else 0
 
 

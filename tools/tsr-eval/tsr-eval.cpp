@@ -15,7 +15,10 @@
 //   widening; keys as i64 [2] = (k0, k1)), and each is listed on stdout as
 //   `out0.npy bf16 (4, 8)` with its dtype in the graph.
 //
-// - TSR_EXECUTOR=compiled runs the graph compiled (runtime/cpu/CompiledExecutor.h) instead.
+// - TSR_EXECUTOR=compiled runs the graph compiled (runtime/cpu/CompiledExecutor.h) instead, every
+//   step compiled at its first call, and prints to stderr what ran how:
+//   `compiled: L launches; steps: C compiled, I interpreted, U with unknown dims, B library`
+//   (tests/ir/test_eval.py asserts from it that compiled code ran).
 //
 // Exit codes: 0 success, 1 an error of the files or of evaluation (printed), 2 a usage error.
 #include "ir/Text.h"
@@ -176,9 +179,16 @@ int main(int argc, char **argv) {
     // TSR_EXECUTOR=compiled runs the graph on the compiled CPU path instead (the same cases
     // then test it against PyTorch: the graph_eval_compiled test).
     const char *executor = std::getenv("TSR_EXECUTOR");
-    std::vector<rt::Tensor> outs = executor && std::string(executor) == "compiled"
-                                       ? cpu::CompiledExecutor().run(*m, *g, values, sizes)
-                                       : ir::evaluate(*m, *g, values, nullptr, sizes);
+    std::vector<rt::Tensor> outs;
+    if (executor && std::string(executor) == "compiled") {
+      cpu::CompiledExecutor exec;
+      outs = exec.run(*m, *g, values, sizes);
+      const cpu::CompiledExecutor::Stats st = exec.stats();
+      std::cerr << "compiled: " << st.launches << " launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps
+                << " interpreted, " << st.unknownDimSteps << " with unknown dims, " << st.librarySteps << " library\n";
+    } else {
+      outs = ir::evaluate(*m, *g, values, nullptr, sizes);
+    }
     fs::create_directories(outDir);
     for (size_t i = 0; i < outs.size(); ++i) {
       std::string name = "out" + std::to_string(i) + ".npy";
