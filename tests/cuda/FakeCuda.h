@@ -1,0 +1,32 @@
+// What the fake driver (fake_libcuda.cpp) shows its tests: counters of the calls it received and
+// the last launch. The test binary dlopen's the same library Driver opened (RTLD_NOLOAD) and
+// reads these through the extern "C" accessors.
+#pragma once
+
+#include <cstddef>
+
+extern "C" {
+
+struct FakeCudaCounters {
+  int ptxLoads[3];        // cuModuleLoadDataEx that succeeded, per device
+  int cubinLoads[3];      // cuModuleLoadData that succeeded, per device
+  int memAllocs, memFrees;
+  int hostAllocs, hostFrees;
+  int setSharedCalls;     // cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)
+  int launches;           // cuLaunchKernel that succeeded
+  int streamSyncs, streamQueries, ctxSyncs;
+  int asyncCopies, memsets;
+};
+
+struct FakeCudaLaunch {
+  char name[64];
+  unsigned grid[3], block[3], shared;
+  void *stream;
+  int viaExtra;                 // parameters came through `extra` (1) or kernelParams (0)
+  size_t paramBytes;            // the entry's parameter size, from its PTX
+  unsigned char params[1024];   // the parameter bytes as the kernel would see them
+};
+
+FakeCudaCounters *fakecuda_counters();
+FakeCudaLaunch *fakecuda_last_launch();
+}

@@ -1,0 +1,529 @@
+// A stand-in for libcuda.so.1, so that runtime/cuda is tested on machines without a GPU
+// (TSR_LIBCUDA points Driver at it). It implements the driver API functions the runtime resolves,
+// with cuda.h's signatures and codes, over host memory:
+//   - three devices: cuda:0 "Fake H100" (9.0, 132 SMs, 227 KiB opt-in shared memory),
+//     cuda:1 "Fake A100" (8.0), cuda:2 "Fake H100"; 64 MiB of "device memory" each, from malloc,
+//     so that copies and fills really move bytes and out-of-memory is reachable;
+//   - copies and fills run at once and check that device ranges lie inside live allocations;
+//   - PTX "JIT": a module's entries and their parameter sizes are read from `.entry` lines; a
+//     PTX containing SYNTAX_ERROR fails with CUDA_ERROR_INVALID_PTX and a ptxas-like log in the
+//     CU_JIT_ERROR_LOG_BUFFER option; a `.target sm_NN` above the device fails the same way;
+//   - cubins: the SM in the ELF header must run on the device (else NO_BINARY_FOR_GPU); an image
+//     containing REJECT is refused the same way;
+//   - launches check the block size, the dynamic shared memory against cuFuncSetAttribute, and
+//     the parameter size; a kernel whose name contains "fault" makes the next call in its
+//     context fail with CUDA_ERROR_ILLEGAL_ADDRESS, sticky as on a GPU; one containing "hang"
+//     never finishes (cuStreamQuery says NOT_READY; cuStreamSynchronize aborts the process,
+//     because the caller would hang there on a GPU).
+// The legacy unversioned symbols that cuda.h maps to _v2 names (cuMemAlloc, cuStreamDestroy, ...)
+// exist as in the real library, but abort: resolving one of them is a bug in the runtime.
+#include "FakeCuda.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kInvalidDevice = 101,
+              kInvalidImage = 200, kInvalidContext = 201, kNoBinary = 209, kInvalidPtx = 218, kInvalidHandle = 400,
+              kNotFound = 500, kNotReady = 600, kIllegalAddress = 700;
+
+struct Dev {
+  const char *name;
+  int major, minor, sms, optin, l2;
+};
+const Dev kDevs[3] = {{"Fake H100", 9, 0, 132, 232448, 50 << 20},
+                      {"Fake A100", 8, 0, 108, 166912, 40 << 20},
+                      {"Fake H100", 9, 0, 132, 232448, 50 << 20}};
+constexpr size_t kDeviceBytes = size_t(64) << 20;
+
+struct Ctx {
+  int dev = 0;
+  int sticky = 0;        // a surfaced fault: every later call returns it
+  int pending = 0;       // a fault not yet reported
+  size_t used = 0;
+  std::map<uintptr_t, size_t> allocs;
+};
+Ctx ctxs[3] = {{0}, {1}, {2}};
+
+struct Func {
+  std::string name;
+  size_t paramBytes = 0;
+  int maxDynShared = 48 * 1024;
+};
+struct Module {
+  Ctx *ctx;
+  std::vector<Func *> funcs;
+};
+struct Stream {
+  Ctx *ctx;
+  bool hung = false;
+};
+
+bool initialized = false;
+thread_local Ctx *current = nullptr;
+std::mutex mu;
+std::set<Stream *> streams;
+std::set<void *> hostAllocs;
+FakeCudaCounters counters;
+FakeCudaLaunch lastLaunch;
+
+[[noreturn]] void die(const char *what) {
+  std::fprintf(stderr, "fake libcuda: %s\n", what);
+  std::abort();
+}
+
+// The context-wide checks at the start of most calls: initialized, a current context, its
+// sticky fault, and a pending fault surfacing now (as a real fault surfaces at the next call).
+int enter() {
+  if (!initialized) return kNotInitialized;
+  if (!current) return kInvalidContext;
+  if (current->sticky) return current->sticky;
+  if (current->pending) {
+    current->sticky = current->pending;
+    current->pending = 0;
+    return current->sticky;
+  }
+  return kSuccess;
+}
+
+int checkStream(void *s) {
+  if (!s) return kSuccess;  // the NULL stream
+  auto *st = static_cast<Stream *>(s);
+  if (!streams.count(st) || st->ctx != current) return kInvalidHandle;
+  return kSuccess;
+}
+
+// Whether [p, p+n) lies inside one live allocation of the current context.
+bool inDevice(unsigned long long p, size_t n) {
+  auto it = current->allocs.upper_bound(uintptr_t(p));
+  if (it == current->allocs.begin()) return false;
+  --it;
+  return uintptr_t(p) >= it->first && uintptr_t(p) + n <= it->first + it->second;
+}
+
+size_t paramSize(const std::string &params) {
+  // "(.param .align 8 .b8 args[304])" or "(.param .u64 p, .param .u32 n)": per parameter, the
+  // type token (.b8, .u64, ...) gives the element bits, a [N] suffix the count.
+  size_t total = 0;
+  size_t at = 0;
+  while ((at = params.find(".param", at)) != std::string::npos) {
+    size_t end = params.find_first_of(",)", at);
+    std::string one = params.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+    size_t elem = 0, count = 1;
+    for (size_t i = 0; i < one.size();) {
+      size_t j = one.find_first_of(" \t", i);
+      std::string tok = one.substr(i, j == std::string::npos ? std::string::npos : j - i);
+      if (tok.size() > 2 && tok[0] == '.' && std::strchr("busf", tok[1]) && std::isdigit(static_cast<unsigned char>(tok[2])))
+        elem = std::strtoul(tok.c_str() + 2, nullptr, 10) / 8;
+      if (size_t lb = tok.find('['); lb != std::string::npos) count = std::strtoul(tok.c_str() + lb + 1, nullptr, 10);
+      if (j == std::string::npos) break;
+      i = j + 1;
+    }
+    total += elem * count;
+    at += 6;
+  }
+  return total;
+}
+
+// `.entry NAME(params)` anywhere in the image.
+std::vector<Func *> parseEntries(const std::string &text) {
+  std::vector<Func *> out;
+  for (size_t at = text.find(".entry "); at != std::string::npos; at = text.find(".entry ", at + 7)) {
+    size_t b = at + 7;
+    size_t e = text.find('(', b);
+    if (e == std::string::npos) break;
+    size_t close = text.find(')', e);
+    auto *f = new Func;
+    f->name = text.substr(b, e - b);
+    f->paramBytes = paramSize(text.substr(e, close - e));
+    out.push_back(f);
+  }
+  return out;
+}
+
+const char *errorName(int r) {
+  switch (r) {
+  case 0: return "CUDA_SUCCESS";
+  case 1: return "CUDA_ERROR_INVALID_VALUE";
+  case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+  case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+  case 101: return "CUDA_ERROR_INVALID_DEVICE";
+  case 200: return "CUDA_ERROR_INVALID_IMAGE";
+  case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+  case 209: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
+  case 218: return "CUDA_ERROR_INVALID_PTX";
+  case 400: return "CUDA_ERROR_INVALID_HANDLE";
+  case 500: return "CUDA_ERROR_NOT_FOUND";
+  case 600: return "CUDA_ERROR_NOT_READY";
+  case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+  default: return nullptr;
+  }
+}
+
+const char *errorString(int r) {
+  switch (r) {
+  case 0: return "no error";
+  case 1: return "invalid argument";
+  case 2: return "out of memory";
+  case 3: return "initialization error";
+  case 101: return "invalid device ordinal";
+  case 200: return "device kernel image is invalid";
+  case 201: return "invalid device context";
+  case 209: return "no kernel image is available for execution on the device";
+  case 218: return "a PTX JIT compilation failed";
+  case 400: return "invalid resource handle";
+  case 500: return "named symbol not found";
+  case 600: return "device not ready";
+  case 700: return "an illegal memory access was encountered";
+  default: return nullptr;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+FakeCudaCounters *fakecuda_counters() { return &counters; }
+FakeCudaLaunch *fakecuda_last_launch() { return &lastLaunch; }
+
+// ---- Initialization, version, errors ----
+int cuInit(unsigned flags) {
+  if (flags != 0) return kInvalidValue;
+  initialized = true;
+  return kSuccess;
+}
+int cuDriverGetVersion(int *v) {
+  *v = 13000;
+  return kSuccess;
+}
+int cuGetErrorName(int r, const char **s) {
+  *s = errorName(r);
+  return *s ? kSuccess : kInvalidValue;
+}
+int cuGetErrorString(int r, const char **s) {
+  *s = errorString(r);
+  return *s ? kSuccess : kInvalidValue;
+}
+
+// ---- Devices ----
+int cuDeviceGetCount(int *n) {
+  if (!initialized) return kNotInitialized;
+  *n = 3;
+  return kSuccess;
+}
+int cuDeviceGet(int *d, int ordinal) {
+  if (!initialized) return kNotInitialized;
+  if (ordinal < 0 || ordinal >= 3) return kInvalidDevice;
+  *d = ordinal;
+  return kSuccess;
+}
+int cuDeviceGetName(char *buf, int len, int d) {
+  if (d < 0 || d >= 3) return kInvalidDevice;
+  std::snprintf(buf, size_t(len), "%s", kDevs[d].name);
+  return kSuccess;
+}
+int cuDeviceGetAttribute(int *v, int attr, int d) {
+  if (d < 0 || d >= 3) return kInvalidDevice;
+  const Dev &dev = kDevs[d];
+  switch (attr) {
+  case 1: *v = 1024; break;
+  case 8: *v = 48 * 1024; break;
+  case 16: *v = dev.sms; break;
+  case 38: *v = dev.l2; break;
+  case 75: *v = dev.major; break;
+  case 76: *v = dev.minor; break;
+  case 97: *v = dev.optin; break;
+  default: return kInvalidValue;
+  }
+  return kSuccess;
+}
+int cuDeviceTotalMem_v2(size_t *bytes, int d) {
+  if (d < 0 || d >= 3) return kInvalidDevice;
+  *bytes = kDeviceBytes;
+  return kSuccess;
+}
+
+// ---- Contexts ----
+int cuDevicePrimaryCtxRetain(void **ctx, int d) {
+  if (!initialized) return kNotInitialized;
+  if (d < 0 || d >= 3) return kInvalidDevice;
+  *ctx = &ctxs[d];
+  return kSuccess;
+}
+int cuCtxSetCurrent(void *ctx) {
+  if (!initialized) return kNotInitialized;
+  current = static_cast<Ctx *>(ctx);
+  return kSuccess;
+}
+int cuCtxSynchronize() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  for (Stream *s : streams)
+    if (s->ctx == current && s->hung) die("cuCtxSynchronize with a kernel that never finishes: the caller would hang");
+  ++counters.ctxSyncs;
+  return kSuccess;
+}
+
+// ---- Modules ----
+int cuModuleLoadDataEx(void **module, const void *image, unsigned n, int *opts, void **vals) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  std::string ptx(static_cast<const char *>(image));
+  char *log = nullptr;
+  size_t logSize = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (opts[i] == 5) log = static_cast<char *>(vals[i]);
+    if (opts[i] == 6) logSize = size_t(reinterpret_cast<uintptr_t>(vals[i]));
+  }
+  std::string error;
+  if (size_t at = ptx.find("SYNTAX_ERROR"); at != std::string::npos) {
+    int line = 1 + int(std::count(ptx.begin(), ptx.begin() + long(at), '\n'));
+    error = "ptxas application ptx input, line " + std::to_string(line) + "; error   : Unknown symbol 'SYNTAX_ERROR'\n";
+  }
+  if (size_t at = ptx.find(".target sm_"); at != std::string::npos) {
+    int sm = std::atoi(ptx.c_str() + at + 11);
+    const Dev &d = kDevs[current->dev];
+    if (sm > d.major * 10 + d.minor)
+      error += "ptxas fatal   : SM version specified by .target is higher than default SM version assumed\n";
+  }
+  if (!error.empty()) {
+    if (log && logSize) {
+      std::snprintf(log, logSize, "%s", error.c_str());
+      for (unsigned i = 0; i < n; ++i)
+        if (opts[i] == 6) vals[i] = reinterpret_cast<void *>(uintptr_t(std::min(logSize, error.size())));
+    }
+    return kInvalidPtx;
+  }
+  *module = new Module{current, parseEntries(ptx)};
+  ++counters.ptxLoads[current->dev];
+  return kSuccess;
+}
+int cuModuleLoadData(void **module, const void *image) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  const auto *b = static_cast<const unsigned char *>(image);
+  if (std::memcmp(b, "\x7f" "ELF", 4) != 0) return kInvalidImage;
+  uint32_t flags;
+  std::memcpy(&flags, b + 48, 4);
+  int sm = b[8] >= 8 ? int((flags >> 8) & 0xff) : int(flags & 0xff);
+  const Dev &d = kDevs[current->dev];
+  // The image's text after the 64-byte header (the tests put `.entry` lines there).
+  std::string text(reinterpret_cast<const char *>(b) + 64);
+  if (sm / 10 != d.major || sm % 10 > d.minor || text.find("REJECT") != std::string::npos) return kNoBinary;
+  *module = new Module{current, parseEntries(text)};
+  ++counters.cubinLoads[current->dev];
+  return kSuccess;
+}
+int cuModuleUnload(void *module) {
+  auto *m = static_cast<Module *>(module);
+  for (Func *f : m->funcs) delete f;
+  delete m;
+  return kSuccess;
+}
+int cuModuleGetFunction(void **fn, void *module, const char *name) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  for (Func *f : static_cast<Module *>(module)->funcs)
+    if (f->name == name) {
+      *fn = f;
+      return kSuccess;
+    }
+  return kNotFound;
+}
+
+// ---- Memory ----
+int cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (bytes == 0) return kInvalidValue;
+  if (current->used + bytes > kDeviceBytes) return kOutOfMemory;
+  void *m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!m) return kOutOfMemory;
+  current->allocs[uintptr_t(m)] = bytes;
+  current->used += bytes;
+  *p = uintptr_t(m);
+  ++counters.memAllocs;
+  return kSuccess;
+}
+int cuMemFree_v2(unsigned long long p) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  auto it = current->allocs.find(uintptr_t(p));
+  if (it == current->allocs.end()) return kInvalidValue;
+  current->used -= it->second;
+  current->allocs.erase(it);
+  std::free(reinterpret_cast<void *>(p));
+  ++counters.memFrees;
+  return kSuccess;
+}
+int cuMemGetInfo_v2(size_t *freeBytes, size_t *total) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  *freeBytes = kDeviceBytes - current->used;
+  *total = kDeviceBytes;
+  return kSuccess;
+}
+int cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (flags & ~7u) return kInvalidValue;
+  *p = std::malloc(bytes);
+  hostAllocs.insert(*p);
+  ++counters.hostAllocs;
+  return kSuccess;
+}
+int cuMemFreeHost(void *p) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!hostAllocs.erase(p)) return kInvalidValue;
+  std::free(p);
+  ++counters.hostFrees;
+  return kSuccess;
+}
+int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!inDevice(dst, n)) return kInvalidValue;
+  std::memcpy(reinterpret_cast<void *>(dst), src, n);
+  ++counters.asyncCopies;
+  return kSuccess;
+}
+int cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!inDevice(src, n)) return kInvalidValue;
+  std::memcpy(dst, reinterpret_cast<const void *>(src), n);
+  ++counters.asyncCopies;
+  return kSuccess;
+}
+int cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t n, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!inDevice(dst, n) || !inDevice(src, n)) return kInvalidValue;
+  std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), n);
+  ++counters.asyncCopies;
+  return kSuccess;
+}
+int cuMemsetD8Async(unsigned long long dst, unsigned char v, size_t n, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!inDevice(dst, n)) return kInvalidValue;
+  std::memset(reinterpret_cast<void *>(dst), v, n);
+  ++counters.memsets;
+  return kSuccess;
+}
+
+// ---- Streams ----
+int cuStreamCreate(void **s, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (flags > 1) return kInvalidValue;
+  auto *st = new Stream{current};
+  streams.insert(st);
+  *s = st;
+  return kSuccess;
+}
+int cuStreamDestroy_v2(void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto *st = static_cast<Stream *>(s);
+  if (!streams.erase(st)) return kInvalidHandle;
+  delete st;
+  return kSuccess;
+}
+int cuStreamSynchronize(void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (s && static_cast<Stream *>(s)->hung) die("cuStreamSynchronize on a stream that never finishes: the caller would hang");
+  ++counters.streamSyncs;
+  return kSuccess;
+}
+int cuStreamQuery(void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  ++counters.streamQueries;
+  return s && static_cast<Stream *>(s)->hung ? kNotReady : kSuccess;
+}
+
+// ---- Execution ----
+int cuFuncSetAttribute(void *fn, int attr, int value) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (attr != 8 || value < 0 || value > kDevs[current->dev].optin) return kInvalidValue;
+  static_cast<Func *>(fn)->maxDynShared = value;
+  ++counters.setSharedCalls;
+  return kSuccess;
+}
+int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   unsigned shared, void *s, void **kernelParams, void **extra) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  auto *f = static_cast<Func *>(fn);
+  if (!f || gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return kInvalidValue;
+  if (uint64_t(bx) * by * bz > 1024) return kInvalidValue;
+  if (shared > 48 * 1024 && int(shared) > f->maxDynShared) return kInvalidValue;
+  if (f->paramBytes > sizeof lastLaunch.params) return kInvalidValue;
+  FakeCudaLaunch l{};
+  std::snprintf(l.name, sizeof l.name, "%s", f->name.c_str());
+  l.grid[0] = gx, l.grid[1] = gy, l.grid[2] = gz;
+  l.block[0] = bx, l.block[1] = by, l.block[2] = bz;
+  l.shared = shared;
+  l.stream = s;
+  l.paramBytes = f->paramBytes;
+  if (extra) {
+    // CU_LAUNCH_PARAM_BUFFER_POINTER (1), pointer, CU_LAUNCH_PARAM_BUFFER_SIZE (2), &size, END (0)
+    const void *buf = nullptr;
+    size_t size = 0;
+    for (int i = 0; extra[i]; i += 2) {
+      if (extra[i] == reinterpret_cast<void *>(1)) buf = extra[i + 1];
+      else if (extra[i] == reinterpret_cast<void *>(2)) size = *static_cast<size_t *>(extra[i + 1]);
+      else return kInvalidValue;
+    }
+    if (!buf || size != f->paramBytes) return kInvalidValue;
+    std::memcpy(l.params, buf, size);
+    l.viaExtra = 1;
+  } else if (f->paramBytes) {
+    if (!kernelParams || !kernelParams[0]) return kInvalidValue;
+    std::memcpy(l.params, kernelParams[0], f->paramBytes);  // one parameter: the tests' kernels
+  }
+  lastLaunch = l;
+  ++counters.launches;
+  if (f->name.find("fault") != std::string::npos) current->pending = kIllegalAddress;
+  if (f->name.find("hang") != std::string::npos) {
+    if (!s) die("a never-ending kernel on the NULL stream");
+    static_cast<Stream *>(s)->hung = true;
+  }
+  return kSuccess;
+}
+
+// ---- The legacy symbols cuda.h maps to _v2 names: present in libcuda, wrong to call ----
+#define TSR_FAKE_LEGACY(name) \
+  int name() { die(#name " (the legacy ABI) was called; cuda.h maps it to " #name "_v2"); }
+TSR_FAKE_LEGACY(cuMemAlloc)
+TSR_FAKE_LEGACY(cuMemFree)
+TSR_FAKE_LEGACY(cuMemGetInfo)
+TSR_FAKE_LEGACY(cuDeviceTotalMem)
+TSR_FAKE_LEGACY(cuMemcpyHtoDAsync)
+TSR_FAKE_LEGACY(cuMemcpyDtoHAsync)
+TSR_FAKE_LEGACY(cuMemcpyDtoDAsync)
+TSR_FAKE_LEGACY(cuStreamDestroy)
+TSR_FAKE_LEGACY(cuMemcpyHtoD)
+TSR_FAKE_LEGACY(cuMemcpyDtoH)
+#undef TSR_FAKE_LEGACY
+
+} // extern "C"
