@@ -8,7 +8,7 @@
 // random keys are values, and kernel calls return the tensors they write.
 #pragma once
 
-#include "sema/DType.h"
+#include "support/DType.h"
 #include "sema/Dim.h"
 
 #include <cstdint>

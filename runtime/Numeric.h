@@ -49,7 +49,7 @@
 // - x -> bool is x != 0 (NaN is true, -0.0 false); bool -> x is 0 or 1.
 #pragma once
 
-#include "sema/DType.h"
+#include "support/DType.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -13,7 +13,7 @@
 #pragma once
 
 #include "runtime/Numeric.h"
-#include "sema/DType.h"
+#include "support/DType.h"
 
 #include <cstddef>
 #include <cstdint>

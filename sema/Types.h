@@ -7,7 +7,7 @@
 // the specialization check at each call site then checks the body with real argument types.
 #pragma once
 
-#include "sema/DType.h"
+#include "support/DType.h"
 #include "sema/Dim.h"
 
 #include <memory>

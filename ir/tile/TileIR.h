@@ -18,7 +18,7 @@
 #pragma once
 
 #include "ir/IR.h"
-#include "sema/DType.h"
+#include "support/DType.h"
 
 #include <cstdint>
 #include <deque>

@@ -1,4 +1,4 @@
-// Compiled CPU execution (runtime/cpu/CompiledExecutor.h) against the reference evaluator on
+// Compiled CPU execution (exec/cpu/CompiledExecutor.h) against the reference evaluator on
 // every graph of Graph IR text files.
 //
 //   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME] [--jit-threshold N]
@@ -27,7 +27,7 @@
 // ones). Each line ends with the graph's counts: launches, compiled/interpreted/library steps.
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"
-#include "runtime/cpu/CompiledExecutor.h"
+#include "exec/cpu/CompiledExecutor.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "sema/DType.h"
+#include "support/DType.h"
 
 #include <doctest/doctest.h>
 

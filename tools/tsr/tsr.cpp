@@ -6,9 +6,9 @@
 // Exit codes (spec 13): 0 success, 1 user error, 2 usage error, 70 internal error.
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
-#include "runtime/cpu/CompiledExecutor.h"
+#include "exec/cpu/CompiledExecutor.h"
 #include "runtime/cuda/CudaDriver.h"
-#include "runtime/host/Interpreter.h"
+#include "exec/host/Interpreter.h"
 #include "sema/Program.h"
 
 #include <CLI/CLI.hpp>

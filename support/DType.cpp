@@ -1,5 +1,5 @@
 // Dtype names, the promotion lattice and numeric-policy checks (see DType.h).
-#include "sema/DType.h"
+#include "support/DType.h"
 
 #include <charconv>
 #include <cmath>

@@ -18,7 +18,7 @@
 #pragma once
 
 #include "ir/eval/Evaluator.h"
-#include "runtime/host/Interpreter.h"
+#include "exec/host/Interpreter.h"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "runtime/cpu/CompiledExecutor.h"
+#include "exec/cpu/CompiledExecutor.h"
 
 #include "codegen/cpu/CpuKernel.h"
 #include "ir/Text.h"

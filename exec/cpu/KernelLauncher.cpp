@@ -1,4 +1,4 @@
-#include "runtime/cpu/KernelLauncher.h"
+#include "exec/cpu/KernelLauncher.h"
 
 #include "codegen/cpu/CpuKernel.h"
 #include "ir/lower/LowerKernel.h"

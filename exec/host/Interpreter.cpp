@@ -1,10 +1,10 @@
-#include "runtime/host/Interpreter.h"
+#include "exec/host/Interpreter.h"
 
 #include "ir/eval/Evaluator.h"
 #include "ir/lower/LowerGraph.h"
 #include "ir/passes/Pipeline.h"
 #include "runtime/Formats.h"
-#include "runtime/cpu/KernelLauncher.h"
+#include "exec/cpu/KernelLauncher.h"
 #include "ir/lower/LowerKernel.h"
 #include "sema/Builtins.h"
 
@@ -834,7 +834,7 @@ struct Interpreter::Impl {
   // entries are read as attributes.
   static constexpr const char *kConfigMark = "kernel configuration";
 
-  // kernel[grid](args) in host code: the kernel runs on the CPU (runtime/cpu/KernelLauncher.h)
+  // kernel[grid](args) in host code: the kernel runs on the CPU (exec/cpu/KernelLauncher.h)
   // and writes into its tensor arguments in place, so the caller's tensors see its results.
   // On the CPU an autotune space takes its first configuration, as in graphs (LowerGraph).
   ValueRef launchKernel(Call *c, Subscript *sub, const sema::FunctionInfo &k, std::shared_ptr<Env> &env) {
