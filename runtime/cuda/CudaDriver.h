@@ -236,7 +236,9 @@ public:
 
   /// Waits until all work queued in this context is done: each Stream of the context is
   /// synchronized under its time limit (Stream::synchronize), then cuCtxSynchronize. Throws
-  /// GpuError naming the recent launches of the stream that failed.
+  /// GpuError naming the recent launches of the stream that failed. It synchronizes the streams
+  /// themselves, so call it only while no other thread creates, uses or destroys a stream of this
+  /// context (DeviceAllocator::forDevice calls it before handing memory back to the driver).
   void synchronize();
 
   /// Whether an earlier sticky error (or a timed-out synchronize) left the context unusable, and

@@ -94,6 +94,8 @@ public:
 
   /// The process's allocator of device `ordinal`, over Context::tryAlloc/free, created on first
   /// use and never destroyed (its memory goes with the process). Throws GpuError without a GPU.
+  /// Its synchronize is Context::synchronize, with that function's threading rule: an allocation
+  /// that releases the cache must not race with another thread's use of the device's streams.
   static DeviceAllocator &forDevice(int ordinal);
 
   /// The class a request of `bytes` bytes is rounded up to (see the file comment).
