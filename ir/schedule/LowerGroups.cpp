@@ -33,6 +33,25 @@ int64_t bucket(int64_t x, std::initializer_list<int64_t> levels) {
 int64_t wideBucket(int64_t x) { return bucket(x, {16, 128, 1024}); }     // a contiguous axis
 int64_t rowBucket(int64_t x, int64_t rest) { return x <= 1 ? 1 : x <= 8 ? 8 : std::max<int64_t>(1, rest); }
 
+// ---- GPU tiles (codegen/nvptx's v0 model, LowerGroups.h) ----
+// A tile holds about 8 elements per thread: every op's element loop is split over the CTA's
+// threads, so this is the work each thread does per op, and it keeps a fused chain's tiles (one
+// shared-memory slice each while live) small.
+int64_t gpuTileElems(const TileTarget &t) { return 8 * int64_t(t.threads()); }
+
+// A 1-d tile: one element per thread for short extents, else 8.
+int64_t gpuTile1d(int64_t extent, const TileTarget &t) { return bucket(extent, {t.threads(), gpuTileElems(t)}); }
+
+// A 2-d tile {rows, cols} over extents {rows, cols} (cols the later axis). A box's rows are split
+// over the threads (a row per thread), so rows come first: up to one per thread; the columns
+// then fill the tile's elements, at most 128 (a thread's share of a box row).
+std::pair<int64_t, int64_t> gpuTile2d(int64_t rows, int64_t cols, const TileTarget &t) {
+  const int64_t T = t.threads();
+  const int64_t br = rows <= 1 ? 1 : bucket(rows, {8, 32, T});
+  const int64_t bc = std::min(bucket(cols, {8, 32, 128}), std::max<int64_t>(8, gpuTileElems(t) / br));
+  return {br, bc};
+}
+
 // The dtype of the tile that holds a value of dtype t: t itself. Tile IR's elementwise ops on
 // narrow floats (bf16, f16, fp8, tf32) compute in f32 and round into the tile's dtype after every
 // op (the code generators' contract), which is the evaluator's rounding once per op; so the
@@ -337,6 +356,36 @@ void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g) {
   f.gridRank = !g[2].axes.empty() ? 3 : !g[1].axes.empty() ? 2 : 1;
 }
 
+// A new program named `name`; a GPU program records its warps in its config (codegen/nvptx
+// launches warps * 32 threads).
+Kernel newKernel(const std::string &name, const TileTarget &t) {
+  Kernel k;
+  k.fn = std::make_unique<tile::Function>(name);
+  if (t.gpuTarget()) k.fn->config.push_back({"warps", int64_t(t.warps)});
+  return k;
+}
+
+// Lowers with `tiles` (build(tiles)); on a GPU target, while the program's shared memory exceeds
+// the budget, halves the largest tile extent (the last of equals: callers list the extents whose
+// shrinking costs least last) and lowers again.
+Kernel fitShared(const TileTarget &t, std::vector<int64_t> tiles,
+                 const std::function<Kernel(const std::vector<int64_t> &)> &build) {
+  if (t.gpuTarget() && !t.measureShared) throw tile::TileError{"a GPU TileTarget without measureShared"};
+  for (;;) {
+    Kernel k = build(tiles);
+    if (!t.gpuTarget()) return k;
+    const int64_t bytes = t.measureShared(*k.fn);
+    if (bytes <= t.sharedBytes) return k;
+    auto big = tiles.end();
+    for (auto it = tiles.begin(); it != tiles.end(); ++it)
+      if (*it > 1 && (big == tiles.end() || *it >= *big)) big = it;
+    if (big == tiles.end())
+      throw tile::TileError{"program " + k.fn->name + " needs " + std::to_string(bytes) +
+                            " bytes of shared memory with 1-element tiles; the budget is " + std::to_string(t.sharedBytes)};
+    *big /= 2;
+  }
+}
+
 } // namespace
 
 std::vector<const Op *> checkedOps(const std::vector<const Op *> &cone) {
@@ -355,25 +404,45 @@ DType reductionCarryDType(const Op &reduce) {
   return isFloat(x) ? accumulatorOf(reduce.result()->type) : DType::I64;
 }
 
+namespace {
+
+// The tiles {BR, BC} of an elementwise or copy program over its output of `shape`: BC over the
+// last axis, BR over the one before (1 for the axes the shape lacks).
+std::vector<int64_t> outputTiles(const std::vector<int64_t> &shape, const TileTarget &t) {
+  const size_t n = shape.size();
+  if (n == 0) return {1, 1};
+  if (t.gpuTarget()) {
+    if (n == 1) return {1, gpuTile1d(shape[0], t)};
+    auto [br, bc] = gpuTile2d(shape[n - 2], shape[n - 1], t);
+    return {br, bc};
+  }
+  // CPU: BR * BC about kTileElems.
+  if (n == 1) return {1, bucket(shape[0], {128, 1024, kTileElems})};
+  const int64_t bc = wideBucket(shape[n - 1]);
+  return {rowBucket(shape[n - 2], kTileElems / bc), bc};
+}
+
+std::string outputTilesText(size_t rank, int64_t BR, int64_t BC) {
+  if (rank == 0) return "scalar";
+  return rank == 1 ? "BC=" + std::to_string(BC) : "BR=" + std::to_string(BR) + " BC=" + std::to_string(BC);
+}
+
 // The tiling of an elementwise program over its output of `shape` (the copy programs' too):
 // program_id(0) over the last axis in tiles of BC, program_id(1) over the one before in tiles
-// of BR (BR * BC about kTileElems), program_id(2) over the product of the leading axes,
-// decomposed into one start per axis. Sets the function's grid; BR and BC stay 1 for the axes
-// the shape lacks.
+// of BR, program_id(2) over the product of the leading axes, decomposed into one start per axis.
+// Sets the function's grid.
 Coords tileOverOutput(Builder &b, Kernel &k, tile::Function &f, const std::vector<int64_t> &shape, TV *out,
-                      int64_t &BR, int64_t &BC) {
+                      int64_t BR, int64_t BC) {
   const size_t n = shape.size();
   Coords c;
   c.start.assign(n, nullptr);
   c.block.assign(n, 0);
   if (n >= 1) {
-    BC = n == 1 ? bucket(shape[0], {128, 1024, kTileElems}) : wideBucket(shape[n - 1]);
     c.block[n - 1] = BC;
     c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
     k.grid[0] = {{int(n - 1)}, BC};
   }
   if (n >= 2) {
-    BR = rowBucket(shape[n - 2], kTileElems / BC);
     c.block[n - 2] = BR;
     c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
     k.grid[1] = {{int(n - 2)}, BR};
@@ -388,9 +457,9 @@ Coords tileOverOutput(Builder &b, Kernel &k, tile::Function &f, const std::vecto
   return c;
 }
 
-Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name) {
-  Kernel k;
-  k.fn = std::make_unique<tile::Function>(name);
+Kernel lowerElementwiseTiled(const Step &st, const std::vector<int64_t> &shape, const std::string &name,
+                             const TileTarget &target, int64_t BR, int64_t BC) {
+  Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
   const Value *root = st.outputs.at(0);
   f.loc = st.anchor ? st.anchor->loc : Loc{};
@@ -401,9 +470,8 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
     params[st.inputs[i]] = f.addParam("in" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.inputs[i]->type.dtype));
 
   Builder b{f, f.body, f.loc};
-  int64_t BR = 1, BC = 1;
   Coords c = tileOverOutput(b, k, f, shape, out, BR, BC);
-  k.tiles = n >= 2 ? "BR=" + std::to_string(BR) + " BC=" + std::to_string(BC) : n == 1 ? "BC=" + std::to_string(BC) : "scalar";
+  k.tiles = outputTilesText(n, BR, BC);
 
   ConeLowering cone(b, c, [&](const Value *v) -> TV * {
     auto it = params.find(v);
@@ -424,8 +492,41 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
   return k;
 }
 
-Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
-                        const std::string &name) {
+// The last axis of `shape` other than the reduced `axis` (-1 for a rank-1 shape): it spans a
+// reduction's tile with the reduced axis.
+int reductionTileAxis(size_t n, int axis) {
+  for (int d = int(n) - 1; d >= 0; --d)
+    if (d != axis) return d;
+  return -1;
+}
+
+// The tiles {BC, BK} of a reduction stage: BK over the reduced axis, BC over reductionTileAxis
+// (1 when there is none).
+std::vector<int64_t> reductionTiles(const std::vector<int64_t> &shape, int axis, const TileTarget &t) {
+  const size_t n = shape.size();
+  const int cax = reductionTileAxis(n, axis);
+  const int64_t K = shape[size_t(axis)];
+  if (t.gpuTarget()) {
+    if (cax < 0) return {1, gpuTile1d(K, t)};
+    // The tile's axes in order: (c, reduced) when the reduced axis is the last, else (reduced, c).
+    if (axis == int(n) - 1) {
+      auto [bc, bk] = gpuTile2d(shape[size_t(cax)], K, t);
+      return {bc, bk};
+    }
+    auto [bk, bc] = gpuTile2d(K, shape[size_t(cax)], t);
+    return {bc, bk};
+  }
+  if (cax < 0) return {1, bucket(K, {128, 1024, kTileElems})};
+  if (axis == int(n) - 1) {
+    const int64_t bk = wideBucket(K);
+    return {rowBucket(shape[size_t(cax)], kTileElems / bk), bk};
+  }
+  const int64_t bc = bucket(shape[size_t(cax)], {16, 128});
+  return {bc, rowBucket(K, kTileElems / bc)};
+}
+
+Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
+                             const std::string &name, const TileTarget &target, int64_t BC, int64_t BK) {
   const Op &red = *st.anchor;
   const Value *operand = red.operands.at(0);
   const Type &rty = red.result()->type;
@@ -433,8 +534,7 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   const DType outDType = last ? rty.dtype : carry;
   const bool extreme = red.kind == OpKind::ReduceMax || red.kind == OpKind::ReduceMin;
 
-  Kernel k;
-  k.fn = std::make_unique<tile::Function>(name);
+  Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
   f.loc = red.loc;
   const size_t n = shape.size();
@@ -449,21 +549,7 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   }
   TV *extent = f.addParam("extent", tile::Type::scalar(DType::I64));
 
-  // c: the last axis other than the reduced one; it spans the tile with the reduced axis.
-  int cax = -1;
-  for (int d = int(n) - 1; d >= 0; --d)
-    if (d != axis) { cax = d; break; }
-  const int64_t K = shape[size_t(axis)];
-  int64_t BK, BC = 1;
-  if (cax < 0) {
-    BK = bucket(K, {128, 1024, kTileElems});
-  } else if (axis == int(n) - 1) {
-    BK = wideBucket(K);
-    BC = rowBucket(shape[size_t(cax)], kTileElems / BK);
-  } else {
-    BC = bucket(shape[size_t(cax)], {16, 128});
-    BK = rowBucket(K, kTileElems / BC);
-  }
+  const int cax = reductionTileAxis(n, axis);
   k.tiles = (cax >= 0 ? "BC=" + std::to_string(BC) + " " : std::string()) + "BK=" + std::to_string(BK);
 
   Builder b{f, f.body, red.loc};
@@ -579,10 +665,18 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   return k;
 }
 
-Kernel lowerMatMul(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result,
-                   const std::array<int64_t, 3> &mnk, const std::string &name) {
-  Kernel k;
-  k.fn = std::make_unique<tile::Function>(name);
+// The tiles {BM, BN, BK} of a matmul of sizes {M, N, K}. CPU: 64x64x64, the best of codegen's
+// gemm benchmark (tools/bench/gemm_cpu.cpp) at 1024^3. GPU: dot splits its rows over the threads
+// in blocks of 4, so BM goes to 128 (32 threads busy), with BK 32; fitShared then halves them to
+// the budget (an f32 64x64x32 takes 48 KiB).
+std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t) {
+  if (t.gpuTarget()) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 32})};
+  return {bucket(mnk[0], {16, 64}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64})};
+}
+
+Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result,
+                        const std::string &name, const TileTarget &target, int64_t BM, int64_t BN, int64_t BK) {
+  Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
   f.loc = op.loc;
   const size_t n = batchRank + 2;
@@ -591,8 +685,6 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType adt, DType bdt, const T
   TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), T));
   TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
   TV *B = f.addParam("b", tile::Type::tensor(uint32_t(n), bdt));
-  // 64x64x64: the best of codegen's gemm benchmark (tools/bench/gemm_cpu.cpp) at 1024^3.
-  const int64_t BM = bucket(mnk[0], {16, 64}), BN = bucket(mnk[1], {16, 64}), BK = bucket(mnk[2], {16, 64});
   k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK);
 
   Builder b{f, f.body, op.loc};
@@ -640,20 +732,124 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType adt, DType bdt, const T
   return k;
 }
 
-Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, const std::vector<int64_t> &shape,
-                 const std::string &name) {
-  Kernel k;
-  k.fn = std::make_unique<tile::Function>(name);
+Kernel lowerCopyTiled(size_t rank, DType from, DType to, const Policies &policies, const std::vector<int64_t> &shape,
+                      const std::string &name, const TileTarget &target, int64_t BR, int64_t BC) {
+  Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
   TV *out = f.addParam("out", tile::Type::tensor(uint32_t(rank), to));
   TV *in = f.addParam("in0", tile::Type::tensor(uint32_t(rank), from));
   Builder b{f, f.body, {}};
-  int64_t BR = 1, BC = 1;
   Coords c = tileOverOutput(b, k, f, shape, out, BR, BC);
+  k.tiles = outputTilesText(rank, BR, BC);
   TV *x = loadBox(b, in, c);
   if (from != to) x = b.cast(convert(b, b.cast(x, reprOf(from)), from, to, policies), to);
   storeBox(b, out, c, x);
   return k;
+}
+
+} // namespace
+
+TileTarget TileTarget::gpu(std::function<int64_t(const tile::Function &)> measure, int warps, int64_t sharedBytes) {
+  TileTarget t;
+  t.kind = Kind::Gpu;
+  t.warps = warps;
+  t.sharedBytes = sharedBytes;
+  t.measureShared = std::move(measure);
+  return t;
+}
+
+Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name,
+                        const TileTarget &target) {
+  return fitShared(target, outputTiles(shape, target), [&](const std::vector<int64_t> &t) {
+    return lowerElementwiseTiled(st, shape, name, target, t[0], t[1]);
+  });
+}
+
+Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
+                        const std::string &name, const TileTarget &target) {
+  return fitShared(target, reductionTiles(shape, axis, target), [&](const std::vector<int64_t> &t) {
+    return lowerReduceStageTiled(st, stage, last, shape, axis, name, target, t[0], t[1]);
+  });
+}
+
+Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
+                   const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target) {
+  return fitShared(target, matmulTiles(mnk, target), [&](const std::vector<int64_t> &t) {
+    return lowerMatMulTiled(op, batchRank, a, b, result, name, target, t[0], t[1], t[2]);
+  });
+}
+
+Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, const std::vector<int64_t> &shape,
+                 const std::string &name, const TileTarget &target) {
+  return fitShared(target, outputTiles(shape, target), [&](const std::vector<int64_t> &t) {
+    return lowerCopyTiled(rank, from, to, policies, shape, name, target, t[0], t[1]);
+  });
+}
+
+std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vector<int64_t>(const Value *)> &shapeOf,
+                                   const std::string &name, const TileTarget &target) {
+  std::vector<StepProgram> out;
+  const Op &op = *st.anchor;
+  switch (st.kind) {
+  case StepKind::Elementwise:
+    out.push_back({lowerElementwise(st, shapeOf(st.outputs.at(0)), name, target), ""});
+    break;
+  case StepKind::Reduce: {
+    // The stages of the executor: reduced axes innermost first, each stage's shape the previous
+    // one's keepdims result.
+    std::vector<int64_t> S = shapeOf(op.operands.at(0));
+    const int64_t rank = int64_t(S.size());
+    std::vector<bool> reduced(S.size(), op.attr("axes") == nullptr);
+    if (const auto *axes = op.attrAs<std::vector<int64_t>>("axes"))
+      for (int64_t a : *axes) {
+        if (a < -rank || a >= rank) throw tile::TileError{"reduction axis " + std::to_string(a) + " of a rank-" + std::to_string(rank) + " operand"};
+        reduced[size_t(a < 0 ? a + rank : a)] = true;
+      }
+    std::vector<int> order;
+    for (size_t d = S.size(); d-- > 0;)
+      if (reduced[d]) order.push_back(int(d));
+    if (order.empty()) {
+      S.insert(S.begin(), 1);
+      order.push_back(0);
+    }
+    for (size_t s = 0; s < order.size(); ++s) {
+      const bool last = s + 1 == order.size();
+      std::string part = order.size() > 1 ? "stage " + std::to_string(s) + " of " + std::to_string(order.size()) : "";
+      std::string n = order.size() > 1 ? name + ".stage" + std::to_string(s) : name;
+      out.push_back({lowerReduceStage(st, s, last, S, order[s], n, target), part});
+      S[size_t(order[s])] = 1;
+    }
+    break;
+  }
+  case StepKind::MatMul: {
+    std::vector<int64_t> a = shapeOf(op.operands.at(0)), b = shapeOf(op.operands.at(1));
+    if (a.empty() || b.empty()) throw tile::TileError{"matmul of a 0-d tensor"};
+    const bool av = a.size() == 1, bv = b.size() == 1;
+    if (av) a.insert(a.begin(), 1);
+    if (bv) b.push_back(1);
+    const std::vector<int64_t> R = shapeOf(op.result());
+    const size_t batch = R.size() - (av ? 0 : 1) - (bv ? 0 : 1);
+    const std::array<int64_t, 3> mnk{a[a.size() - 2], b.back(), a.back()};
+    out.push_back({lowerMatMul(op, batch, op.operands[0]->type.dtype, op.operands[1]->type.dtype, op.result()->type, mnk,
+                               name, target), ""});
+    break;
+  }
+  case StepKind::Concat: {
+    const Type &rt = op.result()->type;
+    Policies pol;
+    pol.saturate = rt.policies.saturate;
+    for (size_t i = 0; i < op.operands.size(); ++i) {
+      const Value *v = op.operands[i];
+      if (v->type.rank() != rt.rank()) throw tile::TileError{"a concat operand of another rank than the result's"};
+      out.push_back({lowerCopy(rt.rank(), v->type.dtype, rt.dtype, pol, shapeOf(v), name + ".operand" + std::to_string(i), target),
+                     "operand " + std::to_string(i)});
+    }
+    break;
+  }
+  case StepKind::View:
+  case StepKind::Library: break;
+  }
+  return out;
 }
 
 } // namespace tsr::ir::schedule

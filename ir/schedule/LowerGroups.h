@@ -1,6 +1,7 @@
 // The kernel steps of a Schedule (ir/schedule/Fusion.h) as Tile IR programs (a transform: a
-// step in, a tile::Function out). codegen/ compiles the programs for the host CPU (and, next,
-// NVPTX); this file knows nothing about the target except the tile sizes it chooses.
+// step in, a tile::Function out). codegen/ compiles the programs for the host CPU (codegen/cpu)
+// and for NVIDIA GPUs (codegen/nvptx); this file knows nothing about the target except the tile
+// sizes it chooses (TileTarget): one lowering, two tile policies.
 //
 // Every program reads and writes tensors through load_box / store_box with run-time sizes and
 // strides, so one program serves every view of its operands: the executor passes each input as
@@ -33,6 +34,19 @@
 //   inputs, and the scalar extent S[r].
 // - matmul [batch.., M, K] @ [batch.., K, N]: the spec's tiled gemm (BM x BN tiles, a `for` over
 //   K with load_box + dot into an accumulator of the @accum dtype), program_id(2) over the batch.
+//
+// Tile sizes (TileTarget) come in a few power-of-two buckets of the concrete extents, so that
+// shapes share programs:
+// - CPU: about 4096 elements per tile (wide rows: the vector units, the box loops), 64x64x64 for
+//   matmul.
+// - GPU (codegen/nvptx's v0 model: one program is a CTA of warps*32 threads, every tile a slice of
+//   dynamic shared memory, each op's outer loop split over the threads — a box's rows, a
+//   reduction's output elements, dot's blocks of 4 rows): about 8 elements per thread, rows
+//   before columns (a 2-d tile's rows are up to one per thread, its columns at most 128, 32 when
+//   there are 32 rows and 8 when there is a row per thread), 1-d tiles of one or 8 elements per
+//   thread, matmul up to 128x64 with BK 32. The program is then lowered, its shared memory measured
+//   by the code generator (TileTarget::measureShared), and while it exceeds the budget the largest
+//   tile extent (the last of equals) is halved and the program lowered again.
 #pragma once
 
 #include "ir/IR.h"
@@ -41,6 +55,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +76,31 @@ struct Kernel {
   std::string tiles;
 };
 
+/// What the tile sizes are chosen for (the policies in the file comment). The default is the
+/// host CPU, so callers that name no target get the CPU tiles.
+struct TileTarget {
+  enum class Kind : uint8_t { Cpu, Gpu };
+  Kind kind = Kind::Cpu;
+  /// GPU: warps per program (a CTA of warps * 32 threads); the programs' `warps` config.
+  int warps = 4;
+  /// GPU: the most dynamic shared memory one program may take, in bytes. 48 KiB needs no opt-in;
+  /// with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES a launch may take up to 163 KiB on
+  /// sm_80 and 227 KiB on sm_90.
+  int64_t sharedBytes = 48 * 1024;
+  /// GPU: the dynamic shared memory `fn` takes once compiled (codegen::nvptx::sharedBytesOf, the
+  /// layout codegen really makes). Required for a GPU target; it may throw (codegen's
+  /// CodegenError for a construct with no GPU lowering), and the lowering functions pass that on.
+  std::function<int64_t(const tile::Function &fn)> measureShared;
+
+  static TileTarget cpu() { return {}; }
+  /// A GPU target of `warps` warps per program and a budget of `sharedBytes`, measured by `measure`.
+  static TileTarget gpu(std::function<int64_t(const tile::Function &)> measure, int warps = 4,
+                        int64_t sharedBytes = 48 * 1024);
+  bool gpuTarget() const { return kind == Kind::Gpu; }
+  /// Threads that run one program: warps * 32 on the GPU, 1 on the CPU.
+  int threads() const { return gpuTarget() ? warps * 32 : 1; }
+};
+
 /// The dtype that the stages of a reduction pass on (the accumulator's; the operand's for max
 /// and min).
 DType reductionCarryDType(const Op &reduce);
@@ -73,27 +113,48 @@ std::vector<const Op *> checkedOps(const std::vector<const Op *> &cone);
 
 /// An elementwise step over the concrete iteration shape `shape` (its root's). Parameters: the
 /// root (rank n, the root's dtype), then `st.inputs` (rank n each, their dtypes). Throws
-/// tile::TileError for an op it cannot lower (an internal error).
-Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name);
+/// tile::TileError for an op it cannot lower (an internal error), or, on a GPU target, for a
+/// program that exceeds the shared-memory budget even with 1-element tiles.
+Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const std::string &name,
+                        const TileTarget &target = {});
 
 /// Stage `stage` of a reduce step: reduces axis `axis` of the concrete iteration shape `shape`
 /// (the operand's shape with the axes of earlier stages set to 1). Stage 0 computes the cone
 /// from `st.inputs`; later stages read one input, the previous stage's output (rank n, dtype
 /// reductionCarryDType). The last stage writes the op's result dtype, the others the carry
 /// dtype. Parameters: the output (rank n, `shape` with 1 at `axis`), the inputs, the i64 extent.
+/// Errors as lowerElementwise's.
 Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
-                        const std::string &name);
+                        const std::string &name, const TileTarget &target = {});
 
 /// A matmul step with `batchRank` batch axes over operands of dtypes `a` and `b` (1-d operands
 /// are passed as [1, K] and [K, 1] views), result dtype and policies of `result`; `mnk` (the
-/// concrete sizes) chooses the tiles. Parameters: the output [batch.., M, N], A, B.
+/// concrete sizes, in the order M, N, K) chooses the tiles. Parameters: the output
+/// [batch.., M, N], A, B. Errors as lowerElementwise's.
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
-                   const std::array<int64_t, 3> &mnk, const std::string &name);
+                   const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target = {});
 
 /// A copy of a rank-`rank` view of dtype `from` into a tensor of dtype `to` (a cast with
 /// `policies`' rounding when they differ): reshapes of non-contiguous views and outputs that are
-/// views. Parameters: the output, the input.
+/// views. Parameters: the output, the input. Errors as lowerElementwise's.
 Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, const std::vector<int64_t> &shape,
-                 const std::string &name);
+                 const std::string &name, const TileTarget &target = {});
+
+/// One program of a step (lowerStep): `part` says which, for steps with several ("stage 1 of 2"
+/// of a reduction, "operand 0" of a concat; empty otherwise).
+struct StepProgram {
+  Kernel kernel;
+  std::string part;
+};
+
+/// Every program that the kernel step `st` runs, as an executor runs it for the concrete shapes
+/// that `shapeOf` gives its values: an elementwise program; one program per reduced axis of a
+/// reduction, innermost first (one rounding stage over a leading 1 when no axis is reduced); a
+/// matmul (1-d operands as [1, K] and [K, 1]); a copy per operand of a concat, into the result
+/// dtype. Names are `name`, with ".stage<s>" or ".operand<i>" for steps of several programs.
+/// View and library steps run none (empty). Throws tile::TileError for an ill-formed step (a
+/// reduction axis or concat operand that does not fit the shapes) and as lowerElementwise.
+std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vector<int64_t>(const Value *)> &shapeOf,
+                                   const std::string &name, const TileTarget &target = {});
 
 } // namespace tsr::ir::schedule
