@@ -6,6 +6,7 @@
 
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/llvm/TileToLLVM.h"
+#include "codegen/nvptx/Conversions.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Bitcode/BitcodeReader.h"
@@ -63,9 +64,9 @@ public:
     FunctionCallee f = m->getOrInsertFunction("__nv_" + name, FunctionType::get(x->getType(), {x->getType()}, false));
     return b.CreateCall(f, {x});
   }
-  Value *helperCall(IRBuilderBase &, const std::string &name, Type *, ArrayRef<Value *>) const override {
-    throw CodegenError("NVPTX: no lowering yet for the conversion helper " + name +
-                       " (fp8, f64 narrowing or integer pow); the host CPU target has it");
+  /// The host's runtime helpers as IR of the module (Conversions.h).
+  Value *helperCall(IRBuilderBase &b, const std::string &name, Type *ret, ArrayRef<Value *> args) const override {
+    return conversionHelperCall(b, name, ret, args);
   }
   // dot's micro-kernel per thread: scalar registers, 4 rows by 2 columns of accumulators.
   int vectorFloats() const override { return 1; }
@@ -326,6 +327,13 @@ PtxModule compileToPtx(const std::vector<const tile::Function *> &fns, const Ptx
   r.ptx = emitPtx(*b.m, *tm);
   r.kernels = std::move(b.kernels);
   return r;
+}
+
+int64_t sharedBytesOf(const tile::Function &fn) {
+  // The shared layout is made while lowering, the same for sm_80 and sm_90.
+  auto tm = makeMachine("sm_90");
+  LLVMContext ctx;
+  return build({&fn}, ctx, *tm).kernels.at(0).sharedBytes;
 }
 
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts) {

@@ -42,11 +42,17 @@ struct PtxModule {
 };
 
 /// Compiles `fns` (each verified, tile::verify) into one PTX module for `opts.arch`.
-/// Throws CodegenError (codegen/cpu/CpuKernel.h) for a construct with no NVPTX lowering (fp8
-/// conversions, integer pow) or a missing libdevice.
+/// Throws CodegenError (codegen/cpu/CpuKernel.h) for a construct with no NVPTX lowering
+/// (README.md lists them) or a missing libdevice.
 PtxModule compileToPtx(const std::vector<const tile::Function *> &fns, const PtxOptions &opts);
 
 /// The optimized NVPTX LLVM IR of the same module (for reading the generated code).
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts);
+
+/// The dynamic shared memory, in bytes, that `fn` (verified) takes as a kernel: the
+/// PtxKernel::sharedBytes compileToPtx would report, from the lowering alone (no optimization or
+/// PTX emission, so cheap enough to call per tile candidate: ir/schedule's TileTarget::measureShared).
+/// The same for every arch. Throws CodegenError as compileToPtx does.
+int64_t sharedBytesOf(const tile::Function &fn);
 
 } // namespace tsr::codegen::nvptx
