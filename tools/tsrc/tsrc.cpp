@@ -7,7 +7,9 @@
 #include "ir/Verifier.h"
 #include "ir/lower/LowerGraph.h"
 #include "ir/lower/LowerKernel.h"
+#include "ir/eval/Evaluator.h"
 #include "ir/schedule/Fusion.h"
+#include "ir/schedule/LowerGroups.h"
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
 #include "ir/tile/TileText.h"
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -44,6 +47,84 @@ static int readIRText(const std::string &file, ParseVerifyPrint run) {
   }
 }
 
+// ---- graph kernels (--emit=ptx, --emit=tile --graph-kernels) ----
+// The kernel steps of every graph's schedule, lowered as an executor would lower them, with the
+// GPU tile policy (ir/schedule/LowerGroups.h). Programs read their extents at run time (`dim`),
+// so their text depends only on ops, dtypes, ranks and tiles; tiles are chosen from a
+// representative size for every symbolic dim: 1001, above every GPU bucket (so the tiles are
+// those of large tensors) and odd (so no power-of-two tile divides it and a reduction keeps its
+// masked last chunk: the program that serves any extent).
+constexpr int64_t kRepresentativeExtent = 1001;
+
+// The extents of `v`'s type with each symbol at kRepresentativeExtent; a dim that does not
+// evaluate (unknown `?`, an opaque atom) is kRepresentativeExtent too.
+static std::vector<int64_t> representativeShape(const ir::Value *v) {
+  std::vector<int64_t> shape;
+  for (const Dim &d : v->type.dims) {
+    ir::SymbolSizes sizes;
+    for (const std::string &name : d.symbols()) sizes[name] = kRepresentativeExtent;
+    int64_t x = kRepresentativeExtent;
+    try {
+      x = ir::evaluateDim(d, sizes);
+    } catch (const std::invalid_argument &) {
+    }
+    shape.push_back(x);
+  }
+  return shape;
+}
+
+// Re-points the locations of `f` (indices into `from`'s file table) at `to`'s table.
+static void remapLocs(tile::Function &f, const std::vector<std::string> &from, tile::Module &to) {
+  auto remap = [&](ir::Loc &l) {
+    if (l.valid() && l.file <= from.size()) l.file = to.fileIndex(from[l.file - 1]);
+  };
+  remap(f.loc);
+  std::function<void(tile::Block &)> walk = [&](tile::Block &b) {
+    for (tile::Op *op : b.ops) {
+      remap(op->loc);
+      for (tile::Block *r : op->regions) walk(*r);
+    }
+  };
+  walk(*f.body);
+}
+
+// Appends to `kernels` every program of every kernel step of `graphs`' schedules for a GPU of the
+// default budget (TileTarget::gpu: 4 warps, 48 KiB), named `GRAPH.stepI.KIND[.stageS|.operandJ]`,
+// and to `what` one description per program ("@g step 3 (reduce) stage 0 of 2, tiles BC=8 BK=128").
+// A step with a construct that NVPTX cannot compile yet is an error naming the step (printed;
+// returns false after trying every step). A program that does not verify is an internal error.
+static bool addGraphKernels(const ir::Module &graphs, tile::Module &kernels, std::vector<std::string> &what) {
+  namespace sched = ir::schedule;
+  const auto target = sched::TileTarget::gpu([](const tile::Function &f) { return codegen::nvptx::sharedBytesOf(f); });
+  bool ok = true;
+  for (const auto &g : graphs.graphs) {
+    const sched::Schedule plan = sched::planFusion(*g);
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      const sched::Step &st = plan.steps[i];
+      const std::string kind(sched::stepKindName(st.kind));
+      const std::string step = "@" + g->name + " step " + std::to_string(i) + " (" + kind + ")";
+      std::vector<sched::StepProgram> programs;
+      try {
+        programs = sched::lowerStep(st, representativeShape, g->name + ".step" + std::to_string(i) + "." + kind, target);
+      } catch (const codegen::CodegenError &e) {
+        std::cerr << "tsrc: error: " << step << " cannot be compiled for the GPU yet: " << e.what() << "\n";
+        ok = false;
+        continue;
+      } catch (const tile::TileError &e) {
+        throw std::runtime_error(step + ": " + e.message);
+      }
+      for (auto &p : programs) {
+        for (const std::string &problem : tile::verify(*p.kernel.fn))
+          throw std::runtime_error(step + ": the program does not verify: " + problem);
+        remapLocs(*p.kernel.fn, graphs.files, kernels);
+        what.push_back(step + (p.part.empty() ? "" : " " + p.part) + ", tiles " + p.kernel.tiles);
+        kernels.functions.push_back(std::move(p.kernel.fn));
+      }
+    }
+  }
+  return ok;
+}
+
 int main(int argc, char **argv) {
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
   app.set_version_flag("--version", "tsrc 0.1 (Tessera)");
@@ -59,11 +140,16 @@ int main(int argc, char **argv) {
                                  "  tile   the Tile IR of each kernel launch (from graph functions and from main's module)\n"
                                  "  schedule  how each graph runs compiled: its fused steps, their ops and inputs\n"
                                  "  llvm   the optimized host-CPU LLVM IR of each kernel that `tile` prints\n"
-                                 "  ptx    one PTX module holding every kernel that `tile` prints (--arch)")
+                                 "  ptx    one PTX module holding every kernel that `tile` prints and every kernel step\n"
+                                 "         of every graph's schedule, for the GPU (--arch)")
       ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule", "llvm", "ptx"}));
   std::string arch = "sm_90";
   app.add_option("--arch", arch, "the GPU architecture of --emit=ptx: sm_80 or sm_90 (default sm_90)")
       ->check(CLI::IsMember({"sm_80", "sm_90"}));
+  bool graphKernels = false;
+  app.add_flag("--graph-kernels", graphKernels,
+               "with --emit=tile: also print the programs of the graphs' kernel steps that --emit=ptx compiles "
+               "(GPU tiles, symbolic sizes at 1001)");
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
@@ -121,12 +207,18 @@ int main(int argc, char **argv) {
         if (emit == "tile" && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
           auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
-          if (!diags.hasErrors()) tile::printModule(std::cout, *kernels);
+          std::vector<std::string> what;
+          if (!diags.hasErrors() && graphKernels && !addGraphKernels(*graphs, *kernels, what)) rc = 1;
+          if (!diags.hasErrors() && rc == 0) tile::printModule(std::cout, *kernels);
         }
         if ((emit == "llvm" || emit == "ptx") && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
           auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
-          if (!diags.hasErrors()) {
+          // The hand-written kernels first, then the graphs' (described by `what`).
+          const size_t handWritten = diags.hasErrors() ? 0 : kernels->functions.size();
+          std::vector<std::string> what;
+          if (!diags.hasErrors() && emit == "ptx" && !addGraphKernels(*graphs, *kernels, what)) rc = 1;
+          if (!diags.hasErrors() && rc == 0) {
             std::vector<const tile::Function *> fns;
             for (auto &f : kernels->functions) fns.push_back(f.get());
             try {
@@ -136,19 +228,21 @@ int main(int argc, char **argv) {
                 codegen::nvptx::PtxOptions po;
                 po.arch = arch;
                 auto pm = codegen::nvptx::compileToPtx(fns, po);
-                // One line per kernel (tools/gpu/ptx_check reads them): launch shape and config.
+                // One line per kernel (tools/gpu/ptx_check reads them): launch shape and config,
+                // and for a graph's program its graph, step and tiles.
                 for (size_t q = 0; q < pm.kernels.size(); ++q) {
                   const auto &k = pm.kernels[q];
                   std::cout << "// kernel " << k.name << ": " << k.threads << " threads, " << k.sharedBytes
                             << " bytes of dynamic shared memory, " << k.params << " KernelArg params; config";
                   for (const auto &a : fns[q]->config)
                     if (auto *v = std::get_if<int64_t>(&a.value)) std::cout << " " << a.name << "=" << *v;
+                  if (q >= handWritten) std::cout << "; " << what[q - handWritten];
                   std::cout << "\n";
                 }
                 std::cout << pm.ptx;
               }
             } catch (const codegen::CodegenError &e) {
-              std::cerr << "tsrc: " << e.what() << "\n";
+              std::cerr << "tsrc: error: " << e.what() << "\n";
               rc = 1;
             }
           }
