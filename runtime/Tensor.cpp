@@ -25,6 +25,79 @@ std::shared_ptr<std::byte> allocate(size_t nbytes) {
 
 } // namespace
 
+// One buffer's bytes, on the host, on one device, or both (Tensor.h: device residency).
+struct Tensor::Storage {
+  size_t bytes = 0;
+  std::shared_ptr<std::byte> host; // null until the host needs it, for device-made tensors
+  bool hostValid = true;
+  DeviceMemory *dev = nullptr;
+  uint64_t devPtr = 0;
+  bool devValid = false;
+
+  explicit Storage(size_t n) : bytes(n), host(allocate(n)) {}
+  Storage(DeviceMemory &d, size_t n, const char *forWhat) : bytes(n), hostValid(false), dev(&d), devValid(true) {
+    if (n) devPtr = d.allocate(n, forWhat);
+  }
+  Storage(const Storage &) = delete;
+  Storage &operator=(const Storage &) = delete;
+  ~Storage() { dropDevice(); }
+
+  void dropDevice() noexcept {
+    if (dev && devPtr) dev->release(devPtr);
+    dev = nullptr;
+    devPtr = 0;
+    devValid = false;
+  }
+  void syncHost() {
+    if (hostValid) return;
+    if (!host) host = allocate(bytes);
+    if (bytes) dev->toHost(host.get(), devPtr, bytes);
+    hostValid = true;
+  }
+};
+
+const std::byte *Tensor::host() const {
+  st_->syncHost();
+  return st_->host.get();
+}
+
+std::byte *Tensor::hostForWrite() {
+  st_->syncHost();
+  if (st_->dev) st_->dropDevice();
+  return st_->host.get();
+}
+
+Tensor Tensor::emptyOn(DeviceMemory &dev, std::vector<int64_t> shape, DType dtype, const char *forWhat) {
+  const int64_t n = shapeNumel(shape);
+  const size_t item = dtypeSize(dtype);
+  if (uint64_t(n) > (uint64_t(std::numeric_limits<int64_t>::max()) - kAlign) / item)
+    throw std::length_error("tensor shape " + formatShape(shape) + " is too large");
+  return Tensor(dtype, std::move(shape), n, std::make_shared<Storage>(dev, size_t(n) * item, forWhat));
+}
+
+uint64_t Tensor::deviceAddress(DeviceMemory &dev, const char *forWhat) const {
+  Storage &s = *st_;
+  if (s.dev == &dev && s.devValid) return s.devPtr;
+  s.syncHost(); // a copy on another device comes through the host
+  if (s.dev != &dev) {
+    s.dropDevice();
+    if (s.bytes) s.devPtr = dev.allocate(s.bytes, forWhat);
+    s.dev = &dev;
+  }
+  if (s.bytes) dev.toDevice(s.devPtr, s.host.get(), s.bytes);
+  s.devValid = true;
+  return s.devPtr;
+}
+
+void Tensor::markDeviceWritten(DeviceMemory &dev) const {
+  if (st_->dev != &dev || !st_->devValid)
+    throw std::logic_error("Tensor::markDeviceWritten: the tensor has no copy on " + dev.name());
+  st_->hostValid = false;
+}
+
+DeviceMemory *Tensor::device() const { return st_->devValid ? st_->dev : nullptr; }
+bool Tensor::onHost() const { return st_->hostValid; }
+
 int64_t shapeNumel(std::span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -46,14 +119,14 @@ std::string formatShape(std::span<const int64_t> shape) {
   return s + ")";
 }
 
-Tensor::Tensor() : numel_(1), buf_(allocate(4)) { std::memset(buf_.get(), 0, 4); }
+Tensor::Tensor() : numel_(1), st_(std::make_shared<Storage>(4)) { std::memset(st_->host.get(), 0, 4); }
 
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
   const int64_t n = shapeNumel(shape);
   const size_t item = dtypeSize(dtype);
   if (uint64_t(n) > (uint64_t(std::numeric_limits<int64_t>::max()) - kAlign) / item)
     throw std::length_error("tensor shape " + formatShape(shape) + " is too large");
-  return Tensor(dtype, std::move(shape), n, allocate(size_t(n) * item));
+  return Tensor(dtype, std::move(shape), n, std::make_shared<Storage>(size_t(n) * item));
 }
 
 Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype) {
@@ -172,7 +245,7 @@ Tensor Tensor::reshape(std::vector<int64_t> shape) const {
     throw std::invalid_argument("cannot reshape a tensor of shape " + formatShape(shape_) + " (" + std::to_string(numel_) +
                                 " elements) to " + formatShape(shape));
   }
-  return Tensor(dtype_, std::move(shape), numel_, buf_);
+  return Tensor(dtype_, std::move(shape), numel_, st_);
 }
 
 Tensor Tensor::cast(DType to, Rounding r) const {

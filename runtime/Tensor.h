@@ -10,8 +10,17 @@
 //   fp8_*     uint8_t bit pattern       bf16 / f16       uint16_t bit pattern
 //   f32, tf32 float (tf32 values have the low 13 significand bits zero)    f64   double
 // in the host's byte order (Tessera runs on little-endian hosts; the file formats assume it).
+//
+// Device residency: the storage may also (or only) live in one device's memory (Device.h). A
+// tensor made on a device (`emptyOn`) or written there by a kernel (`markDeviceWritten`) has no
+// valid host copy until host code reads it: `data()` then copies it back once, waiting for the
+// device's queued work. `deviceAddress` copies a host tensor to the device once and keeps that
+// copy while the host side is not written. A non-const `data()` counts as a host write (the
+// device copy is dropped), so keep read-only access const. Residency is per storage: tensors that
+// share storage (copies, reshape) share it. Not thread-safe (as the interpreter that uses it).
 #pragma once
 
+#include "runtime/Device.h"
 #include "runtime/Numeric.h"
 #include "support/DType.h"
 
@@ -72,17 +81,31 @@ public:
   /// Row-major strides in elements (the last is 1).
   std::vector<int64_t> strides() const;
 
-  void *data() { return buf_.get(); }
-  const void *data() const { return buf_.get(); }
+  /// The elements in host memory (copied back from the device first when only the device holds
+  /// them). The non-const overloads also drop the device copy: the caller may write.
+  void *data() { return hostForWrite(); }
+  const void *data() const { return host(); }
   /// Typed pointer; throws std::invalid_argument unless T is the dtype's storage type.
   template <class T> T *data() {
     checkStorage(isStorageType<T>(dtype_), sizeof(T));
-    return reinterpret_cast<T *>(buf_.get());
+    return reinterpret_cast<T *>(hostForWrite());
   }
   template <class T> const T *data() const {
     checkStorage(isStorageType<T>(dtype_), sizeof(T));
-    return reinterpret_cast<const T *>(buf_.get());
+    return reinterpret_cast<const T *>(host());
   }
+
+  /// Uninitialized elements in `dev`'s memory only (no host copy until one is read).
+  static Tensor emptyOn(DeviceMemory &dev, std::vector<int64_t> shape, DType dtype, const char *forWhat);
+  /// The storage's address on `dev`, copying the host elements there first if the device has no
+  /// current copy (from another device: through the host). 0 for an empty tensor.
+  uint64_t deviceAddress(DeviceMemory &dev, const char *forWhat) const;
+  /// The device copy on `dev` (deviceAddress) was written by device work: the host copy is stale.
+  void markDeviceWritten(DeviceMemory &dev) const;
+  /// The device whose memory holds a current copy, or null.
+  DeviceMemory *device() const;
+  /// Whether host memory holds a current copy (false: data() will copy from the device).
+  bool onHost() const;
 
   /// Row-major flat index of a multi-index; throws std::out_of_range naming the axis when an
   /// index is outside [0, extent) or the rank differs.
@@ -107,18 +130,22 @@ public:
   /// A new tensor of dtype `to` (a clone when it is the same dtype), rounded by `r`; stochastic
   /// rounding needs random words: see Random.h's stochasticCast.
   Tensor cast(DType to, Rounding r = {}) const;
-  bool sharesStorageWith(const Tensor &o) const { return buf_ == o.buf_; }
+  bool sharesStorageWith(const Tensor &o) const { return st_ == o.st_; }
+
+  struct Storage;
 
 private:
-  Tensor(DType dtype, std::vector<int64_t> shape, int64_t numel, std::shared_ptr<std::byte> buf)
-      : dtype_(dtype), shape_(std::move(shape)), numel_(numel), buf_(std::move(buf)) {}
+  Tensor(DType dtype, std::vector<int64_t> shape, int64_t numel, std::shared_ptr<Storage> st)
+      : dtype_(dtype), shape_(std::move(shape)), numel_(numel), st_(std::move(st)) {}
   void checkStorage(bool ok, size_t size) const;
   void checkIndex(int64_t i) const;
+  const std::byte *host() const;
+  std::byte *hostForWrite();
 
   DType dtype_ = DType::F32;
   std::vector<int64_t> shape_;
   int64_t numel_ = 1;
-  std::shared_ptr<std::byte> buf_;
+  std::shared_ptr<Storage> st_;
 };
 
 /// Number of elements of a shape; throws as Tensor::empty does.

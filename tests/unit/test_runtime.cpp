@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
@@ -981,4 +982,79 @@ TEST_CASE("load_csv: plain and gzip, dtypes, skipped lines, errors naming the li
   bad[bad.size() - 6] ^= 0xFF; // the CRC in the trailer
   writeAll(tmp / "bad.csv.gz", bad.data(), bad.size());
   CHECK(contains(errorOf([&] { loadCsv(tmp / "bad.csv.gz", DType::I64, ";"); }), "corrupt or truncated gzip data"));
+}
+
+// ---- device residency ------------------------------------------------------------------------------
+
+namespace {
+
+// Device memory on the host heap that counts what crosses the "bus" (Device.h's contract).
+struct FakeDevice : tsr::rt::DeviceMemory {
+  std::map<uint64_t, std::vector<std::byte>> blocks;
+  uint64_t next = 0x1000;
+  int uploads = 0, downloads = 0, live = 0;
+  std::string name() const override { return "fake:0"; }
+  uint64_t allocate(size_t bytes, const char *) override {
+    blocks[next].resize(bytes);
+    ++live;
+    uint64_t p = next;
+    next += bytes + 256;
+    return p;
+  }
+  void release(uint64_t p) noexcept override { blocks.erase(p), --live; }
+  void toDevice(uint64_t dst, const void *src, size_t n) override {
+    ++uploads;
+    std::memcpy(blocks.at(dst).data(), src, n);
+  }
+  void toHost(void *dst, uint64_t src, size_t n) override {
+    ++downloads;
+    std::memcpy(dst, blocks.at(src).data(), n);
+  }
+  float *at(uint64_t p) { return reinterpret_cast<float *>(blocks.at(p).data()); }
+};
+
+} // namespace
+
+TEST_CASE("device residency: one upload while the host is not written, one download when host code reads") {
+  using tsr::rt::Tensor;
+  FakeDevice dev;
+  {
+    Tensor x = Tensor::fromF64({3}, tsr::DType::F32, std::vector<double>{1, 2, 3});
+    const Tensor &cx = x;
+    uint64_t p = cx.deviceAddress(dev, "x");
+    CHECK(dev.uploads == 1);
+    CHECK(cx.deviceAddress(dev, "x") == p);
+    CHECK(dev.uploads == 1); // the device copy is current: no second upload
+    CHECK(cx.data<float>()[1] == 2.0f);
+    CHECK(dev.downloads == 0); // the host copy is current too
+    x.data<float>()[1] = 5.0f; // a host write drops the device copy
+    p = cx.deviceAddress(dev, "x");
+    CHECK(dev.uploads == 2);
+    CHECK(dev.at(p)[1] == 5.0f);
+    // A kernel writes the device copy: the host copy is stale until read, then read once.
+    dev.at(p)[0] = 7.0f;
+    cx.markDeviceWritten(dev);
+    CHECK(!cx.onHost());
+    Tensor shared = x.reshape({3, 1});
+    CHECK(static_cast<const Tensor &>(shared).data<float>()[0] == 7.0f);
+    CHECK(dev.downloads == 1);
+    CHECK(cx.data<float>()[0] == 7.0f);
+    CHECK(dev.downloads == 1);
+  }
+  CHECK(dev.live == 0); // storage freed: its device block is released
+  {
+    Tensor y = Tensor::emptyOn(dev, {2, 2}, tsr::DType::F32, "y");
+    CHECK(y.device() == &dev);
+    CHECK(!y.onHost());
+    const uint64_t p = y.deviceAddress(dev, "y");
+    for (int i = 0; i < 4; ++i) dev.at(p)[i] = float(i) + 0.5f;
+    CHECK(dev.uploads == 2); // made on the device: nothing uploaded
+    CHECK(y.toF64(3) == 3.5);
+    CHECK(dev.downloads == 2);
+    Tensor z = y.clone();
+    CHECK(z.device() == nullptr);
+    CHECK(z.toF64(2) == 2.5);
+    CHECK_THROWS_AS(z.markDeviceWritten(dev), std::logic_error);
+  }
+  CHECK(dev.live == 0);
 }
