@@ -799,8 +799,9 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
     // one's keepdims result.
     std::vector<int64_t> S = shapeOf(op.operands.at(0));
     const int64_t rank = int64_t(S.size());
-    std::vector<bool> reduced(S.size(), op.attr("axes") == nullptr);
-    if (const auto *axes = op.attrAs<std::vector<int64_t>>("axes"))
+    const auto *axes = op.attrAs<std::vector<int64_t>>("axes");
+    std::vector<bool> reduced(S.size(), axes == nullptr);
+    if (axes)
       for (int64_t a : *axes) {
         if (a < -rank || a >= rank) throw tile::TileError{"reduction axis " + std::to_string(a) + " of a rank-" + std::to_string(rank) + " operand"};
         reduced[size_t(a < 0 ? a + rank : a)] = true;
