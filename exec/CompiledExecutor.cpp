@@ -1,4 +1,4 @@
-#include "exec/cpu/CompiledExecutor.h"
+#include "exec/CompiledExecutor.h"
 
 #include "codegen/cpu/CpuKernel.h"
 #include "ir/Text.h"
@@ -15,7 +15,7 @@
 #include <mutex>
 #include <unordered_map>
 
-namespace tsr::cpu {
+namespace tsr::exec {
 
 using ir::EvalError;
 using ir::Op;
@@ -68,10 +68,11 @@ View broadcastView(const View &v, const Shape &to) {
   return r;
 }
 
-codegen::KernelArg argOf(const View &v) {
+// The KernelArg of view `v` whose storage the program addresses at `base` (StepBackend::address).
+codegen::KernelArg argOf(const View &v, char *base) {
   codegen::KernelArg a;
   if (v.shape.size() > size_t(codegen::kMaxRank)) throw std::runtime_error("a tensor of rank > 8 for compiled code");
-  a.data = static_cast<char *>(const_cast<void *>(v.buf.data())) + v.offset * int64_t(v.buf.itemsize());
+  a.data = base + v.offset * int64_t(v.buf.itemsize());
   for (size_t d = 0; d < v.shape.size(); ++d) {
     a.shape[d] = v.shape[d];
     a.strides[d] = v.strides[d];
@@ -86,8 +87,9 @@ codegen::KernelArg scalarArg(int64_t i) {
 }
 
 struct Compiled {
-  std::shared_ptr<const codegen::CompiledKernel> code;
+  std::shared_ptr<const BackendProgram> code;
   std::array<sched::GridAxis, 3> grid;
+  std::string name; // the tile function's
 };
 
 std::array<int64_t, 3> gridOf(const std::array<sched::GridAxis, 3> &g, const Shape &s) {
@@ -101,12 +103,12 @@ std::array<int64_t, 3> gridOf(const std::array<sched::GridAxis, 3> &g, const Sha
   return r;
 }
 
-Compiled compile(sched::Kernel k) {
+Compiled compile(StepBackend &backend, sched::Kernel k) {
   // TSR_DUMP_TILE=1 prints every program as it is compiled (for debugging lowering).
   if (const char *dump = std::getenv("TSR_DUMP_TILE"); dump && *dump == '1') std::cerr << tile::toString(*k.fn) << "\n";
   auto problems = tile::verify(*k.fn);
   if (!problems.empty()) throw tile::TileError{"the tile program `" + k.fn->name + "` is malformed: " + problems[0]};
-  return Compiled{codegen::compileForHost(*k.fn), k.grid};
+  return Compiled{backend.compile(*k.fn), k.grid, k.fn->name};
 }
 
 std::string shapeKey(const Shape &s) {
@@ -118,8 +120,10 @@ std::string shapeKey(const Shape &s) {
 } // namespace
 
 struct CompiledExecutor::Impl {
-  int threads;
+  std::shared_ptr<StepBackend> backend;
   int64_t jitThreshold = 0;
+  // The source position of the op being run, for launch errors (LaunchSite).
+  std::string site;
   std::atomic<uint64_t> launches{0};
   CompiledExecutor::Stats stats;
   const bool forceInterpret = forceInterpretForTests();
@@ -132,7 +136,7 @@ struct CompiledExecutor::Impl {
   // after its first iterations. Counted in work, not time, so that runs are reproducible.
   bool compileNow(const std::string &key, int64_t work) {
     if (forceInterpret) return false;
-    if (jitThreshold <= 0 || programs.count(key)) return true;
+    if (jitThreshold <= 0 || !backend->interpretsSmallSteps() || programs.count(key)) return true;
     int64_t &done = interpretedWork[key];
     done += std::max<int64_t>(work, 1);
     return done >= jitThreshold;
@@ -145,13 +149,21 @@ struct CompiledExecutor::Impl {
   const Compiled &program(const std::string &key, const std::function<sched::Kernel()> &lower) {
     auto it = programs.find(key);
     if (it != programs.end()) return it->second;
-    return programs.emplace(key, compile(lower())).first->second;
+    return programs.emplace(key, compile(*backend, lower())).first->second;
   }
+
+  const sched::TileTarget &tiles() const { return backend->tileTarget(); }
+
+  // The KernelArg of `v` for a program that reads it (or writes it: `write`).
+  codegen::KernelArg arg(const View &v, bool write = false) {
+    return argOf(v, backend->address(v.buf, write, site.c_str()));
+  }
+  Tensor allocate(const Shape &shape, DType dtype) { return backend->allocate(shape, dtype, site.c_str()); }
 
   void launch(const Compiled &c, const std::vector<codegen::KernelArg> &args, const Shape &iter) {
     auto grid = gridOf(c.grid, iter);
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
-    c.code->launch(args.data(), args.size(), grid, threads);
+    backend->launch(*c.code, args, grid, LaunchSite{c.name, site});
     ++launches;
   }
 
@@ -162,8 +174,8 @@ struct CompiledExecutor::Impl {
     const DType to = dst.buf.dtype();
     std::string key = keyPrefix + "copy/" + std::to_string(n) + std::string(dtypeName(src.buf.dtype())) + ">" +
                       std::string(dtypeName(to)) + (pol.saturate ? "s" : "") + shapeKey(src.shape);
-    const Compiled &c = program(key, [&] { return sched::lowerCopy(n, src.buf.dtype(), to, pol, src.shape, "copy"); });
-    launch(c, {argOf(dst), argOf(src)}, src.shape);
+    const Compiled &c = program(key, [&] { return sched::lowerCopy(n, src.buf.dtype(), to, pol, src.shape, "copy", tiles()); });
+    launch(c, {arg(dst, true), arg(src)}, src.shape);
   }
 
   // A contiguous tensor with v's elements (v's buffer itself when it already is one): a copy
@@ -172,7 +184,7 @@ struct CompiledExecutor::Impl {
     if (v.buf.dtype() == to && v.offset == 0 && contiguous(v) && numelOf(v.shape) == v.buf.numel())
       return v.buf.reshape(v.shape);
     if (v.buf.dtype() == to && !compileNow(keyPrefix + "copy" + shapeKey(v.shape), numelOf(v.shape))) return hostCopy(v);
-    Tensor out = Tensor::empty(v.shape, to);
+    Tensor out = allocate(v.shape, to);
     copy(whole(out), v, pol, keyPrefix);
     return out;
   }
@@ -196,10 +208,10 @@ struct CompiledExecutor::Impl {
   }
 };
 
-CompiledExecutor::CompiledExecutor(const ir::KernelRunner *runner, int threads, int64_t jitThreshold)
+CompiledExecutor::CompiledExecutor(std::shared_ptr<StepBackend> backend, const ir::KernelRunner *runner, int64_t jitThreshold)
     : impl_(std::make_unique<Impl>()) {
   kernels = runner;
-  impl_->threads = threads;
+  impl_->backend = backend ? std::move(backend) : cpuBackend();
   impl_->jitThreshold = jitThreshold;
 }
 CompiledExecutor::~CompiledExecutor() = default;
@@ -247,12 +259,13 @@ struct Checks {
   explicit Checks(const std::vector<const Op *> &cone) : ops(sched::checkedOps(cone)) {
     if (!ops.empty()) counts = Tensor::zeros({int64_t(ops.size())}, DType::I64);
   }
-  void addArg(std::vector<codegen::KernelArg> &args) const {
-    if (!ops.empty()) args.push_back(argOf(whole(counts)));
+  // (on a device, the zeros are copied there, and raise() reads the counts back)
+  void addArg(std::vector<codegen::KernelArg> &args, StepBackend &backend) const {
+    if (!ops.empty()) args.push_back(argOf(whole(counts), backend.address(counts, true, "run-time checks")));
   }
   void raise(const ir::Module &m, const ir::Graph &g) const {
     for (size_t i = 0; i < ops.size(); ++i)
-      if (counts.data<int64_t>()[i] != 0)
+      if (static_cast<const Tensor &>(counts).data<int64_t>()[i] != 0)
         throw EvalError(whereOf(m, g, *ops[i]), describe(*ops[i]) + ": " +
                                                     (ops[i]->kind == OpKind::Pow ? "integer 0 raised to a negative power"
                                                                                  : "integer division by zero"));
@@ -353,6 +366,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const sched::Step &st = plan.steps[si];
     const Op &op = *st.anchor;
+    I.site = whereOf(m, g, op);
     const std::string key = graphKey + std::to_string(si) + "/";
     try {
       // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).
@@ -387,12 +401,12 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       case sched::StepKind::Elementwise: {
         const Value *root = st.outputs[0];
         const Shape S = shapeOf(root);
-        Tensor out = Tensor::empty(S, root->type.dtype);
-        std::vector<codegen::KernelArg> args{argOf(whole(out))};
-        for (const Value *in : st.inputs) args.push_back(argOf(broadcastView(viewOf(in), S)));
+        Tensor out = I.allocate(S, root->type.dtype);
+        std::vector<codegen::KernelArg> args{I.arg(whole(out), true)};
+        for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
         Checks checks(st.cone);
-        checks.addArg(args);
-        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew"); });
+        checks.addArg(args, *I.backend);
+        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew", I.tiles()); });
         I.launch(c, args, S);
         checks.raise(m, g);
         views[root] = whole(out);
@@ -428,15 +442,15 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           outShape[size_t(axis)] = 1;
           if (extreme && S[size_t(axis)] == 0 && numelOf(outShape) > 0)
             throw OpFailure{std::string(ir::opSpelling(op.kind)) + " over an empty axis has no value"};
-          Tensor out = Tensor::empty(outShape, last ? op.result()->type.dtype : carry);
-          std::vector<codegen::KernelArg> args{argOf(whole(out))};
-          if (s == 0) for (const Value *in : st.inputs) args.push_back(argOf(inputView(in)));
-          else args.push_back(argOf(whole(prev)));
+          Tensor out = I.allocate(outShape, last ? op.result()->type.dtype : carry);
+          std::vector<codegen::KernelArg> args{I.arg(whole(out), true)};
+          if (s == 0) for (const Value *in : st.inputs) args.push_back(I.arg(inputView(in)));
+          else args.push_back(I.arg(whole(prev)));
           args.push_back(scalarArg(S[size_t(axis)]));
           Checks checks(s == 0 ? st.cone : std::vector<const Op *>{});
-          checks.addArg(args);
+          checks.addArg(args, *I.backend);
           const Compiled &c = I.program(key + std::to_string(s) + shapeKey(S) + (last ? "L" : ""), [&] {
-            return sched::lowerReduceStage(st, s, last, S, axis, "reduce");
+            return sched::lowerReduceStage(st, s, last, S, axis, "reduce", I.tiles());
           });
           I.launch(c, args, S);
           checks.raise(m, g);
@@ -460,7 +474,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         Shape full = batch;
         full.push_back(M);
         full.push_back(N);
-        Tensor out = Tensor::empty(R, res->type.dtype);
+        Tensor out = I.allocate(R, res->type.dtype);
         View ov{out, 0, full, Shape(full.size(), 0)};
         {
           Shape rs = rowMajor(R);
@@ -472,10 +486,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         Shape ash = batch, bsh = batch;
         ash.push_back(M); ash.push_back(K);
         bsh.push_back(K); bsh.push_back(N);
-        std::vector<codegen::KernelArg> args{argOf(ov), argOf(broadcastView(a, ash)), argOf(broadcastView(b, bsh))};
+        std::vector<codegen::KernelArg> args{I.arg(ov, true), I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
         const DType adt = a.buf.dtype(), bdt = b.buf.dtype();
         const Compiled &c = I.program(key + shapeKey(full), [&] {
-          return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul");
+          return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul", I.tiles());
         });
         I.launch(c, args, full);
         views[res] = whole(out);
@@ -568,7 +582,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         int64_t ax = axisAttr ? *axisAttr : 0;
         if (ax < -rank || ax >= rank) throw OpFailure{"axis " + std::to_string(ax) + " is out of range for rank " + std::to_string(rank)};
         if (ax < 0) ax += rank;
-        Tensor out = Tensor::empty(R, res->type.dtype);
+        Tensor out = I.allocate(R, res->type.dtype);
         View dst = whole(out);
         int64_t at = 0;
         Policies pol;
@@ -622,10 +636,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
   return outs;
 }
 
-std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels) {
+std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels, std::shared_ptr<StepBackend> backend) {
   int64_t threshold = kDefaultJitThreshold;
   if (const char *t = std::getenv("TSR_JIT_THRESHOLD"); t && *t) threshold = std::atoll(t);
-  return std::make_unique<CompiledExecutor>(kernels, 0, threshold);
+  return std::make_unique<CompiledExecutor>(std::move(backend), kernels, threshold);
 }
 
-} // namespace tsr::cpu
+} // namespace tsr::exec

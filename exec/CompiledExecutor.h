@@ -1,13 +1,14 @@
-// Compiled execution of Graph IR on the host CPU: what `tsr run` uses (the reference evaluator,
-// ir/eval/Evaluator.h, stays the numeric oracle of the tests).
+// Compiled execution of Graph IR on a StepBackend (exec/StepBackend.h: the host CPU or a GPU):
+// what `tsr run` uses (the reference evaluator, ir/eval/Evaluator.h, stays the numeric oracle of
+// the tests).
 //
 // Per graph and input shapes, once: fusion (ir/schedule/Fusion.h) partitions the graph into
-// steps, each kernel step is lowered to Tile IR (ir/schedule/LowerGroups.h) and compiled for
-// this CPU (codegen/cpu/CpuKernel.h; compilation is cached by the program's text, so shapes that
-// share tile sizes share machine code). Per call: symbols are bound from the inputs as the
+// steps, each kernel step is lowered to Tile IR (ir/schedule/LowerGroups.h) with the backend's
+// tile policy and compiled by the backend (cached by program key, so shapes that share tile sizes
+// share machine code). Per call: symbols are bound from the inputs as the
 // evaluator binds them, each value is a *view* (a buffer, an element offset, a shape and
 // strides), view ops only compute new views, kernel steps allocate their outputs and launch
-// their programs on every core, library steps (Fusion.h lists them) run the reference
+// their programs through the backend (every core; a GPU's stream), library steps (Fusion.h lists them) run the reference
 // evaluator's implementation of their one op, and intermediates are freed after their last use.
 // Outputs are contiguous tensors (copied when they are views), possibly sharing storage with an
 // input, as the evaluator's may.
@@ -18,20 +19,22 @@
 #pragma once
 
 #include "ir/eval/Evaluator.h"
+#include "exec/StepBackend.h"
 #include "exec/host/Interpreter.h"
 
 #include <memory>
 
-namespace tsr::cpu {
+namespace tsr::exec {
 
 class CompiledExecutor : public host::GraphExecutor {
 public:
-  /// `runner` runs kernel_call ops (GraphExecutor::kernels; may be null, and the interpreter
-  /// sets its kernel launcher then); `threads` for each launch (0: one per core).
-  /// `jitThreshold`: a kernel step runs interpreted (the reference evaluator on its ops) until
-  /// the element-ops it has done so reach this many, then compiled; 0 compiles every step at
-  /// once (what the tests of compiled code use).
-  explicit CompiledExecutor(const ir::KernelRunner *runner = nullptr, int threads = 0, int64_t jitThreshold = 0);
+  /// `backend`: where programs run (null: the host CPU, cpuBackend()). `runner` runs
+  /// kernel_call ops (GraphExecutor::kernels; may be null, and the interpreter sets its kernel
+  /// launcher then). `jitThreshold`: on a backend that interprets small steps, a kernel step runs
+  /// interpreted (the reference evaluator on its ops) until the element-ops it has done so reach
+  /// this many, then compiled; 0 compiles every step at once (what the tests of compiled code use).
+  explicit CompiledExecutor(std::shared_ptr<StepBackend> backend = nullptr, const ir::KernelRunner *runner = nullptr,
+                            int64_t jitThreshold = 0);
   ~CompiledExecutor() override;
 
   std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override;
@@ -69,6 +72,7 @@ bool forceInterpretForTests();
 
 /// The executor of `tsr run`: compiled, with the JIT threshold kDefaultJitThreshold or
 /// TSR_JIT_THRESHOLD (0: compile everything at its first call).
-std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels = nullptr);
+std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels = nullptr,
+                                                          std::shared_ptr<StepBackend> backend = nullptr);
 
-} // namespace tsr::cpu
+} // namespace tsr::exec

@@ -1,4 +1,4 @@
-// Compiled CPU execution (exec/cpu/CompiledExecutor.h) against the reference evaluator on
+// Compiled CPU execution (exec/CompiledExecutor.h) against the reference evaluator on
 // every graph of Graph IR text files.
 //
 //   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME] [--jit-threshold N]
@@ -27,7 +27,7 @@
 // ones). Each line ends with the graph's counts: launches, compiled/interpreted/library steps.
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"
-#include "exec/cpu/CompiledExecutor.h"
+#include "exec/CompiledExecutor.h"
 
 #include <cmath>
 #include <cstdio>
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
   if (sizeSets.empty()) sizeSets = {"*=odd", "*=1", "*=8", "*=16"};
 
   int passed = 0, failed = 0;
-  cpu::CompiledExecutor exec(nullptr, 0, jitThreshold);
+  exec::CompiledExecutor exec(nullptr, nullptr, jitThreshold);
   for (const std::string &file : files) {
     std::ifstream in(file);
     std::stringstream buf;
@@ -158,7 +158,7 @@ int main(int argc, char **argv) {
       int ran = 0;
       bool bad = false;
       std::string lastRefErr;
-      const cpu::CompiledExecutor::Stats before = exec.stats();
+      const exec::CompiledExecutor::Stats before = exec.stats();
       for (const std::string &set : sizeSets) {
         ir::SymbolSizes sizes;
         const int64_t odd[] = {7, 5, 11, 13, 3, 9, 17, 19, 23};
@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
         }
         if (!bad) std::cout << "ok   " << label << "\n";
       }
-      const cpu::CompiledExecutor::Stats after = exec.stats();
+      const exec::CompiledExecutor::Stats after = exec.stats();
       const uint64_t launched = after.launches - before.launches, compiled = after.compiledSteps - before.compiledSteps,
                      interpreted = after.interpretedSteps - before.interpretedSteps,
                      unknown = after.unknownDimSteps - before.unknownDimSteps, library = after.librarySteps - before.librarySteps;
@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
       if (bad) ++failed; else if (ran > 0) ++passed;
     }
   }
-  const cpu::CompiledExecutor::Stats st = exec.stats();
+  const exec::CompiledExecutor::Stats st = exec.stats();
   if (mixed && (st.compiledSteps == 0 || st.interpretedSteps == 0)) {
     std::cout << "FAIL --mixed: expected both compiled and interpreted steps, got " << st.compiledSteps << " compiled and "
               << st.interpretedSteps << " interpreted\n";

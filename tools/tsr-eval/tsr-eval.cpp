@@ -15,7 +15,7 @@
 //   widening; keys as i64 [2] = (k0, k1)), and each is listed on stdout as
 //   `out0.npy bf16 (4, 8)` with its dtype in the graph.
 //
-// - TSR_EXECUTOR=compiled runs the graph compiled (exec/cpu/CompiledExecutor.h) instead, every
+// - TSR_EXECUTOR=compiled runs the graph compiled (exec/CompiledExecutor.h) instead, every
 //   step compiled at its first call, and prints to stderr what ran how:
 //   `compiled: L launches; steps: C compiled, I interpreted, U with unknown dims, B library`
 //   (tests/ir/test_eval.py asserts from it that compiled code ran).
@@ -25,7 +25,7 @@
 #include "ir/Verifier.h"
 #include "ir/eval/Evaluator.h"
 #include "runtime/Formats.h"
-#include "exec/cpu/CompiledExecutor.h"
+#include "exec/CompiledExecutor.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -181,9 +181,9 @@ int main(int argc, char **argv) {
     const char *executor = std::getenv("TSR_EXECUTOR");
     std::vector<rt::Tensor> outs;
     if (executor && std::string(executor) == "compiled") {
-      cpu::CompiledExecutor exec;
+      exec::CompiledExecutor exec;
       outs = exec.run(*m, *g, values, sizes);
-      const cpu::CompiledExecutor::Stats st = exec.stats();
+      const exec::CompiledExecutor::Stats st = exec.stats();
       std::cerr << "compiled: " << st.launches << " launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps
                 << " interpreted, " << st.unknownDimSteps << " with unknown dims, " << st.librarySteps << " library\n";
     } else {

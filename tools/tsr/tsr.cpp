@@ -6,7 +6,7 @@
 // Exit codes (spec 13): 0 success, 1 user error, 2 usage error, 70 internal error.
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
-#include "exec/cpu/CompiledExecutor.h"
+#include "exec/CompiledExecutor.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
 #include "sema/Program.h"
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
       diags.render(std::cerr);
       if (diags.hasInternalError()) return 70;
       if (diags.hasErrors()) return 1;
-      auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::cpu::makeCompiledExecutor();
+      auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor();
       tsr::host::Interpreter interp(*program, *exec, std::cout);
       return interp.runMain(entry, flags, std::cerr);
     });

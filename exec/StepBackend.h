@@ -1,0 +1,66 @@
+// Where the compiled executor's programs run (exec/CompiledExecutor.h): the host CPU
+// (exec/cpu/CpuBackend) or a GPU (exec/cuda/CudaBackend). The executor walks a graph's fusion
+// steps, lowers each kernel step to Tile IR for the concrete shapes of the call with the
+// backend's tile policy, and asks the backend to compile and launch it: one lowering, one walk,
+// two targets. A backend owns where tensors live (host memory or a device's, rt::Tensor's device
+// residency), how programs are compiled and cached, and how they are launched.
+#pragma once
+
+#include "codegen/cpu/CpuKernel.h"
+#include "ir/schedule/LowerGroups.h"
+#include "ir/tile/TileIR.h"
+#include "runtime/Tensor.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tsr::exec {
+
+/// A program compiled by a backend; only that backend reads it.
+struct BackendProgram {
+  virtual ~BackendProgram() = default;
+};
+
+/// Names the launch of a program for errors and profiles: the tile function, and the `.tsr`
+/// source position of the graph op it computes ("model.tsr:12:5", or "graph @g").
+struct LaunchSite {
+  std::string kernel;
+  std::string source;
+};
+
+class StepBackend {
+public:
+  virtual ~StepBackend() = default;
+  /// "cpu", "cuda:0".
+  virtual std::string name() const = 0;
+  /// The tile policy that kernel steps are lowered with (ir/schedule/LowerGroups.h).
+  virtual const ir::schedule::TileTarget &tileTarget() const = 0;
+  /// Whether a small step may run on the reference evaluator until it has done a compilation's
+  /// worth of work (the host CPU, whose JIT costs more than a small step); a device compiles every
+  /// step at its first call, since interpreting would copy its operands to the host.
+  virtual bool interpretsSmallSteps() const = 0;
+  /// An uninitialized tensor in the memory the backend's programs write (`forWhat` names the op
+  /// for an out-of-memory message).
+  virtual rt::Tensor allocate(const std::vector<int64_t> &shape, DType dtype, const char *forWhat) = 0;
+  /// The address of t's storage for a program; `write`: the program writes it (a device then
+  /// holds the only current copy).
+  virtual char *address(const rt::Tensor &t, bool write, const char *forWhat) = 0;
+  /// Compiles a verified tile function. Throws codegen::CodegenError (a construct with no
+  /// lowering on this target) or the target's error.
+  virtual std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) = 0;
+  /// Launches `p` over `grid` (each extent >= 1) on `args` (the KernelArg array of
+  /// codegen/cpu/CpuKernel.h). May return before the program has run (a device's stream);
+  /// failures found later name `site`.
+  virtual void launch(const BackendProgram &p, const std::vector<codegen::KernelArg> &args,
+                      const std::array<int64_t, 3> &grid, const LaunchSite &site) = 0;
+};
+
+/// The host CPU: tensors in host memory, programs compiled by codegen's host JIT
+/// (compileForHost, cached by program text) and run on `threads` worker threads (0: one per
+/// core); small steps may run interpreted.
+std::shared_ptr<StepBackend> cpuBackend(int threads = 0);
+
+} // namespace tsr::exec
