@@ -1729,6 +1729,11 @@ int Interpreter::runMain(const std::string &entry, const std::vector<std::string
     return e.exitCode;
   } catch (BreakSignal &) {
     return 0;
+  } catch (const std::exception &e) {
+    // A failure that no statement caught: a device's asynchronous error surfacing where host code
+    // read a value back (it names the launches and their lines), or the host out of memory.
+    err << "error: " << e.what() << "\n";
+    return 3;
   }
   return 0;
 }

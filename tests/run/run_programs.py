@@ -3,6 +3,7 @@
 says inside:
 
     # args: --steps 3            (flags for main; {root} is the repository's root)
+    # env: NAME=VALUE            (an environment variable for the run)
     # exit: 1                    (default 0)
     # stdout:                    then `# | line` lines: standard output, exactly
     # stderr-has: text           standard error contains this text
@@ -20,9 +21,13 @@ from testlib import run, summary  # noqa: E402
 
 def parse(path):
     args, code, out, has, block = [], 0, None, [], False
+    env = {}
     for line in open(path, encoding="utf-8"):
         line = line.rstrip("\n")
-        if line.startswith("# args:"):
+        if line.startswith("# env:"):
+            k, _, v = line[6:].strip().partition("=")
+            env[k] = v
+        elif line.startswith("# args:"):
             args = line[7:].split()
         elif line.startswith("# exit:"):
             code = int(line[7:])
@@ -34,20 +39,24 @@ def parse(path):
             out.append(line[4:] if line.startswith("# | ") else line[3:])
         else:
             block = False
-    return args, code, out, has
+    return args, code, out, has, env
 
 
 def main():
-    tsr = sys.argv[1]
+    tsr = os.path.abspath(sys.argv[1])
+    # run_programs.py TSR [--device DEV]: every program on that device (tools/gpu/suite.sh passes
+    # cuda), with the same expected output and exit code.
+    device = sys.argv[2:4] if sys.argv[2:3] == ["--device"] else []
     here = os.path.dirname(os.path.abspath(__file__))
     passed = failed = 0
     for name in sorted(os.listdir(here)):
         if not name.endswith(".tsr"):
             continue
-        args, code, out, has = parse(os.path.join(here, name))
+        args, code, out, has, env = parse(os.path.join(here, name))
         args = [a.replace("{root}", os.path.dirname(os.path.dirname(here))) for a in args]
         with tempfile.TemporaryDirectory() as work:
-            p = run([tsr, "run", os.path.join(here, name)] + args, cwd=work, timeout=300)
+            p = run([tsr, "run", os.path.join(here, name)] + device + args, cwd=work, timeout=300,
+                    env=dict(os.environ, **env))
         problems = []
         if p.crash:
             problems.append(p.crash)

@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--goldens", help="folder of the .schedule goldens (default: tests/schedule)")
     ap.add_argument("--min-graphs", type=int, default=1)
     ap.add_argument("--goldens-only", action="store_true", help="compare the goldens only (the negative control)")
+    ap.add_argument("--device", default="", help="run the compiled side on this GPU (tools/gpu/suite.sh)")
     a = ap.parse_args()
     tsrc, check, root = a.tsrc, a.check, a.root
     here = os.path.join(root, "tests", "schedule")
@@ -70,7 +71,8 @@ def main():
                     f.write(r.stdout)
                 graphs.append(out)
             graphs += sorted(glob.glob(os.path.join(here, "*.graph")))
-            r = run([check] + graphs, cwd=root, timeout=1200)
+            dev = ["--device", a.device] if a.device else []
+            r = run([check] + dev + graphs, cwd=root, timeout=1200)
             failed += check_run(r, "schedule_check")
             graphs_passed = passed_count(r.stdout)
             if graphs_passed < a.min_graphs:
@@ -87,7 +89,9 @@ def main():
             # Interpreted and compiled steps mixed in one graph (tsr run's JIT threshold): steps of
             # fewer than 2000 element-ops stay interpreted.
             mixed = [g for g in graphs if os.path.basename(g) in ("nn_functions.graph", "views.graph", "layout.graph")]
-            r = run([check, "--mixed", "--jit-threshold", "2000"] + mixed, cwd=root, timeout=1200)
+            r = run([check, "--mixed", "--jit-threshold", "2000"] + mixed, cwd=root, timeout=1200) if not a.device else None
+            if r is None:  # a GPU compiles every step: no mixed run there
+                r = run([check, "--only", "__none__"], cwd=root)
             r.stdout = r.stdout.replace("\nok", "\nok (mixed)")
             failed += check_run(r, "schedule_check --mixed")
 

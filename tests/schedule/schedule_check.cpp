@@ -1,7 +1,9 @@
 // Compiled CPU execution (exec/CompiledExecutor.h) against the reference evaluator on
 // every graph of Graph IR text files.
 //
-//   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME] [--jit-threshold N]
+//   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME] [--jit-threshold N] [--device cuda[:N]]
+//
+// --device: the compiled side runs on that GPU (exec/cuda/CudaBackend.h; tools/gpu/suite.sh).
 //
 // --jit-threshold: the executor's (default 0, every step compiled at its first call); with a
 // middle value, small steps of a graph run interpreted and large ones compiled, side by side.
@@ -28,6 +30,7 @@
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"
 #include "exec/CompiledExecutor.h"
+#include "exec/cuda/CudaBackend.h"
 
 #include <cmath>
 #include <cstdio>
@@ -114,6 +117,7 @@ int main(int argc, char **argv) {
   std::string only;
   int64_t jitThreshold = 0;
   bool mixed = false;
+  std::string device;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--sizes" && i + 1 < argc) {
@@ -122,6 +126,8 @@ int main(int argc, char **argv) {
       while (std::getline(ss, part, ';')) sizeSets.push_back(part);
     } else if (a == "--jit-threshold" && i + 1 < argc) {
       jitThreshold = std::stoll(argv[++i]);
+    } else if (a == "--device" && i + 1 < argc) {
+      device = argv[++i];
     } else if (a == "--mixed") {
       mixed = true;
     } else if (a == "--only" && i + 1 < argc) {
@@ -138,7 +144,16 @@ int main(int argc, char **argv) {
   if (sizeSets.empty()) sizeSets = {"*=odd", "*=1", "*=8", "*=16"};
 
   int passed = 0, failed = 0;
-  exec::CompiledExecutor exec(nullptr, nullptr, jitThreshold);
+  std::shared_ptr<exec::StepBackend> backend;
+  if (!device.empty() && device != "cpu") {
+    try {
+      backend = exec::cudaBackend(device);
+    } catch (const std::exception &e) {
+      std::cout << "FAIL --device " << device << ": " << e.what() << "\n0 passed, 1 failed\n";
+      return 1;
+    }
+  }
+  exec::CompiledExecutor exec(backend, nullptr, jitThreshold);
   for (const std::string &file : files) {
     std::ifstream in(file);
     std::stringstream buf;

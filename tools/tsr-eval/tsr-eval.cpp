@@ -18,7 +18,8 @@
 // - TSR_EXECUTOR=compiled runs the graph compiled (exec/CompiledExecutor.h) instead, every
 //   step compiled at its first call, and prints to stderr what ran how:
 //   `compiled: L launches; steps: C compiled, I interpreted, U with unknown dims, B library`
-//   (tests/ir/test_eval.py asserts from it that compiled code ran).
+//   (tests/ir/test_eval.py asserts from it that compiled code ran). TSR_DEVICE=cuda[:N] runs it
+//   on that GPU (exec/cuda/CudaBackend.h; tools/gpu/suite.sh).
 //
 // Exit codes: 0 success, 1 an error of the files or of evaluation (printed), 2 a usage error.
 #include "ir/Text.h"
@@ -26,6 +27,7 @@
 #include "ir/eval/Evaluator.h"
 #include "runtime/Formats.h"
 #include "exec/CompiledExecutor.h"
+#include "exec/cuda/CudaBackend.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -181,7 +183,8 @@ int main(int argc, char **argv) {
     const char *executor = std::getenv("TSR_EXECUTOR");
     std::vector<rt::Tensor> outs;
     if (executor && std::string(executor) == "compiled") {
-      exec::CompiledExecutor exec;
+      const char *device = std::getenv("TSR_DEVICE");
+      exec::CompiledExecutor exec(device && *device && std::string(device) != "cpu" ? exec::cudaBackend(device) : nullptr);
       outs = exec.run(*m, *g, values, sizes);
       const exec::CompiledExecutor::Stats st = exec.stats();
       std::cerr << "compiled: " << st.launches << " launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps

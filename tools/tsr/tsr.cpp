@@ -7,6 +7,7 @@
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
 #include "exec/CompiledExecutor.h"
+#include "exec/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
 #include "sema/Program.h"
@@ -46,8 +47,8 @@ int main(int argc, char **argv) {
     return code == 0 ? 0 : 2;
   }
   if (run->parsed()) {
-    // tsr run FILE.tsr [--entry NAME] [--device auto|cpu] [MAIN FLAGS...]: the module is checked,
-    // then `main` runs in the host interpreter; graph work runs on the CPU's graph executor.
+    // tsr run FILE.tsr [--entry NAME] [--device auto|cpu|cuda[:N]] [MAIN FLAGS...]: the module is
+    // checked, then `main` runs in the host interpreter; graph work runs compiled on the device.
     std::vector<std::string> rest = run->remaining();
     if (rest.empty()) {
       std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
@@ -57,6 +58,10 @@ int main(int argc, char **argv) {
     const char *envExecutor = std::getenv("TSR_EXECUTOR");
     std::string executor = envExecutor && *envExecutor ? envExecutor : "compiled";
     std::vector<std::string> flags;
+    // --device auto (the default: the first GPU where the driver sees one, else the CPU), cpu,
+    // cuda, cuda:N. Graphs run on it; host code always runs on the host.
+    std::string device = "auto";
+    bool deviceGiven = false;
     for (size_t i = 1; i < rest.size(); ++i) {
       if (rest[i] == "--entry" && i + 1 < rest.size()) { entry = rest[++i]; continue; }
       if (rest[i].rfind("--entry=", 0) == 0) { entry = rest[i].substr(8); continue; }
@@ -64,25 +69,42 @@ int main(int argc, char **argv) {
       // default; the reference evaluator stays reachable for tests and for comparisons.
       if (rest[i] == "--executor" && i + 1 < rest.size()) { executor = rest[++i]; continue; }
       if (rest[i].rfind("--executor=", 0) == 0) { executor = rest[i].substr(11); continue; }
-      if ((rest[i] == "--device" || rest[i] == "--devices") && i + 1 < rest.size()) {
-        std::string dev = rest[++i];
-        if (rest[i - 1] == "--device" && dev != "auto" && dev != "cpu") {
-          // Say which of the two is missing: a usable GPU, or GPU execution in `tsr run`.
-          const auto &driver = tsr::rt::cuda::Driver::get();
-          if (!driver.available())
-            std::cerr << "tsr run: --device " << dev << ": " << driver.why() << "\n";
-          else
-            std::cerr << "tsr run: --device " << dev << ": this build runs programs on the CPU only (kernels compile to PTX "
-                         "with tsrc --emit=ptx; launching them from tsr run is not built yet); use --device cpu\n";
-          return 3;
-        }
-        continue;
-      }
+      if (rest[i] == "--device" && i + 1 < rest.size()) { device = rest[++i]; deviceGiven = true; continue; }
+      if (rest[i].rfind("--device=", 0) == 0) { device = rest[i].substr(9); deviceGiven = true; continue; }
+      if (rest[i] == "--devices" && i + 1 < rest.size()) { ++i; continue; } // one device per process for now
       flags.push_back(rest[i]);
     }
     if (executor != "compiled" && executor != "reference") {
       std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
       return 2;
+    }
+    // The graph backend: the GPU asked for (exit 3 when none can be used), or auto's choice.
+    std::shared_ptr<tsr::exec::StepBackend> backend;
+    if (device != "auto" && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
+      std::cerr << "tsr run: --device " << device << ": expected auto, cpu, cuda or cuda:N\n";
+      return 2;
+    }
+    if (device == "auto") {
+      const auto &driver = tsr::rt::cuda::Driver::get();
+      if (driver.available() && executor == "compiled") device = "cuda:0";
+      else if (deviceGiven)
+        std::cerr << "tsr run: --device auto: running on the CPU ("
+                  << (driver.available() ? "the reference executor runs on the CPU only" : driver.why()) << ")\n";
+    }
+    if (device.rfind("cuda", 0) == 0) {
+      if (executor == "reference") {
+        std::cerr << "tsr run: --device " << device << ": the reference executor runs on the CPU only\n";
+        return 2;
+      }
+      try {
+        backend = tsr::exec::cudaBackend(device);
+      } catch (const std::invalid_argument &e) {
+        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+        return 2;
+      } catch (const std::exception &e) {
+        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+        return 3;
+      }
     }
     return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
       tsr::SourceManager sm;
@@ -92,9 +114,19 @@ int main(int argc, char **argv) {
       diags.render(std::cerr);
       if (diags.hasInternalError()) return 70;
       if (diags.hasErrors()) return 1;
-      auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor();
+      auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor(nullptr, backend);
       tsr::host::Interpreter interp(*program, *exec, std::cout);
-      return interp.runMain(entry, flags, std::cerr);
+      int rc = interp.runMain(entry, flags, std::cerr);
+      if (backend && rc == 0) {
+        // Work nobody read back still runs; its failure is the program's.
+        try {
+          tsr::exec::synchronizeCudaBackends();
+        } catch (const std::exception &e) {
+          std::cerr << "error: " << e.what() << "\n";
+          return 3;
+        }
+      }
+      return rc;
     });
   }
   tsr::lsp::ServerOptions opts;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Packs the binaries that tools/gpu/suite.sh needs (tsr, tsrc, tsr-eval, schedule_check from
+# build/) stripped and xz-compressed into DIR (default .gpu-bin, which .gitignore keeps out of the
+# repository), for a GPU host that has no LLVM to build them. They need only libz, libzstd and
+# libstdc++ there (LLVM and ANTLR are linked statically).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DIR=${1:-.gpu-bin}
+mkdir -p "$DIR"
+for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check; do
+  n=$(basename "$b")
+  strip -o "$DIR/$n" "$b"
+  xz -T0 -6 -f "$DIR/$n"
+  echo "packed $DIR/$n.xz ($(du -h "$DIR/$n.xz" | cut -f1))"
+done

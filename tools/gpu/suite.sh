@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU suite: on a machine with an NVIDIA GPU, every numeric test and program on the GPU
+# against the CPU path and PyTorch. Ends with `N passed, N failed`.
+#
+#   tools/gpu/suite.sh BIN_DIR [OUT_DIR]
+#
+# BIN_DIR holds tsr, tsrc, tsr-eval and schedule_check built for this machine's processor (or
+# their .xz): a GPU host without LLVM gets them built elsewhere (tools/gpu/pack.sh). OUT_DIR
+# (default: a temporary folder) receives each step's log. Needs python3 with torch and numpy.
+#
+# Steps (each PASS or FAIL with its log's last lines):
+#   gpu_info          the driver sees a GPU (a failure here fails everything after it)
+#   run_programs      tests/run on --device cuda: the same output and exit codes as the CPU's
+#   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
+#   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
+#                     against the reference evaluator
+#   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
+#   digits_vit        the main job on the GPU and on the CPU: accuracy and time side by side
+#   launch_overhead   µs per one-op graph call against PyTorch eager's `x + 1` (a figure, no limit)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:?usage: tools/gpu/suite.sh BIN_DIR [OUT_DIR]}
+OUT=${2:-$(mktemp -d)}
+mkdir -p "$OUT"
+BIN=$(cd "$BIN" && pwd)
+for b in tsr tsrc tsr-eval schedule_check; do
+  if [[ ! -x "$BIN/$b" && -f "$BIN/$b.xz" ]]; then xz -dc "$BIN/$b.xz" >"$BIN/$b" && chmod +x "$BIN/$b"; fi
+  [[ -x "$BIN/$b" ]] || { echo "suite: $BIN/$b is missing"; echo "0 passed, 1 failed"; exit 1; }
+done
+export TSR_REQUIRE_PREREQS=1
+passed=0 failed=0
+step() {
+  local name=$1; shift
+  echo "== $name"
+  local t0=$SECONDS
+  if "$@" >"$OUT/$name.log" 2>&1; then
+    passed=$((passed + 1)); echo "PASS $name ($((SECONDS - t0)) s)"
+  else
+    failed=$((failed + 1)); echo "FAIL $name ($((SECONDS - t0)) s); its last lines:"; tail -n 25 "$OUT/$name.log"
+  fi
+  grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -n 1 | sed 's/^/   /'
+}
+
+step gpu_info "$BIN/tsr" run tools/bench/gpu/launch_overhead.tsr --device cuda --n 10
+if [[ $failed -ne 0 ]]; then echo "$passed passed, $failed failed"; exit 1; fi
+step run_programs python3 tests/run/run_programs.py "$BIN/tsr" --device cuda
+step graph_eval_gpu env TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py "$BIN/tsr-eval" "$BIN/tsrc"
+step compiled_vs_ref python3 tests/schedule/run_schedule_tests.py "$BIN/tsrc" "$BIN/schedule_check" "$PWD" --device cuda --min-graphs 49
+step autodiff_gpu env TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py "$BIN/tsr-eval" "$BIN/tsrc"
+
+# The main job on both devices (the CPU with every core of this machine).
+digits() {
+  local dev=$1 epochs=${DIGITS_EPOCHS:-30}
+  "$BIN/tsr" run examples/digits_vit.tsr --device "$dev" --epochs "$epochs" --out "$OUT/digits_$dev.svg"
+}
+step digits_vit_cuda digits cuda
+step digits_vit_cpu digits cpu
+echo "   digits_vit: GPU: $(grep -h 'final test accuracy' "$OUT/digits_vit_cuda.log")"
+echo "   digits_vit: CPU: $(grep -h 'final test accuracy' "$OUT/digits_vit_cpu.log")"
+
+launch() {
+  "$BIN/tsr" run tools/bench/gpu/launch_overhead.tsr --device cuda --n 20000 && python3 tools/bench/gpu/launch_overhead.py 20000
+}
+step launch_overhead launch
+grep -h "us per" "$OUT/launch_overhead.log" | sed 's/^/   /'
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
