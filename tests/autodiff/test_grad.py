@@ -25,6 +25,7 @@ PyTorch and NumPy are needed: the script re-runs itself under a Python that has 
 (TSR_TORCH_PYTHON, /usr/bin/python3, the python3s on PATH), and prints SKIP and passes when there
 is none.
 """
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -259,12 +260,17 @@ def main():
         graphs = os.path.join(tmp, "grads.graph")
         with open(graphs, "w") as f:
             f.write(p.stdout)
-        for i, (name, inputs, expr, fn, yshape, vals, opts) in enumerate(prepared):
+        def check(i):
+            """(ok, line) for case i; its own folder and generator, so that cases run in parallel."""
+            name, inputs, expr, fn, yshape, vals, opts = prepared[i]
+            gen = torch.Generator().manual_seed(1234 + i)
+            tmp_i = os.path.join(tmp, f"case{i}")
+            os.makedirs(tmp_i, exist_ok=True)
             try:
                 w = torch.randn(yshape, generator=gen, dtype=torch.float64)
                 diff = [j for j, (_, _, k) in enumerate(inputs) if k in ("n", "p", "u")]
                 ins = [f"key:{7 + i}" if k == "key" else v for (_, _, k), v in zip(inputs, vals)]
-                outs = run_eval(tsr_eval, graphs, f"d_{i}", ins + [w], tmp)
+                outs = run_eval(tsr_eval, graphs, f"d_{i}", ins + [w], tmp_i)
                 value, grads = outs[0], outs[1:]
                 problems = []
                 notes = []
@@ -297,10 +303,10 @@ def main():
                 worst_fd = worst_jvp = 0.0
                 for _ in range(3):
                     vs = [torch.randn(vals[j].shape, generator=gen, dtype=torch.float64) for j in diff]
-                    (fd,) = run_eval(tsr_eval, graphs, f"fd_{i}", ins + [w] + vs, tmp)
+                    (fd,) = run_eval(tsr_eval, graphs, f"fd_{i}", ins + [w] + vs, tmp_i)
                     dot = sum((g * v).sum() for g, v in zip(grads, vs))
                     # Forward mode: the jvp of the scalar loss is the same directional derivative.
-                    (jv,) = run_eval(tsr_eval, graphs, f"j_{i}", ins + [w] + vs, tmp)
+                    (jv,) = run_eval(tsr_eval, graphs, f"j_{i}", ins + [w] + vs, tmp_i)
                     jrel = abs(jv.item() - float(dot)) / max(1.0, abs(float(dot)))
                     worst_jvp = max(worst_jvp, jrel)
                     if jrel > opts.get("jvp_rtol", 1e-9):
@@ -315,14 +321,17 @@ def main():
                     notes.append(f"fd rel err {worst_fd:.1e}")
                 notes.append(f"jvp rel err {worst_jvp:.1e}")
                 if problems:
-                    failed += 1
-                    print(f"FAIL {name}: " + "; ".join(problems))
-                else:
-                    passed += 1
-                    print(f"ok   {name}: " + ", ".join(notes))
+                    return False, f"FAIL {name}: " + "; ".join(problems)
+                return True, f"ok   {name}: " + ", ".join(notes)
             except Exception as e:  # noqa: BLE001 (a failure of one case is reported, the rest run)
-                failed += 1
-                print(f"FAIL {name}: {e}")
+                return False, f"FAIL {name}: {e}"
+
+        workers = max(1, int(os.environ.get("TSR_TEST_JOBS", "1")))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for ok, line in pool.map(check, range(len(prepared))):
+                passed += ok
+                failed += not ok
+                print(line)
     return summary(passed, failed, minimum=len(prepared))
 
 

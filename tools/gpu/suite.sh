@@ -28,12 +28,17 @@ for b in tsr tsrc tsr-eval schedule_check; do
   [[ -x "$BIN/$b" ]] || { echo "suite: $BIN/$b is missing"; echo "0 passed, 1 failed"; exit 1; }
 done
 export TSR_REQUIRE_PREREQS=1
+# Cases of the Python tests run this many at a time (each its own process and CUDA context).
+export TSR_TEST_JOBS=${TSR_TEST_JOBS:-8}
 passed=0 failed=0
+# SUITE_ONLY="name name...": run only those steps (gpu_info always runs).
 step() {
   local name=$1; shift
+  if [[ -n "${SUITE_ONLY:-}" && $name != gpu_info && " $SUITE_ONLY " != *" $name "* ]]; then return 0; fi
   echo "== $name"
   local t0=$SECONDS
-  if "$@" >"$OUT/$name.log" 2>&1; then
+  # Each step under a time limit (STEP_TIMEOUT seconds, default 1200): a hang is a failure.
+  if timeout "${STEP_TIMEOUT:-1200}" bash -c "$*" >"$OUT/$name.log" 2>&1; then
     passed=$((passed + 1)); echo "PASS $name ($((SECONDS - t0)) s)"
   else
     failed=$((failed + 1)); echo "FAIL $name ($((SECONDS - t0)) s); its last lines:"; tail -n 25 "$OUT/$name.log"
@@ -41,27 +46,22 @@ step() {
   grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -n 1 | sed 's/^/   /'
 }
 
-step gpu_info "$BIN/tsr" run tools/bench/gpu/launch_overhead.tsr --device cuda --n 10
+step gpu_info "nvidia-smi -L; '$BIN/tsr' run tools/bench/gpu/launch_overhead.tsr --device cuda --n 10"
 if [[ $failed -ne 0 ]]; then echo "$passed passed, $failed failed"; exit 1; fi
-step run_programs python3 tests/run/run_programs.py "$BIN/tsr" --device cuda
-step graph_eval_gpu env TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py "$BIN/tsr-eval" "$BIN/tsrc"
-step compiled_vs_ref python3 tests/schedule/run_schedule_tests.py "$BIN/tsrc" "$BIN/schedule_check" "$PWD" --device cuda --min-graphs 49
-step autodiff_gpu env TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py "$BIN/tsr-eval" "$BIN/tsrc"
+step run_programs "python3 tests/run/run_programs.py '$BIN/tsr' --device cuda"
+step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
+step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
+step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
 
 # The main job on both devices (the CPU with every core of this machine).
-digits() {
-  local dev=$1 epochs=${DIGITS_EPOCHS:-30}
-  "$BIN/tsr" run examples/digits_vit.tsr --device "$dev" --epochs "$epochs" --out "$OUT/digits_$dev.svg"
-}
-step digits_vit_cuda digits cuda
-step digits_vit_cpu digits cpu
-echo "   digits_vit: GPU: $(grep -h 'final test accuracy' "$OUT/digits_vit_cuda.log")"
-echo "   digits_vit: CPU: $(grep -h 'final test accuracy' "$OUT/digits_vit_cpu.log")"
+epochs=${DIGITS_EPOCHS:-30}
+step digits_vit_cuda "'$BIN/tsr' run examples/digits_vit.tsr --device cuda --epochs $epochs --out '$OUT/digits_cuda.svg'"
+step digits_vit_cpu "'$BIN/tsr' run examples/digits_vit.tsr --device cpu --epochs $epochs --out '$OUT/digits_cpu.svg'"
+for d in cuda cpu; do
+  [[ -f "$OUT/digits_vit_$d.log" ]] && echo "   digits_vit $d: $(grep -h 'final test accuracy' "$OUT/digits_vit_$d.log")"
+done
 
-launch() {
-  "$BIN/tsr" run tools/bench/gpu/launch_overhead.tsr --device cuda --n 20000 && python3 tools/bench/gpu/launch_overhead.py 20000
-}
-step launch_overhead launch
-grep -h "us per" "$OUT/launch_overhead.log" | sed 's/^/   /'
+step launch_overhead "'$BIN/tsr' run tools/bench/gpu/launch_overhead.tsr --device cuda --n 20000 && python3 tools/bench/gpu/launch_overhead.py 20000"
+[[ -f "$OUT/launch_overhead.log" ]] && grep -h "us per" "$OUT/launch_overhead.log" | sed 's/^/   /'
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
