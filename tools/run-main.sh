@@ -6,12 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 tools/build.sh
-# A GPU is used where the driver sees one ("auto"); otherwise, and on machines without CUDA, the
-# CPU runs the job.
-device=cpu
-if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
-  device=auto
-fi
+# `--device auto`: the first GPU where the NVIDIA driver sees one, else the CPU (one line says
+# why). TSR_DEVICE=cpu|cuda|cuda:N chooses.
+device=${TSR_DEVICE:-auto}
 # Graphs and kernels run compiled (the default of `tsr run`: a step runs interpreted until its
 # work pays for its compilation, then as machine code); TSR_EXECUTOR=reference selects the
 # reference evaluator instead (docs/performance.md, "Main job", has both executors' figures).
