@@ -4,7 +4,7 @@
 #include "ir/lower/LowerGraph.h"
 #include "ir/passes/Pipeline.h"
 #include "runtime/Formats.h"
-#include "exec/cpu/KernelLauncher.h"
+#include "exec/KernelLauncher.h"
 #include "ir/lower/LowerKernel.h"
 #include "sema/Builtins.h"
 
@@ -98,11 +98,11 @@ struct Interpreter::Impl {
   std::map<std::string, const ir::Graph *> cache; // signature -> graph
   std::map<std::string, TypeRef> cacheResult;
   AstContext synth;                           // synthetic expressions for eager operations
-  std::unique_ptr<cpu::KernelLauncher> kernels; // kernels launched from host code and from graphs
+  std::unique_ptr<exec::KernelLauncher> kernels; // kernels launched from host code and from graphs
   int depth = 0;
 
-  Impl(const sema::Program &p, GraphExecutor &e, std::ostream &o)
-      : P(p), exec(e), out(o), kernels(std::make_unique<cpu::KernelLauncher>(p)) {
+  Impl(const sema::Program &p, GraphExecutor &e, std::ostream &o, std::shared_ptr<exec::StepBackend> backend)
+      : P(p), exec(e), out(o), kernels(std::make_unique<exec::KernelLauncher>(p, std::move(backend))) {
     if (!exec.kernels) exec.kernels = kernels.get();
   }
 
@@ -834,7 +834,7 @@ struct Interpreter::Impl {
   // entries are read as attributes.
   static constexpr const char *kConfigMark = "kernel configuration";
 
-  // kernel[grid](args) in host code: the kernel runs on the CPU (exec/cpu/KernelLauncher.h)
+  // kernel[grid](args) in host code: the kernel runs on the program's device (exec/KernelLauncher.h)
   // and writes into its tensor arguments in place, so the caller's tensors see its results.
   // On the CPU an autotune space takes its first configuration, as in graphs (LowerGraph).
   ValueRef launchKernel(Call *c, Subscript *sub, const sema::FunctionInfo &k, std::shared_ptr<Env> &env) {
@@ -862,7 +862,7 @@ struct Interpreter::Impl {
     // tensor here, so the kernel's writes would not reach what the expression reads.
     std::vector<Expr *> argExprs;
     for (const Arg &a : c->args) if (a.kind == ArgKind::Positional) argExprs.push_back(a.value);
-    std::vector<size_t> written = cpu::KernelLauncher::writtenOperands(k);
+    std::vector<size_t> written = exec::KernelLauncher::writtenOperands(k);
     size_t ai = 0, runtimeIndex = 0;
     for (const Param &p : k.def->params) {
       ValueRef v;
@@ -925,7 +925,7 @@ struct Interpreter::Impl {
     attrs.push_back({"grid", std::vector<Dim>(sizes.size(), Dim::unknown())});
     try {
       kernels->launch(k, attrs, args, sizes);
-    } catch (const cpu::LaunchError &e) {
+    } catch (const exec::LaunchError &e) {
       if (!e.construct.empty()) fail(e.construct + " cannot run yet", e.range.valid() ? e.range : c->range);
       fail(e.what(), c->range);
     } catch (const std::exception &e) {
@@ -1646,8 +1646,9 @@ struct Interpreter::Impl {
   }
 };
 
-Interpreter::Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out)
-    : impl_(std::make_unique<Impl>(p, exec, out)) {}
+Interpreter::Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out,
+                         std::shared_ptr<exec::StepBackend> kernelBackend)
+    : impl_(std::make_unique<Impl>(p, exec, out, std::move(kernelBackend))) {}
 Interpreter::~Interpreter() = default;
 
 int Interpreter::runMain(const std::string &entry, const std::vector<std::string> &flags, std::ostream &err) {

@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace tsr::ir { class KernelRunner; }
-namespace tsr::cpu { class KernelLauncher; }
+namespace tsr::exec { class KernelLauncher; class StepBackend; }
 
 namespace tsr::host {
 
@@ -78,7 +78,10 @@ struct RuntimeError {
 
 class Interpreter {
 public:
-  Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out);
+  /// `kernelBackend`: where `@kernel` launches run (null: the host CPU); tsr run passes the
+  /// device its graphs run on.
+  Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out,
+              std::shared_ptr<exec::StepBackend> kernelBackend = nullptr);
   ~Interpreter();
   /// Runs `entry` (main) with command-line flags for its parameters (`--steps 200`, `--lr=1e-3`,
   /// `--help`). Returns the exit code; errors are printed as diagnostics to `err`.

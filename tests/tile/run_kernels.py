@@ -7,7 +7,10 @@ with `N passed, N failed`.
 The graph-level references run on the reference evaluator (TSR_EXECUTOR=reference), the numeric
 oracle, so that a kernel is compared with exact semantics rather than with other compiled code.
 
-usage: run_kernels.py TSR FILE...
+With `--device cuda[:N]` (tools/gpu/suite.sh) the kernels run on that GPU, and so do the graph-level
+references (compiled for the GPU, which graph_eval checks against PyTorch there).
+
+usage: run_kernels.py TSR [--device DEV] FILE...
 """
 import os
 import subprocess
@@ -16,10 +19,13 @@ import sys
 
 def main():
     tsr, files = os.path.abspath(sys.argv[1]), sys.argv[2:]
+    device = []
+    if files[:1] == ["--device"]:
+        device, files = files[:2], files[2:]
     passed = failed = 0
     for path in files:
-        env = dict(os.environ, TSR_EXECUTOR="reference")
-        p = subprocess.run([tsr, "run", os.path.basename(path)], cwd=os.path.dirname(os.path.abspath(path)),
+        env = dict(os.environ) if device else dict(os.environ, TSR_EXECUTOR="reference")
+        p = subprocess.run([tsr, "run", os.path.basename(path)] + device, cwd=os.path.dirname(os.path.abspath(path)),
                            capture_output=True, text=True, timeout=600, env=env)
         out = p.stdout.strip()
         if p.returncode != 0 or not out:

@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
       if (diags.hasInternalError()) return 70;
       if (diags.hasErrors()) return 1;
       auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor(nullptr, backend);
-      tsr::host::Interpreter interp(*program, *exec, std::cout);
+      tsr::host::Interpreter interp(*program, *exec, std::cout, backend);
       int rc = interp.runMain(entry, flags, std::cerr);
       if (backend && rc == 0) {
         // Work nobody read back still runs; its failure is the program's.

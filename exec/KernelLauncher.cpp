@@ -1,4 +1,4 @@
-#include "exec/cpu/KernelLauncher.h"
+#include "exec/KernelLauncher.h"
 
 #include "codegen/cpu/CpuKernel.h"
 #include "ir/lower/LowerKernel.h"
@@ -8,16 +8,18 @@
 #include <array>
 #include <functional>
 
-namespace tsr::cpu {
+namespace tsr::exec {
 
 using namespace tsr::ast;
 
 struct KernelLauncher::Entry {
   const tile::Function *fn = nullptr;
-  std::shared_ptr<const codegen::CompiledKernel> compiled;
+  std::shared_ptr<const BackendProgram> compiled;
+  std::string site; // the kernel's definition, "file:line:col", for launch errors
 };
 
-KernelLauncher::KernelLauncher(const sema::Program &p, int threads) : P_(p), threads_(threads) {}
+KernelLauncher::KernelLauncher(const sema::Program &p, std::shared_ptr<StepBackend> backend)
+    : P_(p), backend_(backend ? std::move(backend) : cpuBackend()) {}
 KernelLauncher::~KernelLauncher() = default;
 
 std::vector<size_t> KernelLauncher::writtenOperands(const sema::FunctionInfo &k) {
@@ -78,7 +80,12 @@ const KernelLauncher::Entry &KernelLauncher::entry(const sema::FunctionInfo &k, 
     }
     throw LaunchError(where + err.what + " cannot run yet", err.range, err.what);
   }
-  e->compiled = codegen::compileForHost(*e->fn);
+  e->compiled = backend_->compile(*e->fn);
+  if (k.def && P_.sm.has(k.def->range.file)) {
+    const SourceFile &f = P_.sm.file(k.def->range.file);
+    LineCol lc = f.lineCol(k.def->nameRange.begin);
+    e->site = f.path() + ":" + std::to_string(lc.line) + ":" + std::to_string(lc.column);
+  }
   return *cache_.emplace(key, std::move(e)).first->second;
 }
 
@@ -100,6 +107,7 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   if (f.params.size() != args.size())
     throw LaunchError("kernel `" + k.name + "`: " + std::to_string(args.size()) + " arguments for " + std::to_string(f.params.size()) + " parameters", {}, "");
   std::vector<codegen::KernelArg> kargs(args.size());
+  const std::vector<size_t> written = writtenOperands(k);
   for (size_t i = 0; i < args.size(); ++i) {
     const tile::Type &t = f.params[i]->type;
     rt::Tensor &a = args[i];
@@ -108,7 +116,8 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
         throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is a " + std::string(dtypeName(a.dtype())) + " tensor of shape " +
                               rt::formatShape(a.shape()) + ", not of rank " + std::to_string(t.rank) + " and dtype " + std::string(dtypeName(t.dtype)), {}, "");
       if (a.ndim() > codegen::kMaxRank) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(codegen::kMaxRank), {}, "");
-      kargs[i].data = a.data();
+      const bool writes = std::find(written.begin(), written.end(), i) != written.end();
+      kargs[i].data = backend_->address(a, writes, k.name.c_str());
       auto strides = a.strides();
       for (int64_t d = 0; d < a.ndim(); ++d) {
         kargs[i].shape[d] = a.shape()[d];
@@ -120,7 +129,8 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
       else kargs[i].i = a.toI64(0);
     }
   }
-  e.compiled->launch(kargs.data(), kargs.size(), g, threads_);
+  if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;
+  backend_->launch(*e.compiled, kargs, g, LaunchSite{f.name, e.site});
 }
 
 std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid) const {
@@ -134,4 +144,4 @@ std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Te
   return out;
 }
 
-} // namespace tsr::cpu
+} // namespace tsr::exec

@@ -1,6 +1,8 @@
-// Kernel launches on the host CPU: a `@kernel` is lowered to Tile IR for the launch's argument
-// types and configuration (ir/lower/LowerKernel.h), compiled to machine code by codegen's host
-// JIT (codegen/cpu/CpuKernel.h), and run over its grid on CPU tensors. Used by the graph
+// Kernel launches: a `@kernel` is lowered to Tile IR for the launch's argument types and
+// configuration (ir/lower/LowerKernel.h), compiled by a StepBackend (exec/StepBackend.h: the host
+// CPU's JIT, or PTX on a GPU), and run over its grid on the backend's tensors (on a GPU the
+// arguments are copied to the device once and the written ones stay there until host code reads
+// them: rt::Tensor's device residency). Used by the graph
 // evaluator for kernel_call ops (as its ir::KernelRunner) and by the host interpreter for
 // launches written in host code (`saxpy[(cdiv(n, 1024),)](x, y, 2.5)`).
 //
@@ -13,6 +15,7 @@
 
 #include "ir/IR.h"
 #include "ir/eval/Evaluator.h"
+#include "exec/StepBackend.h"
 #include "ir/tile/TileIR.h"
 #include "runtime/Tensor.h"
 #include "sema/Program.h"
@@ -26,7 +29,7 @@
 
 namespace tsr::codegen { class CompiledKernel; }
 
-namespace tsr::cpu {
+namespace tsr::exec {
 
 /// A launch that cannot run: the kernel does not lower yet (`what` as ir::CompileError's, at
 /// `range` in the kernel's source), or its arguments do not fit it. what() reads
@@ -42,8 +45,8 @@ public:
 
 class KernelLauncher : public ir::KernelRunner {
 public:
-  /// `threads`: worker threads per launch (0: one per core).
-  explicit KernelLauncher(const sema::Program &p, int threads = 0);
+  /// `backend`: where kernels run (null: the host CPU, cpuBackend()).
+  explicit KernelLauncher(const sema::Program &p, std::shared_ptr<StepBackend> backend = nullptr);
   ~KernelLauncher() override;
 
   /// ir::KernelRunner: runs `op`'s kernel (a kernel_call of Graph IR) on `operands` in place and
@@ -73,10 +76,10 @@ private:
   const Entry &entry(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, const std::vector<rt::Tensor> &args) const;
 
   const sema::Program &P_;
-  int threads_;
+  std::shared_ptr<StepBackend> backend_;
   mutable std::mutex mu_;
   mutable tile::Module module_;
   mutable std::map<std::string, std::unique_ptr<Entry>> cache_;
 };
 
-} // namespace tsr::cpu
+} // namespace tsr::exec
