@@ -13,6 +13,8 @@
 #   run_programs      tests/run on --device cuda: the same output and exit codes as the CPU's
 #   tile_kernels_gpu  the spec's and the stdlib's @kernels launched on the GPU, checked by their own
 #                     asserts against graph-level references
+#   examples_gpu      every examples/ program (the spec's examples) on the GPU and the CPU: same output
+#   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
 #   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
 #                     against the reference evaluator
@@ -52,6 +54,8 @@ step gpu_info "nvidia-smi -L; '$BIN/tsr' run tools/bench/gpu/launch_overhead.tsr
 if [[ $failed -ne 0 ]]; then echo "$passed passed, $failed failed"; exit 1; fi
 step run_programs "python3 tests/run/run_programs.py '$BIN/tsr' --device cuda"
 step tile_kernels_gpu "python3 tests/tile/run_kernels.py '$BIN/tsr' --device cuda examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr tests/tile/programs/stdlib_kernels.tsr tests/tile/programs/tile_ops.tsr"
+step examples_gpu "python3 tools/gpu/compare_examples.py '$BIN/tsr' examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr examples/train_regression.tsr examples/transformer_block.tsr"
+step device_oom "python3 tests/expect.py --exit 3 --has 'out of memory' --has 'device_oom.tsr:6' -- '$BIN/tsr' run tests/gpu/device_oom.tsr --device cuda"
 step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
