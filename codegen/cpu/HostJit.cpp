@@ -1,5 +1,6 @@
-// The host CPU back end: Tile IR -> LLVM IR (codegen/llvm) -> O3 for this CPU -> ORC LLJIT, a
-// compile cache keyed by the function's text, and a persistent worker pool that runs a grid.
+// The host CPU back end: Tile IR -> LLVM IR (codegen/llvm) -> O3 for this CPU -> object code ->
+// ORC LLJIT, a compile cache keyed by the function's text (in the process, and on disk across
+// processes: runtime/DiskCache.h), and a persistent worker pool that runs a grid.
 //
 // The entry each kernel gets (its ABI, used by launch() only):
 //   void entry(const KernelArg *args, int64_t begin, int64_t end, const int64_t *grid)
@@ -9,17 +10,21 @@
 #include "codegen/llvm/TileToLLVM.h"
 
 #include "ir/tile/TileText.h"
+#include "runtime/DiskCache.h"
 #include "runtime/Numeric.h"
+#include "support/BuildId.h"
 
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/ThreadSafeModule.h"
 #include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
@@ -348,7 +353,6 @@ struct Jit {
   std::unique_ptr<TargetMachine> tm;
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>> cache;
-  uint64_t counter = 0;
 
   Jit() {
     tm = hostMachine();
@@ -402,11 +406,33 @@ std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f) {
   if (frame > int64_t(kWorkerStack) - (int64_t(16) << 20))
     throw CodegenError("tile function @" + f.name + " needs " + std::to_string(frame >> 20) +
                        " MiB of tiles per program, more than the CPU back end's thread stacks hold");
-  std::string sym = "tsr_kernel_" + std::to_string(j.counter++) + "_" + f.name;
-  auto ctx = std::make_unique<LLVMContext>();
-  auto m = buildModule(f, *ctx, *j.tm, sym);
-  optimize(*m, *j.tm);
-  if (auto e = j.jit->addIRModule(orc::ThreadSafeModule(std::move(m), std::move(ctx))))
+  // The entry's symbol comes from the program's text, so that object code from the persistent
+  // cache (runtime/DiskCache.h) links under the same name in every process; the in-process cache
+  // above keeps one text from being added twice.
+  char h[40];
+  std::snprintf(h, sizeof h, "%016llx%016llx", static_cast<unsigned long long>(rt::fnv1a64(key)),
+                static_cast<unsigned long long>(rt::fnv1a64(key, 0x84222325cbf29ce4ull)));
+  std::string sym = "tsr_kernel_" + std::string(h) + "_" + f.name;
+  // The object code depends on the program, the CPU and its features, and the compiler's build.
+  const std::string cacheKey = std::string("host-obj|") + buildId() + "|" + j.tm->getTargetTriple().str() + "|" +
+                               j.tm->getTargetCPU().str() + "|" + j.tm->getTargetFeatureString().str() + "|" + sym + "|" + key;
+  rt::DiskCache &disk = rt::DiskCache::process();
+  std::optional<std::string> object = disk.get("host-obj", cacheKey);
+  if (!object) {
+    auto ctx = std::make_unique<LLVMContext>();
+    auto m = buildModule(f, *ctx, *j.tm, sym);
+    optimize(*m, *j.tm);
+    // Object code from the JIT's own target machine: what LLJIT's compile layer would make.
+    SmallVector<char, 0> buf;
+    raw_svector_ostream os(buf);
+    legacy::PassManager pm;
+    if (j.tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::ObjectFile))
+      throw CodegenError("internal error: LLVM cannot emit object code for the host CPU");
+    pm.run(*m);
+    object = std::string(buf.data(), buf.size());
+    disk.put("host-obj", cacheKey, *object);
+  }
+  if (auto e = j.jit->addObjectFile(MemoryBuffer::getMemBufferCopy(*object, sym)))
     throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(std::move(e)));
   auto addr = j.jit->lookup(sym);
   if (!addr) throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(addr.takeError()));

@@ -1,12 +1,17 @@
 #include "exec/cuda/CudaBackend.h"
 
 #include "codegen/nvptx/PtxKernel.h"
+#include "ir/tile/TileText.h"
+#include "runtime/DiskCache.h"
 #include "runtime/cuda/CudaDriver.h"
+#include "support/BuildId.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
 
 #include <map>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 
 namespace tsr::exec {
@@ -78,15 +83,32 @@ public:
   }
 
   std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) override {
-    codegen::nvptx::PtxOptions opts;
-    opts.arch = arch_;
-    const codegen::nvptx::PtxModule mod = codegen::nvptx::compileToPtx({&fn}, opts);
-    if (mod.kernels.size() != 1) throw std::logic_error("compileToPtx of one function gave " + std::to_string(mod.kernels.size()) + " kernels");
+    // The PTX of a program depends on its text, the architecture and the compiler's build; it is
+    // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED\n" + PTX.
+    const std::string key = std::string("ptx|") + buildId() + "|" + arch_ + "|" + tile::toString(fn);
+    std::string entry, ptx;
+    unsigned threads = 0, shared = 0;
+    rt::DiskCache &disk = rt::DiskCache::process();
+    if (std::optional<std::string> hit = disk.get("ptx", key)) {
+      std::istringstream head(hit->substr(0, hit->find('\n')));
+      if (head >> entry >> threads >> shared && hit->find('\n') != std::string::npos) ptx = hit->substr(hit->find('\n') + 1);
+    }
+    if (ptx.empty()) {
+      codegen::nvptx::PtxOptions opts;
+      opts.arch = arch_;
+      const codegen::nvptx::PtxModule mod = codegen::nvptx::compileToPtx({&fn}, opts);
+      if (mod.kernels.size() != 1) throw std::logic_error("compileToPtx of one function gave " + std::to_string(mod.kernels.size()) + " kernels");
+      const codegen::nvptx::PtxKernel &k = mod.kernels[0];
+      entry = k.name;
+      threads = unsigned(k.threads);
+      shared = unsigned(k.sharedBytes);
+      ptx = mod.ptx;
+      disk.put("ptx", key, entry + " " + std::to_string(threads) + " " + std::to_string(shared) + "\n" + ptx);
+    }
     auto p = std::make_shared<CudaProgram>();
-    const codegen::nvptx::PtxKernel &k = mod.kernels[0];
-    p->fn = &cuda::ModuleCache::process().function(dev_.ctx.ordinal(), mod.ptx, k.name);
-    p->threads = unsigned(k.threads);
-    p->sharedBytes = unsigned(k.sharedBytes);
+    p->fn = &cuda::ModuleCache::process().function(dev_.ctx.ordinal(), ptx, entry);
+    p->threads = threads;
+    p->sharedBytes = shared;
     return p;
   }
 

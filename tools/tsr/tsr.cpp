@@ -8,6 +8,7 @@
 #include "lsp/Server.h"
 #include "exec/CompiledExecutor.h"
 #include "exec/cuda/CudaBackend.h"
+#include "runtime/DiskCache.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
 #include "sema/Program.h"
@@ -72,6 +73,8 @@ int main(int argc, char **argv) {
       if (rest[i] == "--device" && i + 1 < rest.size()) { device = rest[++i]; deviceGiven = true; continue; }
       if (rest[i].rfind("--device=", 0) == 0) { device = rest[i].substr(9); deviceGiven = true; continue; }
       if (rest[i] == "--devices" && i + 1 < rest.size()) { ++i; continue; } // one device per process for now
+      // --no-cache: compile everything, neither reading nor writing the persistent cache.
+      if (rest[i] == "--no-cache") { tsr::rt::DiskCache::process().disable(); continue; }
       flags.push_back(rest[i]);
     }
     if (executor != "compiled" && executor != "reference") {
@@ -117,6 +120,9 @@ int main(int argc, char **argv) {
       auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor(nullptr, backend);
       tsr::host::Interpreter interp(*program, *exec, std::cout, backend);
       int rc = interp.runMain(entry, flags, std::cerr);
+      // TSR_CACHE_STATS=1: what the persistent compilation cache did (tests, and users who wonder).
+      if (const char *st = std::getenv("TSR_CACHE_STATS"); st && std::string(st) == "1")
+        std::cerr << tsr::rt::DiskCache::process().describe() << "\n";
       if (backend && rc == 0) {
         // Work nobody read back still runs; its failure is the program's.
         try {
