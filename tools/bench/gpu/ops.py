@@ -1,0 +1,35 @@
+"""The GPU benchmark's PyTorch side (tools/bench/gpu/ops.sh): the same ops and sizes as ops.tsr,
+eager (cuBLAS for the GEMM), timed the same way (best of rounds of reps, synchronized at the end
+of each round). Prints `NAME SECONDS_PER_CALL`."""
+import sys
+import time
+
+import torch
+
+reps, rounds, size, rows, cols = 5, 3, 4096, 32768, 4096
+if len(sys.argv) > 1:
+    reps, rounds, size, rows, cols = (int(v) for v in sys.argv[1:6])
+g = torch.Generator(device="cuda").manual_seed(0)
+a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=g)
+b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=g)
+x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=g)
+w = torch.ones(cols, device="cuda", dtype=torch.bfloat16)
+bias = torch.zeros(cols, device="cuda", dtype=torch.bfloat16)
+
+
+def bench(name, f):
+    f()
+    torch.cuda.synchronize()
+    best = 1e30
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    print(f"{name} {best:.6f}")
+
+
+bench("gemm", lambda: a @ b)
+bench("layer_norm", lambda: torch.nn.functional.layer_norm(x, (cols,), w, bias))
+bench("softmax", lambda: torch.softmax(x, -1))

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# GPU ops against PyTorch on the same GPU in one run (issue 10's first benchmarks): bf16 GEMM
+# 4096^3 (TFLOP/s), layer_norm and softmax over bf16 [32768, 4096] (GB/s: the input read once and
+# the output written once). Prints a table with each Tessera/PyTorch speed ratio.
+#   tools/bench/gpu/ops.sh TSR [REPS ROUNDS SIZE ROWS COLS]
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+TSR=$1; shift
+args=("${@:-5 3 4096 32768 4096}")
+read -r reps rounds size rows cols <<<"${args[*]}"
+t=$(mktemp); p=$(mktemp)
+trap 'rm -f "$t" "$p"' EXIT
+"$TSR" run tools/bench/gpu/ops.tsr --device cuda --reps "$reps" --rounds "$rounds" --size "$size" --rows "$rows" --cols "$cols" >"$t"
+python3 tools/bench/gpu/ops.py "$reps" "$rounds" "$size" "$rows" "$cols" >"$p"
+python3 - "$t" "$p" "$size" "$rows" "$cols" <<'PY'
+import sys
+t = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if len(l.split()) >= 2}
+p = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[2]) if len(l.split()) >= 2}
+size, rows, cols = (int(v) for v in sys.argv[3:6])
+work = {"gemm": (2 * size ** 3 / 1e12, "TFLOP/s"), "layer_norm": (2 * rows * cols * 2 / 1e9, "GB/s"), "softmax": (2 * rows * cols * 2 / 1e9, "GB/s")}
+print(f"{'op':<12}{'tessera':>14}{'pytorch':>14}  ratio (tessera speed / pytorch's)")
+for k, (amount, unit) in work.items():
+    if k in t and k in p:
+        print(f"{k:<12}{amount / t[k]:>10.1f} {unit:<4}{amount / p[k]:>9.1f} {unit:<5} {p[k] / t[k]:.3f}")
+PY
