@@ -105,7 +105,7 @@ const BuiltinInfo *findMethod(TypeKind receiver, std::string_view name);
 const std::vector<BuiltinInfo> &allBuiltins();
 /// Names of the builtin namespaces available without import: tile, random, dist.
 bool isBuiltinNamespace(std::string_view name);
-/// Appends the kernel-side tile operations (sema/TileOps.cpp) to the registry.
+/// Appends the kernel-side tile operations (sema/builtins/Tile.cpp) to the registry.
 void registerTileBuiltins(std::vector<BuiltinInfo> &out);
 
 } // namespace tsr::sema

@@ -6,7 +6,7 @@
 // run-time conditions become `if` ops. Views `X[a:a+B, i, :]` become load_box/store_box; views
 // indexed by tiles become gathers (load/store by offsets, masked at the tensor's bounds).
 //
-// Types follow the checker (sema/TileOps.cpp): Python numbers are weak (an int or a float takes
+// Types follow the checker (sema/builtins/Tile.cpp): Python numbers are weak (an int or a float takes
 // the dtype of the tile it meets; alone, ints are i64 and floats f32), tile.arange gives i32,
 // tile.dot without an accumulator gives f32 for float operands, and program ids, sizes and loop
 // indices are weak ints (i64 scalars). Elementwise operands are made explicit: casts to the

@@ -1,4 +1,4 @@
-// The typing rules of the builtins (sema/Builtins.cpp), called through hand-built call sites.
+// The typing rules of the builtins (sema/builtins/*.cpp), called through hand-built call sites.
 // Each call is written out as a small source file, so that a diagnostic's range can be checked
 // against the argument it should point at.
 #include "sema/Builtins.h"
@@ -111,7 +111,7 @@ TEST_CASE("the registry") {
   for (const BuiltinInfo &b : allBuiltins()) {
     INFO(b.name);
     CHECK(names.insert(b.name).second);
-    if (b.name.rfind("tile.", 0) == 0) continue; // TileOps.cpp's entries
+    if (b.name.rfind("tile.", 0) == 0) continue; // sema/builtins/Tile.cpp's entries
     CHECK(static_cast<bool>(b.rule));
     CHECK_FALSE(b.signature.empty());
     CHECK_FALSE(b.doc.empty());

@@ -1,4 +1,4 @@
-// The typing rules of the tile operations (sema/TileOps.cpp), called directly with hand-built
+// The typing rules of the tile operations (sema/builtins/Tile.cpp), called directly with hand-built
 // call sites: argument types in, result type and diagnostics (kind and range) out.
 #include "sema/Builtins.h"
 

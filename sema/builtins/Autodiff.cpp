@@ -1,0 +1,324 @@
+// The autodiff transforms (spec 8): grad, value_and_grad, vjp, jvp, checkpoint, stop_gradient;
+// and tree_map over the pytrees they take and give.
+#include "sema/builtins/Rules.h"
+
+#include <map>
+#include <set>
+
+namespace tsr::sema::builtins {
+
+namespace {
+
+// ---- pytrees (tree_map) ----------------------------------------------------------------------------
+
+/// "a dict with keys w, b", "a tuple of 3", ... for the structure messages of tree_map.
+std::string describeNode(const Type &t) {
+  switch (t.kind) {
+  case K::Tuple: case K::List: {
+    std::string k = t.kind == K::Tuple ? "a tuple" : "a list";
+    return t.lengthKnown ? k + " of " + std::to_string(t.elems.size()) : k;
+  }
+  case K::Dict: {
+    if (!t.lengthKnown) return "a dict";
+    std::string s = "a dict with keys ";
+    for (size_t i = 0; i < t.fields.size(); ++i) s += (i ? ", " : "") + t.fields[i].first;
+    return t.fields.empty() ? "an empty dict" : s;
+  }
+  case K::None: return "None";
+  default: return "a leaf";
+  }
+}
+
+bool isNode(const Type &t) { return t.kind == K::Tuple || t.kind == K::List || t.kind == K::Dict || t.kind == K::None; }
+
+struct TreeMap {
+  CallSite &s;
+  TypeRef fn;
+  bool failed = false;
+
+  void mismatch(size_t tree, const TypeRef &first, const TypeRef &other, const std::string &path) {
+    if (failed) return;
+    failed = true;
+    const ArgInfo *t0 = &s.args[1];
+    const ArgInfo *ti = &s.args[tree + 1];
+    std::string firstText = sourceText(s, t0->range);
+    if (firstText.empty() || firstText.size() > 40) firstText = "tree";
+    std::string what = sourceText(s, ti->range);
+    if (what.empty() || what.size() > 40) what = "rest[" + std::to_string(tree - 1) + "]";
+    std::string expected = "the structure of `" + firstText + "`" + (path.empty() ? "" : " at " + path) + " (" + describeNode(*first) + ")";
+    s.diags->report(DiagKind::ArgKind, ti->range, {s.name, expected, what, typeStr(other)});
+  }
+
+  TypeRef map(const std::vector<TypeRef> &nodes, const std::string &path) {
+    if (failed) return T::unknown();
+    const TypeRef &first = nodes[0];
+    if (isUnknown(first)) return T::unknown();
+    if (!isNode(*first)) return s.callValue ? s.callValue(fn, nodes) : T::unknown();
+    // Check the other trees against the first's structure; Unknown subtrees are accepted.
+    for (size_t i = 1; i < nodes.size(); ++i) {
+      const TypeRef &o = nodes[i];
+      if (isUnknown(o)) continue;
+      bool ok = o->kind == first->kind;
+      if (ok && first->lengthKnown && o->lengthKnown) {
+        if (first->kind == K::Dict) {
+          ok = first->fields.size() == o->fields.size();
+          for (auto &f : first->fields)
+            ok = ok && std::any_of(o->fields.begin(), o->fields.end(), [&](auto &g) { return g.first == f.first; });
+        } else if (first->kind != K::None) {
+          ok = first->elems.size() == o->elems.size();
+        }
+      }
+      if (!ok) {
+        mismatch(i, first, o, path);
+        return T::unknown();
+      }
+    }
+    auto childOf = [](const TypeRef &o, size_t j, const std::string *key) -> TypeRef {
+      if (isUnknown(o)) return T::unknown();
+      if (!o->lengthKnown) return o->elem ? o->elem : T::unknown();
+      if (key) {
+        for (auto &g : o->fields)
+          if (g.first == *key) return g.second;
+        return T::unknown();
+      }
+      return j < o->elems.size() ? o->elems[j] : T::unknown();
+    };
+    switch (first->kind) {
+    case K::None: return T::none();
+    case K::Tuple: case K::List: {
+      bool tuple = first->kind == K::Tuple;
+      if (!first->lengthKnown) {
+        std::vector<TypeRef> kids;
+        for (auto &o : nodes) kids.push_back(childOf(o, 0, nullptr));
+        TypeRef e = map(kids, path + "[...]");
+        return tuple ? tupleOf(e) : T::listOf(e);
+      }
+      std::vector<TypeRef> out;
+      for (size_t j = 0; j < first->elems.size(); ++j) {
+        std::vector<TypeRef> kids;
+        for (auto &o : nodes) kids.push_back(childOf(o, j, nullptr));
+        out.push_back(map(kids, path + "[" + std::to_string(j) + "]"));
+      }
+      return tuple ? T::tuple(std::move(out)) : T::list(std::move(out));
+    }
+    case K::Dict: {
+      if (!first->lengthKnown) {
+        std::vector<TypeRef> kids;
+        for (auto &o : nodes) kids.push_back(childOf(o, 0, nullptr));
+        return T::dictOf(map(kids, path + "[...]"));
+      }
+      std::vector<std::pair<std::string, TypeRef>> out;
+      for (auto &[k, v] : first->fields) {
+        std::vector<TypeRef> kids;
+        for (auto &o : nodes) kids.push_back(childOf(o, 0, &k));
+        out.push_back({k, map(kids, path + "[\"" + k + "\"]")});
+      }
+      return T::dict(std::move(out));
+    }
+    default: return T::unknown();
+    }
+  }
+};
+
+// tree_map(fn, tree, *rest) (jax.tree_util.tree_map): fn called on each leaf of `tree` and the
+// corresponding leaves of `rest`, which must have tree's structure (tuples, lists, dicts and
+// None are structure; anything else is a leaf); the result has tree's structure. A structure
+// mismatch is an ArgKind error at the tree that differs.
+TypeRef ruleTreeMap(CallSite &s) {
+  if (!noKeywords(s)) return T::unknown();
+  if (s.args.size() < 2) {
+    s.diags->report(DiagKind::MissingArg, s.range, {s.name, s.args.empty() ? "fn" : "tree"});
+    return T::unknown();
+  }
+  const ArgInfo *f = &s.args[0];
+  if (!isUnknown(f) && !callable(*f->type)) {
+    s.wrongKind(f, "a function", "fn");
+    return T::unknown();
+  }
+  TreeMap tm{s, f->type};
+  std::vector<TypeRef> roots;
+  for (size_t i = 1; i < s.args.size(); ++i) roots.push_back(s.args[i].type);
+  TypeRef r = tm.map(roots, "");
+  return tm.failed ? T::unknown() : r;
+}
+
+// ---- autodiff (spec 8) --------------------------------------------------------------------------------
+
+/// Checks that `f` can be differentiated or transformed: a function, lambda or builtin
+/// (GradNonFunction otherwise). Unknown passes.
+bool functionArg(CallSite &s, const ArgInfo *f) {
+  if (isUnknown(f) || callable(*f->type)) return true;
+  s.diags->report(DiagKind::GradNonFunction, f->range, {s.name, typeStr(f->type)});
+  return false;
+}
+
+/// The positional parameter count of a user function or lambda, when known.
+std::optional<size_t> positionalCount(const Type &f, std::string *name) {
+  if (f.kind == K::Function && f.fn && f.transform == Transform::None) {
+    *name = f.fn->name;
+    return f.fn->positionalCount();
+  }
+  if (f.kind == K::Lambda && f.lambda) {
+    *name = "lambda";
+    size_t n = 0;
+    for (auto &p : f.lambda->params) n += p.kind == ast::ParamKind::Positional;
+    return n;
+  }
+  return std::nullopt;
+}
+
+// grad(f, argnums=0), value_and_grad(f, argnums=0): a transformed function (called by the
+// checker). argnums an int or a tuple of ints, each naming a positional parameter of f
+// (ArgnumsRange for a user function or lambda); a tuple gives a tuple of gradients.
+BuiltinRule ruleGrad(Transform tr) {
+  return [tr](CallSite &s) -> TypeRef {
+    if (!s.expect({"f", "argnums"}, 1)) return T::unknown();
+    const ArgInfo *f = s.arg(0, "f"), *an = s.arg(1, "argnums");
+    bool ok = functionArg(s, f);
+    std::vector<int> nums = {0};
+    bool tupleForm = false;
+    if (given(an) && !isUnknown(an)) {
+      auto v = s.axes(an, "argnums");
+      if (!v) {
+        if (shapeKindOk(*an->type))
+          s.diags->report(DiagKind::NotCompileTime, an->range, {"`argnums` of `" + s.name + "`"});
+        return T::unknown();
+      }
+      tupleForm = an->type->is(K::Tuple) || an->type->is(K::List);
+      if (tupleForm && v->empty()) {
+        s.wrongKind(an, "at least one argument number", "argnums");
+        return T::unknown();
+      }
+      nums.clear();
+      std::string fname;
+      auto count = isUnknown(f) ? std::nullopt : positionalCount(*f->type, &fname);
+      for (int64_t n : *v) {
+        if (n < 0 || (count && static_cast<size_t>(n) >= *count)) {
+          if (count) s.diags->report(DiagKind::ArgnumsRange, an->range, {std::to_string(n), fname, std::to_string(*count)});
+          else s.wrongKind(an, "non-negative argument numbers", "argnums");
+          return T::unknown();
+        }
+        nums.push_back(static_cast<int>(n));
+      }
+    }
+    if (!ok || isUnknown(f)) return T::unknown();
+    return transformed(tr, f->type, std::move(nums), tupleForm ? "tuple" : "");
+  };
+}
+
+// vjp(f, *primals) -> (f(*primals), pullback): the pullback is a function of the output's
+// cotangent (transform Pullback; inner = the primal result's type).
+TypeRef ruleVjp(CallSite &s) {
+  if (!noKeywords(s)) return T::unknown();
+  if (s.args.empty()) {
+    s.diags->report(DiagKind::MissingArg, s.range, {s.name, "f"});
+    return T::unknown();
+  }
+  const ArgInfo *f = &s.args[0];
+  if (!functionArg(s, f)) return T::unknown();
+  std::vector<TypeRef> primals;
+  for (size_t i = 1; i < s.args.size(); ++i) primals.push_back(s.args[i].type);
+  TypeRef out = isUnknown(f) || !s.callValue ? T::unknown() : s.callValue(f->type, primals);
+  if (!out) out = T::unknown();
+  return T::tuple({out, transformed(Transform::Pullback, out)});
+}
+
+/// Whether a tangent fits its primal: the same structure, and for tensors the same dtype and
+/// no provably different extent (integer primals take any tangent, as JAX's float0).
+bool tangentFits(const TypeRef &p, const TypeRef &t) {
+  if (isUnknown(p) || isUnknown(t)) return true;
+  if (p->isTensorLike() || p->isPyNumber()) {
+    if (p->is(K::Int) || p->is(K::Bool) || (p->isTensorLike() && !isFloat(p->dtype))) return true;
+    if (p->is(K::Float)) return t->is(K::Float) || t->is(K::Int) || t->isScalarTensor();
+    if (!t->isTensorLike()) return t->isPyNumber() && p->rankKnown && p->dims.empty();
+    if (p->dtype != t->dtype) return false;
+    return !(p->rankKnown && t->rankKnown && shapesProvablyDiffer(p->dims, t->dims));
+  }
+  if (p->kind != t->kind) return false;
+  if (p->is(K::Tuple) || p->is(K::List)) {
+    if (!p->lengthKnown || !t->lengthKnown) return true;
+    if (p->elems.size() != t->elems.size()) return false;
+    for (size_t i = 0; i < p->elems.size(); ++i)
+      if (!tangentFits(p->elems[i], t->elems[i])) return false;
+    return true;
+  }
+  if (p->is(K::Dict)) {
+    if (!p->lengthKnown || !t->lengthKnown) return true;
+    if (p->fields.size() != t->fields.size()) return false;
+    for (auto &[key, v] : p->fields) {
+      const std::string &k = key; // (clang 14 cannot capture structured bindings)
+      auto it = std::find_if(t->fields.begin(), t->fields.end(), [&](auto &g) { return g.first == k; });
+      if (it == t->fields.end() || !tangentFits(v, it->second)) return false;
+    }
+    return true;
+  }
+  return true;
+}
+
+// jvp(f, primals, tangents) -> (f(*primals), tangent_out): primals and tangents tuples (or
+// lists) of one structure; each tangent has its primal's dtype and shape (TangentMismatch).
+TypeRef ruleJvp(CallSite &s) {
+  if (!s.expect({"f", "primals", "tangents"}, 3)) return T::unknown();
+  const ArgInfo *f = s.arg(0, "f"), *p = s.arg(1, "primals"), *t = s.arg(2, "tangents");
+  bool ok = functionArg(s, f);
+  for (auto [a, n] : {std::pair{p, "primals"}, std::pair{t, "tangents"}})
+    if (!isUnknown(a) && !a->type->is(K::Tuple) && !a->type->is(K::List)) {
+      s.wrongKind(a, std::string("a tuple of ") + (std::string_view(n) == "primals" ? "primal values" : "tangents"), n);
+      ok = false;
+    }
+  if (!ok) return T::unknown();
+  if (!isUnknown(p) && !isUnknown(t) && p->type->lengthKnown && t->type->lengthKnown) {
+    const auto &pe = p->type->elems, &te = t->type->elems;
+    if (pe.size() != te.size()) {
+      s.diags->report(DiagKind::TangentMismatch, t->range, {typeStr(t->type), typeStr(p->type)});
+      return T::unknown();
+    }
+    for (size_t i = 0; i < pe.size(); ++i)
+      if (!tangentFits(pe[i], te[i])) {
+        // Point at the tangent that is wrong when the tuple is written out.
+        SourceRange at = t->range;
+        if (auto *tup = t->expr ? ast::dyn_cast<ast::Tuple>(t->expr) : nullptr; tup && i < tup->elts.size()) at = tup->elts[i]->range;
+        else if (auto *lst = t->expr ? ast::dyn_cast<ast::List>(t->expr) : nullptr; lst && i < lst->elts.size()) at = lst->elts[i]->range;
+        s.diags->report(DiagKind::TangentMismatch, at, {typeStr(te[i]), typeStr(pe[i])});
+        return T::unknown();
+      }
+  }
+  if (isUnknown(f) || isUnknown(p) || !p->type->lengthKnown || !s.callValue) return T::tuple({T::unknown(), T::unknown()});
+  TypeRef out = s.callValue(f->type, p->type->elems);
+  if (!out) out = T::unknown();
+  return T::tuple({out, out});
+}
+
+// checkpoint(f): f, whose activations are recomputed in the backward pass.
+TypeRef ruleCheckpoint(CallSite &s) {
+  if (!s.expect({"f"}, 1)) return T::unknown();
+  const ArgInfo *f = s.arg(0, "f");
+  if (!functionArg(s, f) || isUnknown(f)) return T::unknown();
+  return transformed(Transform::Checkpoint, f->type);
+}
+
+// stop_gradient(x): x, through which no gradient flows.
+TypeRef ruleStopGradient(CallSite &s) {
+  if (!s.expect({"x"}, 1)) return T::unknown();
+  const ArgInfo *a = s.arg(0, "x");
+  return isUnknown(a) ? T::unknown() : a->type;
+}
+
+} // namespace
+
+void addAutodiffBuiltins(Registrar &r) {
+  auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
+    return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
+  };
+
+  add("tree_map", HostAndGraph, ruleTreeMap, "tree_map(fn, tree, *rest) -> tree", "fn applied to the leaves of pytrees of one structure");
+  add("grad", HostAndGraph, ruleGrad(Transform::Grad), "grad(f, argnums=0) -> function", "the gradient of f with respect to argnums");
+  add("value_and_grad", HostAndGraph, ruleGrad(Transform::ValueAndGrad), "value_and_grad(f, argnums=0) -> function",
+      "f's value and its gradient with respect to argnums");
+  add("vjp", HostAndGraph, ruleVjp, "vjp(f, *primals) -> (out, pullback)", "f's value and its reverse-mode pullback");
+  add("jvp", HostAndGraph, ruleJvp, "jvp(f, primals, tangents) -> (out, tangent_out)", "f's value and its forward-mode derivative");
+  add("checkpoint", HostAndGraph, ruleCheckpoint, "checkpoint(f) -> function", "f, recomputing its activations in the backward pass");
+  add("stop_gradient", HostAndGraph, ruleStopGradient, "stop_gradient(x) -> x", "x, through which no gradient flows");
+}
+
+} // namespace tsr::sema::builtins
