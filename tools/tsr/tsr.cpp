@@ -7,6 +7,7 @@
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
 #include "exec/CompiledExecutor.h"
+#include "exec/bundle/RunBundle.h"
 #include "exec/cuda/CudaBackend.h"
 #include "runtime/DiskCache.h"
 #include "runtime/cuda/CudaDriver.h"
@@ -55,6 +56,8 @@ int main(int argc, char **argv) {
       std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
       return 2;
     }
+    // A bundle (docs/bundle.md) runs from its own modules and code: exec/bundle/RunBundle.h.
+    if (tsr::bundle::isBundleFile(rest[0])) return tsr::bundle::runBundleCommand(rest);
     std::string file = rest[0], entry = "main";
     const char *envExecutor = std::getenv("TSR_EXECUTOR");
     std::string executor = envExecutor && *envExecutor ? envExecutor : "compiled";

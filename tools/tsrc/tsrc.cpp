@@ -12,16 +12,19 @@
 #include "ir/schedule/LowerGroups.h"
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
+#include "exec/bundle/BundleWriter.h"
 #include "ir/tile/TileText.h"
 #include "sema/Program.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
+#include <unistd.h>
 
 using namespace tsr;
 namespace fs = std::filesystem;
@@ -125,6 +128,40 @@ static bool addGraphKernels(const ir::Module &graphs, tile::Module &kernels, std
   return ok;
 }
 
+// -o FILE: the bundle of the checked program (exec/bundle/BundleWriter.h), written to a
+// temporary file beside FILE and renamed into place, so a failed write leaves no partial bundle.
+// What cannot be made (a tool missing or failing, a step the GPU cannot compile yet) is
+// `tsrc: error: ...` and exit 1.
+static int writeBundleFile(const sema::Program &program, ir::Module &graphs, const bundle::WriteOptions &opts,
+                           const std::string &output) {
+  std::string bytes;
+  try {
+    bytes = bundle::writeBundle(program, graphs, opts);
+  } catch (const bundle::WriteError &e) {
+    std::cerr << "tsrc: error: cannot make the bundle " << output << ": " << e.what() << "\n";
+    return 1;
+  }
+  const std::string tmp = output + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!out) {
+      std::cerr << "tsrc: error: cannot write " << output << "\n";
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return 1;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, output, ec);
+  if (ec) {
+    std::cerr << "tsrc: error: cannot write " << output << ": " << ec.message() << "\n";
+    fs::remove(tmp, ec);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
   app.set_version_flag("--version", "tsrc 0.1 (Tessera)");
@@ -144,8 +181,31 @@ int main(int argc, char **argv) {
                                  "         of every graph's schedule, for the GPU (--arch)")
       ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule", "llvm", "ptx"}));
   std::string arch = "sm_90";
-  app.add_option("--arch", arch, "the GPU architecture of --emit=ptx: sm_80 or sm_90 (default sm_90)")
-      ->check(CLI::IsMember({"sm_80", "sm_90"}));
+  // One architecture for --emit=ptx; a comma-separated list for a bundle (-o).
+  auto *archOpt = app.add_option("--arch", arch, "the GPU architecture of --emit=ptx: sm_80 or sm_90 (default sm_90); "
+                                                 "with -o, a list (default sm_80,sm_90)")
+      ->check([](const std::string &v) -> std::string {
+        std::stringstream ss(v);
+        std::string a;
+        while (std::getline(ss, a, ','))
+          if (a != "sm_80" && a != "sm_90") return "`" + a + "` is not sm_80 or sm_90";
+        return v.empty() || v.back() == ',' ? "an empty architecture" : "";
+      });
+  std::string targetList;
+  app.add_option("--target", targetList, "with -o: the targets whose code the bundle holds: cpu, cuda or cpu,cuda (default both)")
+      ->check([](const std::string &v) -> std::string {
+        std::stringstream ss(v);
+        std::string t;
+        while (std::getline(ss, t, ','))
+          if (t != "cpu" && t != "cuda") return "`" + t + "` is not cpu or cuda";
+        return v.empty() || v.back() == ',' ? "an empty target" : "";
+      });
+  std::string trace;
+  auto *traceOpt = app.add_option("--trace", trace, "with -o: run main with these flags (one string, split at spaces; \"\" for "
+                                                    "none) on the CPU first and add the programs of the graphs and kernels it runs");
+  std::vector<std::string> specialize;
+  app.add_option("--specialize", specialize, "with -o: SYM=INT, the size of a symbol the bundle's tiles are chosen for "
+                                             "(other symbols: 1001); repeatable");
   bool graphKernels = false;
   app.add_flag("--graph-kernels", graphKernels,
                "with --emit=tile: also print the programs of the graphs' kernel steps that --emit=ptx compiles "
@@ -176,8 +236,46 @@ int main(int argc, char **argv) {
         for (auto &problem : tile::verify(*fn)) throw tile::TileError{" tile @" + fn->name + ": " + problem};
       tile::printModule(std::cout, *m);
     });
-  if (!check && emit.empty()) {
-    std::cerr << "tsrc: code generation is not available in this build yet; use --check or --emit=ast|types|graph|tile|schedule|llvm|ptx\n";
+  // A bundle (-o): the options it takes, and none of --check and --emit.
+  bundle::WriteOptions bundleOpts;
+  if (!output.empty()) {
+    if (check || !emit.empty()) {
+      std::cerr << "tsrc: -o writes a bundle; it does not combine with --check or --emit\n";
+      return 2;
+    }
+    if (!targetList.empty()) {
+      bundleOpts.cpu = ("," + targetList + ",").find(",cpu,") != std::string::npos;
+      bundleOpts.cuda = ("," + targetList + ",").find(",cuda,") != std::string::npos;
+    }
+    if (archOpt->count()) {
+      bundleOpts.archs.clear();
+      std::stringstream ss(arch);
+      for (std::string a; std::getline(ss, a, ',');)
+        if (std::find(bundleOpts.archs.begin(), bundleOpts.archs.end(), a) == bundleOpts.archs.end()) bundleOpts.archs.push_back(a);
+    }
+    for (const std::string &kv : specialize) {
+      const size_t eq = kv.find('=');
+      char *end = nullptr;
+      const long long v = eq == std::string::npos ? 0 : std::strtoll(kv.c_str() + eq + 1, &end, 10);
+      if (eq == std::string::npos || eq == 0 || !end || *end || eq + 1 == kv.size() || v < 1) {
+        std::cerr << "tsrc: --specialize " << kv << ": expected SYM=INT with a positive INT\n";
+        return 2;
+      }
+      bundleOpts.sizes[kv.substr(0, eq)] = v;
+    }
+    if (traceOpt->count()) {
+      std::stringstream ss(trace);
+      bundleOpts.trace.emplace();
+      for (std::string f; ss >> f;) bundleOpts.trace->push_back(f);
+    }
+  } else if (!targetList.empty() || !specialize.empty() || traceOpt->count()) {
+    std::cerr << "tsrc: --target, --specialize and --trace apply to a bundle: add -o FILE.bundle\n";
+    return 2;
+  } else if (arch.find(',') != std::string::npos) {
+    std::cerr << "tsrc: --emit=ptx compiles for one architecture: --arch sm_80 or --arch sm_90\n";
+    return 2;
+  } else if (!check && emit.empty()) {
+    std::cerr << "tsrc: nothing to do: use -o FILE.bundle, --check or --emit=ast|types|graph|tile|schedule|llvm|ptx\n";
     return 2;
   }
   return runWithLargeStack(512u << 20, [&]() -> int {
@@ -186,7 +284,21 @@ int main(int argc, char **argv) {
     diags.setMaxErrors(maxErrors);
     int rc = 0;
     try {
-      if (emit == "ast") {
+      if (!output.empty()) {
+        sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
+        auto program = sema::checkProgram(sm, diags, file, opts);
+        if (!diags.hasErrors()) {
+          // A graph that does not lower before run time (E0130: sizes or lengths known only
+          // then) stays out of the bundle and compiles when it runs; an internal error is one.
+          DiagnosticEngine lowering(sm);
+          auto graphs = ir::lowerProgram(*program, lowering);
+          if (lowering.hasInternalError()) {
+            lowering.render(std::cerr);
+            return 70;
+          }
+          rc = writeBundleFile(*program, *graphs, bundleOpts, output);
+        }
+      } else if (emit == "ast") {
         FileId id = loadSourceFile(sm, diags, file);
         std::unique_ptr<ast::Module> mod;
         if (id) mod = parseModule(sm, diags, id, fs::path(file).stem().string());

@@ -1,0 +1,227 @@
+// `tsr run FILE.bundle` (RunBundle.h).
+#include "exec/bundle/RunBundle.h"
+
+#include "exec/CompiledExecutor.h"
+#include "exec/bundle/BundleBackend.h"
+#include "exec/cuda/CudaBackend.h"
+#include "exec/host/Interpreter.h"
+#include "frontend/Parser.h"
+#include "runtime/bundle/Bundle.h"
+#include "runtime/cuda/CudaDriver.h"
+#include "sema/Program.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+namespace tsr::bundle {
+
+namespace fs = std::filesystem;
+namespace rb = rt::bundle;
+
+bool isBundleFile(const std::string &path) {
+  if (path.size() > 7 && path.compare(path.size() - 7, 7, ".bundle") == 0) return true;
+  std::ifstream in(path, std::ios::binary);
+  char head[8] = {};
+  return in.read(head, 8) && std::memcmp(head, rb::kMagic, 8) == 0;
+}
+
+namespace {
+
+bool envIs(const char *name, const char *value) {
+  const char *v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
+}
+
+// The bundle's modules written under a private folder, one subfolder per root; removed when
+// destroyed.
+class SourceTree {
+public:
+  explicit SourceTree(const rb::Bundle &b) {
+    const char *t = std::getenv("TMPDIR");
+    std::string pattern = std::string(t && *t ? t : "/tmp") + "/tsr-bundle-XXXXXX";
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("cannot make a temporary folder " + pattern + ": " + std::strerror(errno));
+    dir_ = pattern;
+    std::error_code ec;
+    for (const rb::ModuleEntry &m : b.modules) {
+      const fs::path file = rootDir(m.root) / m.path;
+      fs::create_directories(file.parent_path(), ec);
+      std::ofstream out(file, std::ios::binary);
+      const std::string_view text = b.moduleText(m);
+      out.write(text.data(), std::streamsize(text.size()));
+      if (!out) throw std::runtime_error("cannot write " + file.string());
+      const std::string display = m.root == "stdlib" ? "stdlib/" + m.path : m.path;
+      byPath_[fs::weakly_canonical(file, ec).string()] = {display, text};
+      if (m.root == "main" && m.path == b.mainPath) main_ = file.string();
+    }
+  }
+  ~SourceTree() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path rootDir(const std::string &root) {
+    if (root == "main") return fs::path(dir_) / "main";
+    if (root == "stdlib") return fs::path(dir_) / "stdlib";
+    // "path:N": TESSERA_PATH's N-th folder when the bundle was made, in that order.
+    const int n = std::atoi(root.c_str() + 5);
+    paths_[n] = (fs::path(dir_) / ("path" + std::to_string(n))).string();
+    return paths_[n];
+  }
+  sema::CheckOptions options(SourceManager &sm) {
+    sema::CheckOptions o;
+    o.stdlibDir = (fs::path(dir_) / "stdlib").string();
+    for (auto &[n, p] : paths_) o.searchPath.push_back(p);
+    // Every module is parsed from the bundle's bytes, under its bundle path.
+    o.parse = [this, &sm](const SourceManager &, DiagnosticEngine &diags, FileId id, const std::string &name) {
+      std::error_code ec;
+      auto it = byPath_.find(fs::weakly_canonical(fs::path(sm.file(id).path()), ec).string());
+      if (it != byPath_.end()) id = sm.addFile(it->second.first, std::string(it->second.second));
+      return parseModule(sm, diags, id, name);
+    };
+    return o;
+  }
+  const std::string &mainFile() const { return main_; }
+
+private:
+  std::string dir_, main_;
+  std::map<int, std::string> paths_;
+  std::map<std::string, std::pair<std::string, std::string_view>> byPath_;
+};
+
+} // namespace
+
+int runBundleCommand(const std::vector<std::string> &args) {
+  const std::string file = args.at(0);
+  std::string entry = "main", device = "auto";
+  std::string executor = std::getenv("TSR_EXECUTOR") && *std::getenv("TSR_EXECUTOR") ? std::getenv("TSR_EXECUTOR") : "compiled";
+  std::vector<std::string> flags;
+  // The flags of `tsr run FILE.tsr` (tools/tsr/tsr.cpp), read the same way.
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    if (a == "--entry" && i + 1 < args.size()) { entry = args[++i]; continue; }
+    if (a.rfind("--entry=", 0) == 0) { entry = a.substr(8); continue; }
+    if (a == "--executor" && i + 1 < args.size()) { executor = args[++i]; continue; }
+    if (a.rfind("--executor=", 0) == 0) { executor = a.substr(11); continue; }
+    if (a == "--device" && i + 1 < args.size()) { device = args[++i]; continue; }
+    if (a.rfind("--device=", 0) == 0) { device = a.substr(9); continue; }
+    if (a == "--devices" && i + 1 < args.size()) { ++i; continue; }
+    flags.push_back(a);
+  }
+  if (executor != "compiled" && executor != "reference") {
+    std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
+    return 2;
+  }
+  if (device != "auto" && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
+    std::cerr << "tsr run: --device " << device << ": expected auto, cpu, cuda or cuda:N\n";
+    return 2;
+  }
+  const bool verbose = envIs("TSR_BUNDLE_VERBOSE", "1");
+
+  std::shared_ptr<const rb::Bundle> bundle;
+  try {
+    bundle = std::make_shared<const rb::Bundle>(rb::Bundle::open(file));
+  } catch (const rb::BundleError &e) {
+    std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception &e) {
+    std::cerr << "tsr run: " << e.what() << "\n";
+    return 1;
+  }
+  if (verbose && bundle->compiler != "tsrc 0.1 (Tessera)")
+    std::cerr << "tsr: bundle: made by " << bundle->compiler << ", run by tsr 0.1 (Tessera) (programs are matched by their text)\n";
+
+  // The device, and whether the bundle's code runs on it.
+  if (device == "auto") {
+    const auto &driver = rt::cuda::Driver::get();
+    device = !bundle->cuda.empty() && driver.available() && executor == "compiled" ? "cuda:0" : "cpu";
+  }
+  std::shared_ptr<exec::StepBackend> inner;
+  rb::Device dev;
+  dev.name = device;
+  try {
+    if (device.rfind("cuda", 0) == 0) {
+      dev.cuda = true;
+      dev.name = device == "cuda" ? "cuda:0" : device;
+      if (executor == "reference") {
+        std::cerr << "tsr run: --device " << device << ": the reference executor runs on the CPU only\n";
+        return 2;
+      }
+      // A bundle without cuda code is refused before the driver is asked anything.
+      if (bundle->cuda.empty()) rb::checkRunnable(*bundle, dev);
+      try {
+        inner = exec::cudaBackend(device);
+        const auto &info = rt::cuda::Context::get(dev.name).info();
+        dev.ccMajor = info.ccMajor;
+        dev.ccMinor = info.ccMinor;
+      } catch (const std::invalid_argument &e) {
+        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+        return 2;
+      } catch (const rb::BundleError &) {
+        throw;
+      } catch (const std::exception &e) {
+        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+        return 3;
+      }
+    } else {
+      inner = exec::cpuBackend();
+    }
+    rb::checkRunnable(*bundle, dev);
+  } catch (const rb::BundleError &e) {
+    std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+    return 3;
+  }
+
+  BackendOptions bo;
+  bo.verbose = verbose;
+  bo.ignoreCode = envIs("TSR_BUNDLE_TEST_IGNORE_CODE", "1");
+  std::shared_ptr<BundleBackend> backend;
+  try {
+    backend = bundleBackend(inner, bundle, bo, std::cerr);
+  } catch (const std::exception &e) {
+    std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+    return 3;
+  }
+
+  return runWithLargeStack(size_t(512) << 20, [&]() -> int {
+    SourceManager sm;
+    DiagnosticEngine diags(sm);
+    std::unique_ptr<sema::Program> program;
+    try {
+      SourceTree tree(*bundle);
+      program = sema::checkProgram(sm, diags, tree.mainFile(), tree.options(sm));
+    } catch (const std::exception &e) {
+      std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+      return 1;
+    }
+    diags.render(std::cerr);
+    if (diags.hasInternalError()) return 70;
+    if (diags.hasErrors()) return 1;
+    // Every kernel step compiled from its first call (threshold 0): the bundle's programs cost
+    // nothing to load, and one it lacks compiles at once. TSR_JIT_THRESHOLD still decides.
+    int64_t threshold = 0;
+    if (const char *t = std::getenv("TSR_JIT_THRESHOLD"); t && *t) threshold = std::atoll(t);
+    std::unique_ptr<host::GraphExecutor> exec;
+    if (executor == "reference") exec = host::makeReferenceExecutor();
+    else exec = std::make_unique<exec::CompiledExecutor>(backend, nullptr, threshold);
+    host::Interpreter interp(*program, *exec, std::cout, backend);
+    int rc = interp.runMain(entry, flags, std::cerr);
+    if (dev.cuda && rc == 0) {
+      try {
+        exec::synchronizeCudaBackends();
+      } catch (const std::exception &e) {
+        std::cerr << "error: " << e.what() << "\n";
+        rc = 3;
+      }
+    }
+    if (verbose) {
+      const BackendStats s = backend->stats();
+      std::cerr << "tsr: bundle: " << s.fromBundle << " programs from the bundle, " << s.compiled << " compiled here\n";
+    }
+    return rc;
+  });
+}
+
+} // namespace tsr::bundle

@@ -1,0 +1,32 @@
+// `tsr run FILE.bundle [--entry NAME] [--device auto|cpu|cuda[:N]] [MAIN FLAGS...]`: runs a
+// bundle (docs/bundle.md) with no source or stdlib beside it.
+//
+// 1. The bundle is read and validated (runtime/bundle/Bundle.h). A refusal — truncated,
+//    corrupted, not a bundle, version mismatch, no code for the device — prints
+//    `tsr run: FILE: <refusal>: <details>` and exits 3; a file that cannot be read exits 1.
+// 2. The device: `auto` is the first GPU when the bundle has cuda code and a driver sees one,
+//    else the CPU. rt::bundle::checkRunnable decides whether the bundle's code runs on it.
+// 3. The host program is re-checked from the bundle's modules only: they are written to a
+//    private temporary folder (sema resolves imports on the file system), parsed from the
+//    bundle's bytes under their bundle paths ("model.tsr", "stdlib/nn.tsr"), and the folder is
+//    removed once checked. TESSERA_PATH and TESSERA_STDLIB are not consulted.
+// 4. `main` (or --entry) runs in the host interpreter; graphs and kernels run on the compiled
+//    executor over a BundleBackend, which takes each program's code from the bundle where it has
+//    it and compiles the others. Every kernel step runs compiled from its first call (a JIT
+//    threshold of 0 unless TSR_JIT_THRESHOLD says otherwise): loading a program costs nothing.
+//    TSR_BUNDLE_VERBOSE=1 prints one line per program compiled and, at the end,
+//    `tsr: bundle: N programs from the bundle, M compiled here`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tsr::bundle {
+
+/// Whether `path` names a bundle: its name ends in `.bundle`, or its first bytes are the magic.
+bool isBundleFile(const std::string &path);
+
+/// `tsr run` on a bundle: `args` are what follows `run` (the file first). Returns the exit code.
+int runBundleCommand(const std::vector<std::string> &args);
+
+} // namespace tsr::bundle
