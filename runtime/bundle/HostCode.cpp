@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -30,6 +31,14 @@ std::string_view hostArch() {
 
 std::vector<std::string> cpuMissingFeatures(const std::vector<std::string> &features) {
   std::vector<std::string> missing;
+  // Test-only: TSR_BUNDLE_TEST_CPU_LACKS=avx2,fma makes this CPU lack those (the refusal's tests
+  // need a CPU that lacks something the bundle's code uses).
+  if (const char *lacks = std::getenv("TSR_BUNDLE_TEST_CPU_LACKS"); lacks && *lacks) {
+    const std::string list = "," + std::string(lacks) + ",";
+    for (const std::string &f : features)
+      if (list.find("," + f + ",") != std::string::npos) missing.push_back(f);
+    if (!missing.empty()) return missing;
+  }
 #if defined(__x86_64__)
   // LLVM's feature names that GCC's __builtin_cpu_supports knows (it takes string literals, hence
   // the table): the instruction set extensions vectorized code may use.

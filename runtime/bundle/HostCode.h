@@ -31,6 +31,7 @@ std::string_view hostArch();
 /// Only extensions this check knows are checked (x86: sse3 through avx512*, fma, f16c, bmi,
 /// bmi2, lzcnt, popcnt, movbe, and the others docs/bundle.md lists); the others are system
 /// features that generated code does not use (xsave, rdrnd, 64bit, ...) and are passed over.
+/// Test-only: the extensions TSR_BUNDLE_TEST_CPU_LACKS lists (comma-separated) count as missing.
 std::vector<std::string> cpuMissingFeatures(const std::vector<std::string> &features);
 
 using HostEntry = void (*)(const void *args, int64_t begin, int64_t end, const int64_t *grid);
