@@ -417,7 +417,9 @@ Bundle Bundle::parse(std::string bytes, const ParseOptions &opts) {
     } else if (p.target == "cuda") {
       const json &c = r.field(j, "cuda", w);
       if (!c.is_object()) r.bad(w + ".cuda", "is not an object");
-      for (auto &[arch, code] : c.items()) {
+      for (auto item : c.items()) {
+        const std::string arch = item.key();
+        const json &code = item.value();
         const std::string wa = w + ".cuda." + arch;
         auto a = std::find_if(b.cuda.begin(), b.cuda.end(), [&](const CudaArch &x) { return x.arch == arch; });
         if (a == b.cuda.end()) r.bad(wa, "is an architecture the bundle's targets do not list");

@@ -2,6 +2,9 @@
 #include "runtime/bundle/HostCode.h"
 
 #include <dlfcn.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -29,6 +32,56 @@ std::string_view hostArch() {
 #endif
 }
 
+#if defined(__x86_64__)
+namespace {
+// Whether this CPU (and its OS: AVX and AVX-512 need their register state enabled in XCR0) has
+// the extension LLVM calls `f`, read with CPUID as LLVM's own host detection does (Intel SDM vol.
+// 2A, CPUID; AMD APM vol. 3 appendix E): the instruction set extensions vectorized code may use.
+// `known` is false for a name not in the table.
+bool hasX86Feature(const std::string &f, bool &known) {
+  struct Bit {
+    const char *name;
+    unsigned leaf, sub;
+    int reg; // 0 eax, 1 ebx, 2 ecx, 3 edx
+    int bit;
+    int state; // 0: none, 1: AVX state (XCR0 bits 1-2), 2: AVX-512 state (XCR0 bits 1-2 and 5-7)
+  };
+  static const Bit table[] = {
+      {"cmov", 1, 0, 3, 15, 0}, {"mmx", 1, 0, 3, 23, 0}, {"sse", 1, 0, 3, 25, 0}, {"sse2", 1, 0, 3, 26, 0},
+      {"sse3", 1, 0, 2, 0, 0}, {"pclmul", 1, 0, 2, 1, 0}, {"ssse3", 1, 0, 2, 9, 0}, {"fma", 1, 0, 2, 12, 1},
+      {"sse4.1", 1, 0, 2, 19, 0}, {"sse4.2", 1, 0, 2, 20, 0}, {"movbe", 1, 0, 2, 22, 0}, {"popcnt", 1, 0, 2, 23, 0},
+      {"aes", 1, 0, 2, 25, 0}, {"avx", 1, 0, 2, 28, 1}, {"f16c", 1, 0, 2, 29, 1},
+      {"bmi", 7, 0, 1, 3, 0}, {"avx2", 7, 0, 1, 5, 1}, {"bmi2", 7, 0, 1, 8, 0}, {"avx512f", 7, 0, 1, 16, 2},
+      {"avx512dq", 7, 0, 1, 17, 2}, {"adx", 7, 0, 1, 19, 0}, {"avx512ifma", 7, 0, 1, 21, 2}, {"avx512cd", 7, 0, 1, 28, 2},
+      {"sha", 7, 0, 1, 29, 0}, {"avx512bw", 7, 0, 1, 30, 2}, {"avx512vl", 7, 0, 1, 31, 2},
+      {"avx512vbmi", 7, 0, 2, 1, 2}, {"avx512vbmi2", 7, 0, 2, 6, 2}, {"gfni", 7, 0, 2, 8, 0}, {"vaes", 7, 0, 2, 9, 1},
+      {"vpclmulqdq", 7, 0, 2, 10, 1}, {"avx512vnni", 7, 0, 2, 11, 2}, {"avx512bitalg", 7, 0, 2, 12, 2},
+      {"avx512vpopcntdq", 7, 0, 2, 14, 2}, {"avx512vp2intersect", 7, 0, 3, 8, 2}, {"avx512fp16", 7, 0, 3, 23, 2},
+      {"avxvnni", 7, 1, 0, 4, 1}, {"avx512bf16", 7, 1, 0, 5, 2},
+      {"lzcnt", 0x80000001, 0, 2, 5, 0}, {"sse4a", 0x80000001, 0, 2, 6, 0}, {"xop", 0x80000001, 0, 2, 11, 1},
+      {"fma4", 0x80000001, 0, 2, 16, 1},
+  };
+  const Bit *b = nullptr;
+  for (const Bit &t : table)
+    if (f == t.name) b = &t;
+  known = b != nullptr;
+  if (!b) return true;
+  unsigned r[4] = {0, 0, 0, 0};
+  if (static_cast<unsigned>(__get_cpuid_max(b->leaf & 0x80000000u, nullptr)) < b->leaf) return false;
+  __cpuid_count(b->leaf, b->sub, r[0], r[1], r[2], r[3]);
+  if (!((r[b->reg] >> b->bit) & 1)) return false;
+  if (b->state == 0) return true;
+  unsigned a1, b1, c1, d1;
+  __cpuid(1, a1, b1, c1, d1);
+  if (!((c1 >> 27) & 1)) return false; // OSXSAVE: the OS saves extended state, XGETBV works
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const unsigned need = b->state == 1 ? 0x6u : 0xe6u;
+  return (lo & need) == need;
+}
+} // namespace
+#endif
+
 std::vector<std::string> cpuMissingFeatures(const std::vector<std::string> &features) {
   std::vector<std::string> missing;
   // Test-only: TSR_BUNDLE_TEST_CPU_LACKS=avx2,fma makes this CPU lack those (the refusal's tests
@@ -40,28 +93,10 @@ std::vector<std::string> cpuMissingFeatures(const std::vector<std::string> &feat
     if (!missing.empty()) return missing;
   }
 #if defined(__x86_64__)
-  // LLVM's feature names that GCC's __builtin_cpu_supports knows (it takes string literals, hence
-  // the table): the instruction set extensions vectorized code may use.
-  struct Known {
-    const char *name;
-    bool (*has)();
-  };
-#define TSR_FEATURE(n) {n, [] { return __builtin_cpu_supports(n) != 0; }}
-  static const Known known[] = {
-      TSR_FEATURE("mmx"), TSR_FEATURE("cmov"), TSR_FEATURE("sse"), TSR_FEATURE("sse2"), TSR_FEATURE("sse3"), TSR_FEATURE("ssse3"),
-      TSR_FEATURE("sse4.1"), TSR_FEATURE("sse4.2"), TSR_FEATURE("sse4a"), TSR_FEATURE("popcnt"), TSR_FEATURE("avx"),
-      TSR_FEATURE("avx2"), TSR_FEATURE("fma"), TSR_FEATURE("fma4"), TSR_FEATURE("xop"), TSR_FEATURE("f16c"), TSR_FEATURE("bmi"),
-      TSR_FEATURE("bmi2"), TSR_FEATURE("lzcnt"), TSR_FEATURE("movbe"), TSR_FEATURE("aes"), TSR_FEATURE("pclmul"),
-      TSR_FEATURE("vpclmulqdq"), TSR_FEATURE("vaes"), TSR_FEATURE("gfni"), TSR_FEATURE("sha"), TSR_FEATURE("adx"),
-      TSR_FEATURE("avxvnni"), TSR_FEATURE("avx512f"), TSR_FEATURE("avx512bw"), TSR_FEATURE("avx512dq"), TSR_FEATURE("avx512vl"),
-      TSR_FEATURE("avx512cd"), TSR_FEATURE("avx512vnni"), TSR_FEATURE("avx512bf16"), TSR_FEATURE("avx512fp16"),
-      TSR_FEATURE("avx512vbmi"), TSR_FEATURE("avx512vbmi2"), TSR_FEATURE("avx512ifma"), TSR_FEATURE("avx512bitalg"),
-      TSR_FEATURE("avx512vpopcntdq"),
-  };
-#undef TSR_FEATURE
-  for (const std::string &f : features)
-    for (const Known &k : known)
-      if (f == k.name && !k.has()) missing.push_back(f);
+  for (const std::string &f : features) {
+    bool known = false;
+    if (!hasX86Feature(f, known) && known) missing.push_back(f);
+  }
 #else
   (void)features; // no run-time ISA check on this architecture yet (docs/bundle.md)
 #endif

@@ -27,10 +27,11 @@ namespace tsr::rt::bundle {
 /// ("x86_64", "aarch64").
 std::string_view hostArch();
 
-/// Of the ISA extensions `features` (LLVM's names: "avx2", "avx512f", ...), those this CPU lacks.
-/// Only extensions this check knows are checked (x86: sse3 through avx512*, fma, f16c, bmi,
-/// bmi2, lzcnt, popcnt, movbe, and the others docs/bundle.md lists); the others are system
-/// features that generated code does not use (xsave, rdrnd, 64bit, ...) and are passed over.
+/// Of the ISA extensions `features` (LLVM's names: "avx2", "avx512f", ...), those this CPU lacks,
+/// read with CPUID (and XGETBV: AVX and AVX-512 count only where the OS enabled their registers).
+/// Only extensions this check knows are checked (x86: sse through avx512*, fma, f16c, bmi, bmi2,
+/// lzcnt, popcnt, movbe, aes, sha, ...: the table in HostCode.cpp, listed in docs/bundle.md); the
+/// others are system features that generated code does not use (xsave, rdrnd, 64bit, ...).
 /// Test-only: the extensions TSR_BUNDLE_TEST_CPU_LACKS lists (comma-separated) count as missing.
 std::vector<std::string> cpuMissingFeatures(const std::vector<std::string> &features);
 

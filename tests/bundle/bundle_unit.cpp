@@ -151,6 +151,15 @@ TEST_CASE("devices: which code runs where") {
                          rb::BundleError);
 }
 
+TEST_CASE("cpu features: what every x86-64 has is there, names the check does not know are passed over") {
+  if (rb::hostArch() == "x86_64") {
+    CHECK(rb::cpuMissingFeatures({"sse", "sse2", "cmov", "64bit", "xsave", "no-such-extension"}).empty());
+    setenv("TSR_BUNDLE_TEST_CPU_LACKS", "sse2", 1);
+    CHECK(rb::cpuMissingFeatures({"sse", "sse2"}) == std::vector<std::string>{"sse2"});
+    unsetenv("TSR_BUNDLE_TEST_CPU_LACKS");
+  }
+}
+
 TEST_CASE("the launcher runs every program of the grid once") {
   static std::vector<std::atomic<int>> hits(5 * 3 * 7);
   auto entry = +[](const void *, int64_t begin, int64_t end, const int64_t *) {
