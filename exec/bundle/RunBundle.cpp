@@ -8,6 +8,7 @@
 #include "frontend/Parser.h"
 #include "runtime/bundle/Bundle.h"
 #include "runtime/cuda/CudaDriver.h"
+#include "runtime/cuda/ModuleCache.h"
 #include "sema/Program.h"
 
 #include <cstdlib>
@@ -219,6 +220,11 @@ int runBundleCommand(const std::vector<std::string> &args) {
     if (verbose) {
       const BackendStats s = backend->stats();
       std::cerr << "tsr: bundle: " << s.fromBundle << " programs from the bundle, " << s.compiled << " compiled here\n";
+      if (dev.cuda) {
+        // Whether the bundle's cubins spared the driver's JIT (ModuleCache.h).
+        const rt::cuda::ModuleCacheStats m = rt::cuda::ModuleCache::process().stats();
+        std::cerr << "tsr: bundle: " << m.cubinLoads << " cubins loaded, " << m.ptxJits << " PTX modules JIT-compiled on " << dev.name << "\n";
+      }
     }
     return rc;
   });
