@@ -78,8 +78,15 @@ public:
         std::string_view cubin;
         if (code->second.cubin && arch->cubin)
           cubin = bundle_->sectionBytes(*arch->cubin).substr(size_t(code->second.cubin->offset), size_t(code->second.cubin->size));
-        rt::cuda::ModuleCache::process().load(ordinal_, ptx, cubin);
+        auto &cache = rt::cuda::ModuleCache::process();
+        cache.load(ordinal_, ptx, cubin);
+        const uint64_t jits = cache.stats().ptxJits;
         p->inner = inner_->compile(fn);
+        // The wrapped backend's PTX is the bundle's text, or its module was JIT-compiled anew.
+        if (cache.stats().ptxJits != jits) {
+          bp = nullptr;
+          why = "the bundle's " + arch_ + " PTX is not the text this compiler makes for it";
+        }
       }
     }
     if (bp) {
@@ -88,7 +95,7 @@ public:
       ++stats_.compiled;
       if (opts_.verbose)
         log_ << "tsr: bundle: compiling program `" << fn.name << "` (key " << key << ") for " << inner_->name() << ": " << why << "\n";
-      p->inner = inner_->compile(fn);
+      if (!p->inner) p->inner = inner_->compile(fn);
     }
     cache_.emplace(key, p);
     return p;

@@ -11,7 +11,9 @@
 //   capability 9.x and later, sm_80 below) is loaded into the process's module cache (the cubin
 //   where it runs on the device, else its PTX) before the wrapped backend compiles the program,
 //   whose PTX is the same text, so the driver's JIT is skipped; the wrapped backend still makes the
-//   PTX (exec/cuda/CudaBackend has no entry point that takes PTX).
+//   PTX (exec/cuda/CudaBackend has no entry point that takes PTX). When its PTX is not the
+//   bundle's text (another libdevice, another compiler), the module cache JIT-compiles it anew,
+//   and the program counts as compiled here.
 #pragma once
 
 #include "exec/StepBackend.h"
