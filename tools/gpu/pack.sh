@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Packs the binaries that tools/gpu/suite.sh needs (tsr, tsrc, tsr-eval, schedule_check from
-# build/) stripped and xz-compressed into DIR (default .gpu-bin, which .gitignore keeps out of the
+# Packs what tools/gpu/suite.sh needs: the binaries (tsr, tsrc, tsr-eval, schedule_check from
+# build/) stripped and xz-compressed, and two bundles of examples/train_regression.tsr, into DIR (default .gpu-bin, which .gitignore keeps out of the
 # repository), for a GPU host that has no LLVM to build them. They need only libz, libzstd and
 # libstdc++ there (LLVM and ANTLR are linked statically).
 set -euo pipefail
@@ -12,4 +12,9 @@ for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval
   strip -o "$DIR/$n" "$b"
   xz -T0 -6 -f "$DIR/$n"
   echo "packed $DIR/$n.xz ($(du -h "$DIR/$n.xz" | cut -f1))"
+done
+# Bundles for the suite's bundle steps, made by this compiler (the GPU host has none).
+for t in cuda cpu; do
+  build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.$t.bundle" --target "$t"
+  echo "packed $DIR/train_regression.$t.bundle ($(du -h "$DIR/train_regression.$t.bundle" | cut -f1))"
 done

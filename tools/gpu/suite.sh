@@ -5,7 +5,8 @@
 #   tools/gpu/suite.sh BIN_DIR [OUT_DIR]
 #
 # BIN_DIR holds tsr, tsrc, tsr-eval and schedule_check built for this machine's processor (or
-# their .xz): a GPU host without LLVM gets them built elsewhere (tools/gpu/pack.sh). OUT_DIR
+# their .xz), and bundles of examples/train_regression.tsr for the cuda and cpu targets: a GPU
+# host without LLVM gets them made elsewhere (tools/gpu/pack.sh). OUT_DIR
 # (default: a temporary folder) receives each step's log. Needs python3 with torch and numpy.
 #
 # Steps (each PASS or FAIL with its log's last lines):
@@ -15,6 +16,8 @@
 #                     asserts against graph-level references
 #   examples_gpu      every examples/ program (the spec's examples) on the GPU and the CPU: same output
 #   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
+#   bundle_gpu        a cuda bundle runs from an empty folder on the GPU with its own PTX; a cpu-only
+#                     bundle is refused there (bundle_cpu_refused)
 #   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
 #                     against the reference evaluator
@@ -60,6 +63,13 @@ step run_programs "python3 tests/run/run_programs.py '$BIN/tsr' --device cuda"
 step tile_kernels_gpu "python3 tests/tile/run_kernels.py '$BIN/tsr' --device cuda examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr tests/tile/programs/stdlib_kernels.tsr tests/tile/programs/tile_ops.tsr"
 step examples_gpu "python3 tools/gpu/compare_examples.py '$BIN/tsr' examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr examples/train_regression.tsr examples/transformer_block.tsr"
 step device_oom "python3 tests/expect.py --exit 3 --has 'out of memory' --has 'device_oom.tsr:6' -- '$BIN/tsr' run tests/gpu/device_oom.tsr --device cuda"
+# Bundles made where the compiler is (tools/gpu/pack.sh puts them in BIN_DIR): the cuda one runs
+# from an empty folder on the GPU with its own code; the cpu-only one is refused there with both
+# names.
+B=$(mktemp -d)
+cp "$BIN"/*.bundle "$B"/ 2>/dev/null
+step bundle_gpu "cd '$B' && TSR_BUNDLE_VERBOSE=1 python3 '$PWD/tests/expect.py' --exit 0 --has 'final loss' --has 'tsr: bundle: [1-9][0-9]* programs from the bundle' -- '$BIN/tsr' run train_regression.cuda.bundle --device cuda"
+step bundle_cpu_refused "cd '$B' && python3 '$PWD/tests/expect.py' --exit 3 --has 'the bundle has code for the cpu only; the device is cuda:0' -- '$BIN/tsr' run train_regression.cpu.bundle --device cuda"
 step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
