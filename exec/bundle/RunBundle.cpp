@@ -6,6 +6,7 @@
 #include "exec/cuda/CudaBackend.h"
 #include "exec/host/Interpreter.h"
 #include "frontend/Parser.h"
+#include "runtime/DiskCache.h"
 #include "runtime/bundle/Bundle.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/ModuleCache.h"
@@ -109,6 +110,8 @@ int runBundleCommand(const std::vector<std::string> &args) {
     if (a == "--device" && i + 1 < args.size()) { device = args[++i]; continue; }
     if (a.rfind("--device=", 0) == 0) { device = a.substr(9); continue; }
     if (a == "--devices" && i + 1 < args.size()) { ++i; continue; }
+    // --no-cache: compile what the bundle lacks without reading or writing the persistent cache.
+    if (a == "--no-cache") { rt::DiskCache::process().disable(); continue; }
     flags.push_back(a);
   }
   if (executor != "compiled" && executor != "reference") {
