@@ -4,6 +4,8 @@
 
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
+#include "exec/StepBackend.h"
+#include "exec/host/Interpreter.h"
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"
 #include "ir/lower/LowerGraph.h"
@@ -16,9 +18,6 @@
 #include "runtime/bundle/Sha256.h"
 
 #include <nlohmann/json.hpp>
-
-#include "exec/CompiledExecutor.h"
-#include "exec/host/Interpreter.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -504,6 +503,123 @@ std::map<std::string, int64_t> tileSizes(const sema::Program &p, const std::map<
   return sizes;
 }
 
+// What a program is, for messages: `@GRAPH step N (KIND)` or `kernel NAME`.
+std::string describe(const Lowered &l) {
+  if (l.kind == "kernel") return "kernel " + l.graph;
+  return "@" + l.graph + " step " + std::to_string(l.step) + " (" + l.kind + ")";
+}
+
+unsigned jobs() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// The cpu target: each program's optimized LLVM IR (the host JIT's, with the entry renamed
+// tsr_bundle_cpu_KEY so that the programs share one object) compiled by llc, and the objects
+// linked into one shared object (section CpuObject). Fills each entry's "cpu" and returns the
+// target's manifest object (triple, cpu, features, section).
+json cpuTarget(const std::vector<Lowered> &programs, std::vector<json> &entries, rb::Writer &w, const std::string &tmp,
+               const WriteOptions &opts) {
+  const std::string llc = toolPath(opts.llc, "TSR_LLC", TSR_BUNDLE_LLC);
+  const std::string cc = toolPath(opts.cc, "TSR_HOST_CC", TSR_BUNDLE_CC);
+  std::string triple, cpu, features;
+  std::vector<Command> compile;
+  std::vector<std::string> objects;
+  for (size_t i = 0; i < programs.size(); ++i) {
+    const Lowered &l = programs[i];
+    const std::string symbol = "tsr_bundle_cpu_" + l.key;
+    const std::string saved = l.fn->name;
+    l.fn->name = symbol; // hostLLVMText names the entry after the function
+    std::string ll;
+    try {
+      ll = codegen::hostLLVMText(*l.fn, true);
+    } catch (...) {
+      l.fn->name = saved;
+      throw;
+    }
+    l.fn->name = saved;
+    if (triple.empty()) {
+      const size_t at = ll.find("target triple = \"");
+      if (at != std::string::npos) triple = ll.substr(at + 17, ll.find('"', at + 17) - at - 17);
+      cpu = llvmAttribute(ll, "target-cpu");
+      features = llvmAttribute(ll, "target-features");
+    }
+    const std::string base = tmp + "/cpu" + std::to_string(i);
+    writeFile(base + ".ll", ll);
+    compile.push_back({{llc, "-O3", "-filetype=obj", "-relocation-model=pic", base + ".ll", "-o", base + ".o"}, base + ".log"});
+    objects.push_back(base + ".o");
+    entries[i]["cpu"] = {{"symbol", symbol}, {"params", l.fn->params.size()}};
+  }
+  json target = {{"triple", triple}, {"cpu", cpu}};
+  json feats = json::array(); // LLVM's "+avx2,-amx-tile,...": the enabled ones
+  for (size_t at = 0; at < features.size();) {
+    size_t end = features.find(',', at);
+    if (end == std::string::npos) end = features.size();
+    if (features[at] == '+') feats.push_back(features.substr(at + 1, end - at - 1));
+    at = end + 1;
+  }
+  target["features"] = feats;
+  if (programs.empty()) return target;
+  if (!executable(llc)) throw WriteError("the cpu target needs LLVM 19's llc, not found at `" + llc + "` (TSR_LLC names another)");
+  if (!executable(cc)) throw WriteError("the cpu target needs a C compiler driver to link, not found at `" + cc + "` (TSR_HOST_CC names another)");
+  runAll(compile, jobs());
+  Command link{{cc, "-shared", "-nostartfiles", "-o", tmp + "/cpu.so"}, tmp + "/link.log"};
+  link.argv.insert(link.argv.end(), objects.begin(), objects.end());
+  link.argv.push_back("-lm");
+  runAll({link}, 1);
+  target["section"] = w.add(rb::SectionKind::CpuObject, "cpu-object", readFile(tmp + "/cpu.so"));
+  return target;
+}
+
+// The cuda target: per architecture one PTX module per program (section Ptx) and, where ptxas is
+// found, its cubin (section Cubin). Fills each entry's "cuda" and returns the target's manifest
+// object; `cubinArchs` receives the architectures that got cubins.
+json cudaTarget(const std::vector<Lowered> &programs, std::vector<json> &entries, rb::Writer &w, const std::string &tmp,
+                const WriteOptions &opts, std::vector<std::string> &cubinArchs) {
+  const std::string ptxasTool = toolPath(opts.ptxas, "TSR_PTXAS", TSR_BUNDLE_PTXAS);
+  const bool ptxas = executable(ptxasTool);
+  json archs = json::array();
+  for (json &e : entries) e["cuda"] = json::object();
+  for (const std::string &arch : opts.archs) {
+    std::string ptxAll;
+    std::vector<Command> assemble;
+    for (size_t i = 0; i < programs.size(); ++i) {
+      codegen::nvptx::PtxOptions po;
+      po.arch = arch;
+      codegen::nvptx::PtxModule mod;
+      try {
+        mod = codegen::nvptx::compileToPtx({programs[i].fn.get()}, po);
+      } catch (const codegen::CodegenError &e) {
+        throw WriteError(describe(programs[i]) + " cannot be compiled for " + arch + " yet: " + e.what());
+      }
+      if (mod.kernels.size() != 1) throw std::runtime_error("compileToPtx of one program gave " + std::to_string(mod.kernels.size()) + " kernels");
+      entries[i]["cuda"][arch] = {{"entry", mod.kernels[0].name},
+                                  {"ptx", {ptxAll.size(), mod.ptx.size()}},
+                                  {"threads", mod.kernels[0].threads},
+                                  {"shared", mod.kernels[0].sharedBytes}};
+      ptxAll += mod.ptx;
+      if (ptxas) {
+        const std::string base = tmp + "/" + arch + "_" + std::to_string(i);
+        writeFile(base + ".ptx", mod.ptx);
+        assemble.push_back({{ptxasTool, "-arch=" + arch, "-o", base + ".cubin", base + ".ptx"}, base + ".log"});
+      }
+    }
+    json a = {{"arch", arch}, {"ptx", w.add(rb::SectionKind::Ptx, "ptx " + arch, ptxAll)}};
+    if (ptxas && !programs.empty()) {
+      runAll(assemble, jobs());
+      std::string cubins;
+      for (size_t i = 0; i < programs.size(); ++i) {
+        std::string c = readFile(tmp + "/" + arch + "_" + std::to_string(i) + ".cubin");
+        // Each cubin 8-byte aligned within the section, as the driver's loader wants ELF images.
+        cubins.resize((cubins.size() + 7) / 8 * 8, '\0');
+        entries[i]["cuda"][arch]["cubin"] = {cubins.size(), c.size()};
+        cubins += c;
+      }
+      a["cubin"] = w.add(rb::SectionKind::Cubin, "cubin " + arch, cubins);
+      cubinArchs.push_back(arch);
+    }
+    archs.push_back(a);
+  }
+  return {{"archs", archs}};
+}
+
 } // namespace
 
 std::string writeBundle(const sema::Program &p, ir::Module &graphs, const WriteOptions &opts, WriteSummary *summary) {
@@ -565,7 +681,6 @@ std::string writeBundle(const sema::Program &p, ir::Module &graphs, const WriteO
   json programs = json::array();
   json targetsJson = json::object();
   TempDir tmp;
-  const unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   for (ProgramSet &t : targets) {
     schedules << "# " << t.name() << " programs (tiles for the symbols' sizes: " << sizes.dump() << ", others " << kRepresentativeExtent << ")\n";
     std::vector<json> entries;
@@ -589,107 +704,10 @@ std::string writeBundle(const sema::Program &p, ir::Module &graphs, const WriteO
     }
 
     if (std::string(t.name()) == "cpu") {
-      const std::string llc = toolPath(opts.llc, "TSR_LLC", TSR_BUNDLE_LLC);
-      const std::string cc = toolPath(opts.cc, "TSR_HOST_CC", TSR_BUNDLE_CC);
-      std::string triple, cpu, features;
-      std::vector<Command> compile;
-      std::vector<std::string> objects;
-      for (size_t i = 0; i < t.programs().size(); ++i) {
-        const Lowered &l = t.programs()[i];
-        // The entry is named after the function: give it a name of its own in the shared object.
-        const std::string symbol = "tsr_bundle_cpu_" + l.key;
-        const std::string saved = l.fn->name;
-        l.fn->name = symbol;
-        std::string ll;
-        try {
-          ll = codegen::hostLLVMText(*l.fn, true);
-        } catch (...) {
-          l.fn->name = saved;
-          throw;
-        }
-        l.fn->name = saved;
-        if (triple.empty()) {
-          const size_t at = ll.find("target triple = \"");
-          if (at != std::string::npos) triple = ll.substr(at + 17, ll.find('"', at + 17) - at - 17);
-          cpu = llvmAttribute(ll, "target-cpu");
-          features = llvmAttribute(ll, "target-features");
-        }
-        const std::string base = tmp.path() + "/cpu" + std::to_string(i);
-        writeFile(base + ".ll", ll);
-        compile.push_back({{llc, "-O3", "-filetype=obj", "-relocation-model=pic", base + ".ll", "-o", base + ".o"}, base + ".log"});
-        objects.push_back(base + ".o");
-        entries[i]["cpu"] = {{"symbol", symbol}, {"params", l.fn->params.size()}};
-      }
-      json target = {{"triple", triple}, {"cpu", cpu}};
-      json feats = json::array();
-      for (size_t at = 0; at < features.size();) {
-        size_t end = features.find(',', at);
-        if (end == std::string::npos) end = features.size();
-        if (features[at] == '+') feats.push_back(features.substr(at + 1, end - at - 1));
-        at = end + 1;
-      }
-      target["features"] = feats;
-      if (!t.programs().empty()) {
-        if (!executable(llc)) throw WriteError("the cpu target needs LLVM 19's llc, not found at `" + llc + "` (TSR_LLC names another)");
-        if (!executable(cc)) throw WriteError("the cpu target needs a C compiler driver to link, not found at `" + cc + "` (TSR_HOST_CC names another)");
-        runAll(compile, jobs);
-        Command link{{cc, "-shared", "-nostartfiles", "-o", tmp.path() + "/cpu.so"}, tmp.path() + "/link.log"};
-        link.argv.insert(link.argv.end(), objects.begin(), objects.end());
-        link.argv.push_back("-lm");
-        runAll({link}, 1);
-        target["section"] = w.add(rb::SectionKind::CpuObject, "cpu-object", readFile(tmp.path() + "/cpu.so"));
-      }
-      targetsJson["cpu"] = target;
+      targetsJson["cpu"] = cpuTarget(t.programs(), entries, w, tmp.path(), opts);
       sum.cpuPrograms = t.programs().size();
     } else {
-      const std::string ptxasTool = toolPath(opts.ptxas, "TSR_PTXAS", TSR_BUNDLE_PTXAS);
-      const bool ptxas = executable(ptxasTool);
-      json archs = json::array();
-      for (size_t i = 0; i < entries.size(); ++i) entries[i]["cuda"] = json::object();
-      for (const std::string &arch : opts.archs) {
-        std::string ptxAll;
-        std::vector<std::pair<size_t, size_t>> ptxSpans;
-        std::vector<Command> assemble;
-        for (size_t i = 0; i < t.programs().size(); ++i) {
-          codegen::nvptx::PtxOptions po;
-          po.arch = arch;
-          codegen::nvptx::PtxModule mod;
-          try {
-            mod = codegen::nvptx::compileToPtx({t.programs()[i].fn.get()}, po);
-          } catch (const codegen::CodegenError &e) {
-            throw WriteError("@" + t.programs()[i].graph + " step " + std::to_string(t.programs()[i].step) + " cannot be compiled for " + arch +
-                             " yet: " + e.what());
-          }
-          if (mod.kernels.size() != 1) throw std::runtime_error("compileToPtx of one program gave " + std::to_string(mod.kernels.size()) + " kernels");
-          entries[i]["cuda"][arch] = {{"entry", mod.kernels[0].name},
-                                      {"ptx", {ptxAll.size(), mod.ptx.size()}},
-                                      {"threads", mod.kernels[0].threads},
-                                      {"shared", mod.kernels[0].sharedBytes}};
-          ptxSpans.push_back({ptxAll.size(), mod.ptx.size()});
-          ptxAll += mod.ptx;
-          if (ptxas) {
-            const std::string base = tmp.path() + "/" + arch + "_" + std::to_string(i);
-            writeFile(base + ".ptx", mod.ptx);
-            assemble.push_back({{ptxasTool, "-arch=" + arch, "-o", base + ".cubin", base + ".ptx"}, base + ".log"});
-          }
-        }
-        json a = {{"arch", arch}, {"ptx", w.add(rb::SectionKind::Ptx, "ptx " + arch, ptxAll)}};
-        if (ptxas && !t.programs().empty()) {
-          runAll(assemble, jobs);
-          std::string cubins;
-          for (size_t i = 0; i < t.programs().size(); ++i) {
-            std::string c = readFile(tmp.path() + "/" + arch + "_" + std::to_string(i) + ".cubin");
-            // Each cubin 8-byte aligned within the section, as the driver's loader wants ELF images.
-            cubins.resize((cubins.size() + 7) / 8 * 8, '\0');
-            entries[i]["cuda"][arch]["cubin"] = {cubins.size(), c.size()};
-            cubins += c;
-          }
-          a["cubin"] = w.add(rb::SectionKind::Cubin, "cubin " + arch, cubins);
-          sum.cubinArchs.push_back(arch);
-        }
-        archs.push_back(a);
-      }
-      targetsJson["cuda"] = {{"archs", archs}};
+      targetsJson["cuda"] = cudaTarget(t.programs(), entries, w, tmp.path(), opts, sum.cubinArchs);
       sum.cudaPrograms = t.programs().size();
     }
     for (json &e : entries) programs.push_back(std::move(e));
