@@ -2,7 +2,9 @@
 """ctest bundle_roundtrip: every program of examples/ that has a `main` runs the same from its
 bundle, alone in an empty folder, as from its source, and the bundle's code is what ran.
 
-    bundle_roundtrip.py TSRC TSR ROOT
+    bundle_roundtrip.py TSRC TSR ROOT [--only EXAMPLE]
+
+(--only: that example's traced round trip alone, for the negative control.)
 
 For each example (with the flags FLAGS below; digits_vit one tiny epoch):
 1. `tsrc EXAMPLE -o X.bundle --target cpu --trace "FLAGS"` (the programs of that run);
@@ -146,10 +148,14 @@ def cli_checks(tsrc, root, work):
 
 def main():
     tsrc, tsr, root = (os.path.abspath(a) for a in sys.argv[1:4])
+    only = sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == "--only" else None
     work = tempfile.mkdtemp(prefix="tsr-bundle-roundtrip-")
     try:
         names = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(root, "examples", "*.tsr"))
                        if re.search(r"^def main\(", open(p).read(), re.M))
+        if only:
+            roundtrip(tsrc, tsr, root, work, only, FLAGS.get(only, []), True)
+            return summary(passed, failed, minimum=1)
         for name in names:
             roundtrip(tsrc, tsr, root, work, name, FLAGS.get(name, []), True)
         for name, flags in STATIC.items():
