@@ -58,10 +58,12 @@ Registry build() {
   return r;
 }
 
-const Registry &registry() {
-  static const Registry r = build();
+Registry &mutableRegistry() {
+  static Registry r = build();
   return r;
 }
+
+const Registry &registry() { return mutableRegistry(); }
 
 } // namespace
 
@@ -243,6 +245,77 @@ const BuiltinInfo *findMethod(TypeKind receiver, std::string_view name) {
 }
 
 const std::vector<BuiltinInfo> &allBuiltins() { return registry().functions; }
+
+const std::vector<std::pair<TypeKind, BuiltinInfo>> &allMethods() { return registry().methods; }
+
+bool testing::editBuiltin(std::string_view name, const std::function<void(BuiltinInfo &)> &edit) {
+  Registry &r = mutableRegistry();
+  if (auto it = r.byName.find(std::string(name)); it != r.byName.end()) {
+    edit(r.functions[it->second]);
+    return true;
+  }
+  for (auto &[kind, m] : r.methods)
+    if (std::string(typeKindName(kind)) + "." + m.name == name) {
+      edit(m);
+      return true;
+    }
+  return false;
+}
+
+// ---- the entries' builders -------------------------------------------------------------------------------
+
+BuiltinInfo &BuiltinInfo::inGraph(std::string r, std::string op, std::vector<std::pair<std::string, std::string>> attrs) {
+  graph = {std::move(r), std::move(op), std::move(attrs)};
+  return *this;
+}
+
+BuiltinInfo &BuiltinInfo::inKernel(std::string r, std::string op, std::vector<std::pair<std::string, std::string>> attrs) {
+  kernel = {std::move(r), std::move(op), std::move(attrs)};
+  return *this;
+}
+
+BuiltinInfo &BuiltinInfo::inHost(std::string r) {
+  host = {std::move(r), {}, {}};
+  return *this;
+}
+
+BuiltinInfo &BuiltinInfo::composes(std::string body) {
+  graph = {"composite", {}, {}};
+  composite = std::move(body);
+  return *this;
+}
+
+BuiltinInfo &BuiltinInfo::onNumbers(double (*f)(double), NumberRule::Result result) {
+  number = NumberRule{f, result};
+  return *this;
+}
+
+BuiltinInfo &BuiltinInfo::example(std::string call, unsigned ctx) {
+  examples.push_back({ctx & contexts, std::move(call)});
+  return *this;
+}
+
+BuiltinInfo &BuiltinInfo::notYet(unsigned ctx, std::string why) {
+  pending.push_back({ctx, std::move(why)});
+  return *this;
+}
+
+const std::string *BuiltinInfo::pendingIn(unsigned context) const {
+  for (auto &[ctx, why] : pending)
+    if (ctx & context) return &why;
+  return nullptr;
+}
+
+std::optional<NumberResult> applyToNumber(const BuiltinInfo &b, double x, bool xIsInt) {
+  if (!b.number) return std::nullopt;
+  double r = b.number->f(x);
+  switch (b.number->result) {
+  case NumberRule::Result::Float: return NumberResult{r, false};
+  case NumberRule::Result::ToInt: return NumberResult{xIsInt ? x : r, true};
+  case NumberRule::Result::KeepKind: return NumberResult{r, xIsInt};
+  }
+  return std::nullopt;
+}
 
 bool isBuiltinNamespace(std::string_view name) {
   const BuiltinInfo *b = findBuiltin(name);

@@ -29,25 +29,84 @@ struct ArgInfo {
 class CallSite;
 using BuiltinRule = std::function<TypeRef(CallSite &)>;
 
+/// How a stage after the checker implements a builtin: the name of a rule in that stage's table
+/// (graph code: ir/lower/builtins/; kernel code: ir/lower/kernel/; host code: exec/host/builtins/),
+/// and, for a rule that a family of builtins shares, the op it builds (a spelling of ir/Ops.def
+/// or ir/tile/TileOps.def) and the keyword arguments that become the op's string attributes, with
+/// their defaults (gelu's approximate="none"). An empty rule: the stage has none.
+struct StageRule {
+  std::string rule;
+  std::string op;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  bool given() const { return !rule.empty(); }
+};
+
+/// A math builtin on one Python number (host code, and lowering where the value is known at
+/// compile time): the function, and what it gives: a float (exp), a number of the argument's
+/// kind (abs, relu, sign), or an int (floor, ceil, as Python's math module).
+struct NumberRule {
+  enum class Result : uint8_t { Float, KeepKind, ToInt };
+  double (*f)(double) = nullptr;
+  Result result = Result::Float;
+};
+
+/// A call of the builtin that the completeness test (tests/builtins/) runs in `contexts` (those of
+/// the builtin's contexts it is written for). Examples name the operands every context provides:
+/// in host and graph code x, y (Tensor[2, 3, f32], positive), v (Tensor[3, f32]), m (Tensor[3, 4,
+/// f32]), i (Tensor[2, 3, i64], values in [0, 3)), c (Tensor[2, 3, bool]), key (a Key), d (a dict
+/// {"w": x, "b": v}) and n (the int 3); in kernel code x, y (f32 tiles [16]), a, b (f32 tiles
+/// [16, 16]), X, Y (f32 tensors [16]), A (an f32 tensor [16, 16]), sh (a shared f32 tile [16]) and
+/// n. A file that an example reads or writes is in the test's working directory ("x.npy",
+/// "rows.csv").
+struct BuiltinExample {
+  unsigned contexts;
+  std::string call;
+};
+
+/// One builtin, declared once: everything a stage needs to check, lower, evaluate or describe a
+/// call of it (as a JAX primitive carries its abstract evaluation, lowering and rules).
 struct BuiltinInfo {
   std::string name;      // "exp", "tile.load", "random.normal", "astype" (methods: receiver in self)
   unsigned contexts = Anywhere;
-  BuiltinRule rule;
+  BuiltinRule rule;      // the checker's typing rule
   std::string signature; // "exp(x) -> Tensor"
   std::string doc;       // one line
   bool isNamespace = false; // `tile`, `random`, `dist`: only their members are callable
-  bool differentiable = true;
+  bool differentiable = true; // in graph code: autodiff differentiates through its ops
+
+  StageRule graph;       // a call in graph code -> Graph IR: an op, or a composite of them
+  StageRule kernel;      // a call in kernel code -> Tile IR
+  StageRule host;        // a call in host code, on host values ("graph": run as a one-call graph)
+  std::string composite; // graph.rule "composite": an expression of other builtins over the
+                         // signature's parameters (softplus), lowered as if it were written inline
+  std::optional<NumberRule> number; // math builtins: on a Python number
+  std::vector<BuiltinExample> examples;
+  /// Contexts whose stage does not implement the builtin yet, each with the reason (an issue);
+  /// the completeness test lists them and fails on any other missing piece.
+  std::vector<std::pair<unsigned, std::string>> pending;
+
+  // Builders for the registration lines of sema/builtins/*.cpp, read as one declaration:
+  //   add("exp", Anywhere, unaryRule(...), "exp(x) -> Tensor", "e raised to x, elementwise")
+  //       .inGraph("unary", "exp").inKernel("unary", "exp").inHost("math").example("exp(x)");
+  BuiltinInfo &inGraph(std::string rule, std::string op = {}, std::vector<std::pair<std::string, std::string>> attrs = {});
+  BuiltinInfo &inKernel(std::string rule, std::string op = {}, std::vector<std::pair<std::string, std::string>> attrs = {});
+  BuiltinInfo &inHost(std::string rule);
+  BuiltinInfo &composes(std::string body);
+  BuiltinInfo &onNumbers(double (*f)(double), NumberRule::Result result);
+  BuiltinInfo &example(std::string call, unsigned contexts = Anywhere);
+  BuiltinInfo &notYet(unsigned contexts, std::string why);
+  /// The reason `context` is pending, or null.
+  const std::string *pendingIn(unsigned context) const;
 };
 
 /// An elementwise math builtin (exp, cos, floor, abs, ...) applied to a Python number, as host
-/// code and the checker's constant folding compute it: the value, and whether it is an int (floor
-/// and ceil give ints; abs, relu and sign keep the number's kind; the others give floats).
-/// nullopt when `name` is not such a builtin.
+/// code and lowering compute it: the value, and whether it is an int. nullopt when `b` has no
+/// NumberRule.
 struct NumberResult {
   double value;
   bool isInt;
 };
-std::optional<NumberResult> unaryOnNumber(std::string_view name, double x, bool xIsInt);
+std::optional<NumberResult> applyToNumber(const BuiltinInfo &b, double x, bool xIsInt);
 
 /// The calling context of a builtin.
 class CallSite {
@@ -103,9 +162,18 @@ const BuiltinInfo *findBuiltin(std::string_view name);
 const BuiltinInfo *findMethod(TypeKind receiver, std::string_view name);
 /// All builtins, for completion and documentation.
 const std::vector<BuiltinInfo> &allBuiltins();
+/// All methods, with their receiver kinds.
+const std::vector<std::pair<TypeKind, BuiltinInfo>> &allMethods();
 /// Names of the builtin namespaces available without import: tile, random, dist.
 bool isBuiltinNamespace(std::string_view name);
 /// Appends the kernel-side tile operations (sema/builtins/Tile.cpp) to the registry.
 void registerTileBuiltins(std::vector<BuiltinInfo> &out);
+
+namespace testing {
+/// Test-only: changes the registry's entry `name` (a method: "Tensor.sum") in place, before any
+/// stage has used it, so that a negative control can remove a piece of an entry and see the
+/// completeness test fail (tests/builtins). Returns false when there is no such entry.
+bool editBuiltin(std::string_view name, const std::function<void(BuiltinInfo &)> &edit);
+} // namespace testing
 
 } // namespace tsr::sema

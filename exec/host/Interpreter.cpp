@@ -1489,7 +1489,7 @@ struct Interpreter::Impl {
     if (args.size() == 1 && kwargs.empty() &&
         (args[0]->k == K::Float || (args[0]->k == K::Int && std::llabs(args[0]->i) <= (int64_t{1} << 53)))) {
       bool isInt = args[0]->k == K::Int;
-      if (auto r = sema::unaryOnNumber(name, isInt ? static_cast<double>(args[0]->i) : args[0]->f, isInt))
+      if (auto r = sema::applyToNumber(*b.builtin, isInt ? static_cast<double>(args[0]->i) : args[0]->f, isInt))
         return r->isInt ? integer(static_cast<int64_t>(r->value)) : floating(r->value);
     }
     if (name == "min" || name == "max" || name == "abs" || name == "round" || name == "sum") {

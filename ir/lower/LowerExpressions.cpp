@@ -401,6 +401,9 @@ LVRef Lowering::attribute(Attribute *a) {
   }
   if (base->kind == LV::K::Dict) {
     for (auto &f : base->fields) if (f.first == n) return f.second;
+    if (const sema::BuiltinInfo *m = sema::findMethod(TypeKind::Dict, n)) {
+      LV v; v.kind = LV::K::Builtin; v.builtin = m; v.self = base; return mk(v);
+    }
   }
   if (base->kind == LV::K::Builtin && base->builtin->isNamespace) {
     if (const sema::BuiltinInfo *b = sema::findBuiltin(base->builtin->name + "." + n)) {

@@ -310,15 +310,24 @@ void addAutodiffBuiltins(Registrar &r) {
   auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-
-  add("tree_map", HostAndGraph, ruleTreeMap, "tree_map(fn, tree, *rest) -> tree", "fn applied to the leaves of pytrees of one structure");
-  add("grad", HostAndGraph, ruleGrad(Transform::Grad), "grad(f, argnums=0) -> function", "the gradient of f with respect to argnums");
+  // Transforms of functions (f and loss are the examples' functions: t -> t * t and t -> sum(t * t)).
+  // In graph code a transform is lowered in place through ir/autodiff (ir/lower/LowerTransforms.cpp);
+  // host code makes a transformed function whose call compiles one graph.
+  add("tree_map", HostAndGraph, ruleTreeMap, "tree_map(fn, tree, *rest) -> tree", "fn applied to the leaves of pytrees of one structure", false)
+      .inGraph("tree_map").inHost("tree_map").example("tree_map(lambda t: t * 2.0, d)").example("tree_map(lambda a, b: a + b, (x, 1.0), (y, 2.0))");
+  add("grad", HostAndGraph, ruleGrad(Transform::Grad), "grad(f, argnums=0) -> function", "the gradient of f with respect to argnums", false)
+      .inGraph("grad").inHost("grad").example("grad(loss)(x)").example("grad(lambda a, b: sum(a * b), argnums=(0, 1))(x, y)");
   add("value_and_grad", HostAndGraph, ruleGrad(Transform::ValueAndGrad), "value_and_grad(f, argnums=0) -> function",
-      "f's value and its gradient with respect to argnums");
-  add("vjp", HostAndGraph, ruleVjp, "vjp(f, *primals) -> (out, pullback)", "f's value and its reverse-mode pullback");
-  add("jvp", HostAndGraph, ruleJvp, "jvp(f, primals, tangents) -> (out, tangent_out)", "f's value and its forward-mode derivative");
-  add("checkpoint", HostAndGraph, ruleCheckpoint, "checkpoint(f) -> function", "f, recomputing its activations in the backward pass");
-  add("stop_gradient", HostAndGraph, ruleStopGradient, "stop_gradient(x) -> x", "x, through which no gradient flows");
+      "f's value and its gradient with respect to argnums", false)
+      .inGraph("value_and_grad").inHost("value_and_grad").example("value_and_grad(loss)(x)");
+  add("vjp", HostAndGraph, ruleVjp, "vjp(f, *primals) -> (out, pullback)", "f's value and its reverse-mode pullback", false)
+      .inGraph("vjp").inHost("vjp").example("vjp(f, x)[1](y)");
+  add("jvp", HostAndGraph, ruleJvp, "jvp(f, primals, tangents) -> (out, tangent_out)", "f's value and its forward-mode derivative", false)
+      .inGraph("jvp").example("jvp(f, (x,), (y,))");
+  add("checkpoint", HostAndGraph, ruleCheckpoint, "checkpoint(f) -> function", "f, recomputing its activations in the backward pass", false)
+      .inGraph("checkpoint").inHost("checkpoint").example("grad(lambda t: sum(checkpoint(f)(t)))(x)");
+  add("stop_gradient", HostAndGraph, ruleStopGradient, "stop_gradient(x) -> x", "x, through which no gradient flows")
+      .inGraph("stop_gradient").example("stop_gradient(x)").example("stop_gradient(d)");
 }
 
 } // namespace tsr::sema::builtins

@@ -371,30 +371,56 @@ void addCreationBuiltins(Registrar &r) {
   auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
+  // New tensors: a constant (splat) or an iota op of Graph IR, broadcast to the shape. Nothing flows
+  // back into them, so none is differentiable.
+  add("zeros", HostAndGraph, ruleZeros, "zeros(shape, dtype=f32) -> Tensor", "a tensor of zeros", false)
+      .inGraph("fill", "constant", {{"value", "0"}}).example("zeros((2, 3))").example("zeros(n, dtype=i32)");
+  add("ones", HostAndGraph, ruleZeros, "ones(shape, dtype=f32) -> Tensor", "a tensor of ones", false)
+      .inGraph("fill", "constant", {{"value", "1"}}).example("ones((2, 3), dtype=bf16)");
+  add("full", HostAndGraph, ruleFull, "full(shape, value, dtype=None) -> Tensor", "a tensor filled with value", false)
+      .inGraph("fill", "constant").example("full((2, 3), 1.5)").example("full(n, 7)");
+  add("zeros_like", HostAndGraph, ruleZerosLike, "zeros_like(x, dtype=None) -> Tensor", "zeros of x's shape and dtype", false)
+      .inGraph("fill_like", "constant", {{"value", "0"}}).example("zeros_like(x)").example("zeros_like(i, dtype=f32)");
+  add("ones_like", HostAndGraph, ruleZerosLike, "ones_like(x, dtype=None) -> Tensor", "ones of x's shape and dtype", false)
+      .inGraph("fill_like", "constant", {{"value", "1"}}).example("ones_like(x)");
+  add("full_like", HostAndGraph, ruleFullLike, "full_like(x, value, dtype=None) -> Tensor", "value in x's shape and dtype", false)
+      .inGraph("fill_like", "constant").example("full_like(x, 2.0)").example("full_like(i, 7)");
+  add("arange", HostAndGraph, ruleArange, "arange(start=0, stop, step=1, dtype=None) -> Tensor", "evenly spaced values in [start, stop)", false)
+      .inGraph("arange", "iota").example("arange(n)").example("arange(1, 7, 2)").example("arange(0, 3, dtype=f32)");
+  add("eye", HostAndGraph, ruleEye, "eye(n, m=None, k=0, dtype=f32) -> Tensor", "a matrix with ones on a diagonal", false)
+      .inGraph("eye", "iota").example("eye(n)").example("eye(2, 3, k=1, dtype=i32)");
+  add("tensor", HostAndGraph, ruleTensor, "tensor(data, dtype=None) -> Tensor", "a tensor from a nested list of numbers", false)
+      .inGraph("tensor", "constant").inHost("tensor")
+      .example("tensor([[1.0, 2.0], [3.0, 4.0]])").example("tensor([1, 2, 3], dtype=i64)");
 
-  add("zeros", HostAndGraph, ruleZeros, "zeros(shape, dtype=f32) -> Tensor", "a tensor of zeros");
-  add("ones", HostAndGraph, ruleZeros, "ones(shape, dtype=f32) -> Tensor", "a tensor of ones");
-  add("full", HostAndGraph, ruleFull, "full(shape, value, dtype=None) -> Tensor", "a tensor filled with value");
-  add("zeros_like", HostAndGraph, ruleZerosLike, "zeros_like(x, dtype=None) -> Tensor", "zeros of x's shape and dtype");
-  add("ones_like", HostAndGraph, ruleZerosLike, "ones_like(x, dtype=None) -> Tensor", "ones of x's shape and dtype");
-  add("full_like", HostAndGraph, ruleFullLike, "full_like(x, value, dtype=None) -> Tensor", "value in x's shape and dtype");
-  add("arange", HostAndGraph, ruleArange, "arange(start=0, stop, step=1, dtype=None) -> Tensor", "evenly spaced values in [start, stop)");
-  add("eye", HostAndGraph, ruleEye, "eye(n, m=None, k=0, dtype=f32) -> Tensor", "a matrix with ones on a diagonal");
-  add("tensor", HostAndGraph, ruleTensor, "tensor(data, dtype=None) -> Tensor", "a tensor from a nested list of numbers");
-
-  add("random.key", HostAndGraph, ruleRandomKey, "random.key(seed) -> Key", "a random key from an int seed");
-  add("random.split", HostAndGraph, ruleRandomSplit, "random.split(key, num=2) -> tuple[Key, ...]", "num new independent keys");
-  add("random.fold_in", HostAndGraph, ruleRandomFoldIn, "random.fold_in(key, data) -> Key", "a key derived from key and an int");
+  // Random draws by the runtime's Philox scheme (runtime/Random.h): graph code draws with the ops
+  // random_normal, random_uniform and key_split; host code draws keys and permutations directly.
+  add("random.key", HostAndGraph, ruleRandomKey, "random.key(seed) -> Key", "a random key from an int seed", false)
+      .inHost("random_key").example("random.key(7)")
+      .notYet(InGraph, "graph functions take keys as arguments: Graph IR has no op that makes a key from a seed");
+  add("random.split", HostAndGraph, ruleRandomSplit, "random.split(key, num=2) -> tuple[Key, ...]", "num new independent keys", false)
+      .inGraph("random_split", "key_split").inHost("random_split").example("random.split(key)").example("random.split(key, 3)");
+  add("random.fold_in", HostAndGraph, ruleRandomFoldIn, "random.fold_in(key, data) -> Key", "a key derived from key and an int", false)
+      .inHost("random_fold_in").example("random.fold_in(key, 5)")
+      .notYet(InGraph, "Graph IR has no op that derives a key from an int (key_split derives keys by index only)");
   add("random.normal", HostAndGraph, ruleRandomFloat(false), "random.normal(key, shape=(), dtype=f32) -> Tensor",
-      "standard normal samples");
+      "standard normal samples", false)
+      .inGraph("random_draw", "random_normal").example("random.normal(key, (2, 3))").example("random.normal(key, dtype=f64)");
   add("random.uniform", HostAndGraph, ruleRandomFloat(true),
-      "random.uniform(key, shape=(), dtype=f32, minval=0.0, maxval=1.0) -> Tensor", "uniform samples in [minval, maxval)");
+      "random.uniform(key, shape=(), dtype=f32, minval=0.0, maxval=1.0) -> Tensor", "uniform samples in [minval, maxval)", false)
+      .inGraph("random_draw", "random_uniform").example("random.uniform(key, (2, 3))")
+      .example("random.uniform(key, (4,), minval=-1.0, maxval=1.0)");
   add("random.randint", HostAndGraph, ruleRandint, "random.randint(key, shape, minval, maxval, dtype=i32) -> Tensor",
-      "uniform integers in [minval, maxval)");
+      "uniform integers in [minval, maxval)", false)
+      .inHost("random_randint").example("random.randint(key, (2, 3), 0, 10)")
+      .notYet(InGraph, "the runtime draws an integer from two Philox words; Graph IR's random_bits gives one");
   add("random.permutation", HostAndGraph, rulePermutation, "random.permutation(key, n) -> Tensor[n, i32]",
-      "a random permutation of range(n) (or of a tensor's rows)");
+      "a random permutation of range(n) (or of a tensor's rows)", false)
+      .inHost("random_permutation").example("random.permutation(key, 5)").example("random.permutation(key, x)")
+      .notYet(InGraph, "a permutation in graph code needs a sort, which Graph IR does not have");
   add("random.bernoulli", HostAndGraph, ruleBernoulli, "random.bernoulli(key, p=0.5, shape=None) -> Tensor[bool]",
-      "True with probability p");
+      "True with probability p", false)
+      .inGraph("random_bernoulli", "random_uniform").example("random.bernoulli(key, 0.3, (2, 3))").example("random.bernoulli(key, x / 4.0)");
 }
 
 } // namespace tsr::sema::builtins

@@ -139,23 +139,34 @@ void addDistributionBuiltins(Registrar &r) {
   auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-
-  add("dist.mesh", InHost, ruleMesh, "dist.mesh(axes, shape) -> Mesh", "a device mesh with named axes", false);
-  add("dist.tensor", InHost, ruleDistTensor, "dist.tensor(x, layout=None, mesh=None) -> Tensor", "x distributed over a mesh");
+  // Issue 15 implements the distribution builtins; until then only the checker knows them.
+  const char *why = "issue 15 (collectives): only the checker implements the distribution builtins yet";
+  add("dist.mesh", InHost, ruleMesh, "dist.mesh(axes, shape) -> Mesh", "a device mesh with named axes", false)
+      .example("dist.mesh((\"data\",), (1,))").notYet(InHost, why);
+  add("dist.tensor", InHost, ruleDistTensor, "dist.tensor(x, layout=None, mesh=None) -> Tensor", "x distributed over a mesh", false)
+      .example("dist.tensor(x)").notYet(InHost, why);
   add("dist.all_reduce", HostAndGraph, ruleCollective("all_reduce"), "dist.all_reduce(x, op=\"sum\", axis=None) -> Tensor",
-      "x reduced over a mesh axis, on every device");
+      "x reduced over a mesh axis, on every device", false)
+      .example("dist.all_reduce(x)").notYet(HostAndGraph, why);
   add("dist.all_gather", HostAndGraph, ruleCollective("all_gather"), "dist.all_gather(x, axis=None, dim=0) -> Tensor",
-      "the shards of x concatenated along dim");
+      "the shards of x concatenated along dim", false)
+      .example("dist.all_gather(x)").notYet(HostAndGraph, why);
   add("dist.reduce_scatter", HostAndGraph, ruleCollective("reduce_scatter"),
-      "dist.reduce_scatter(x, op=\"sum\", axis=None, dim=0) -> Tensor", "x reduced, each device keeping a shard along dim");
+      "dist.reduce_scatter(x, op=\"sum\", axis=None, dim=0) -> Tensor", "x reduced, each device keeping a shard along dim", false)
+      .example("dist.reduce_scatter(x)").notYet(HostAndGraph, why);
   add("dist.broadcast", HostAndGraph, ruleCollective("broadcast"), "dist.broadcast(x, src=0, axis=None) -> Tensor",
-      "x from device src on every device");
+      "x from device src on every device", false)
+      .example("dist.broadcast(x)").notYet(HostAndGraph, why);
   add("dist.all_to_all", HostAndGraph, ruleCollective("all_to_all"),
-      "dist.all_to_all(x, split_dim=0, concat_dim=0, axis=None) -> Tensor", "x split along split_dim and exchanged");
+      "dist.all_to_all(x, split_dim=0, concat_dim=0, axis=None) -> Tensor", "x split along split_dim and exchanged", false)
+      .example("dist.all_to_all(x)").notYet(HostAndGraph, why);
   add("ShardSpec", InHost, ruleShardSpec, "ShardSpec(partition=None, mesh_axes=None) -> ShardSpec",
-      "how a tensor's axes map to mesh axes", false);
-  add("device", HostAndGraph, ruleDevice, "device(spec) -> device", "a placement for `with device(...)`", false);
-  add("gpu", HostAndGraph, ruleGpu, "gpu[i] -> device", "the GPUs that `tsr run` was given", false);
+      "how a tensor's axes map to mesh axes", false)
+      .example("ShardSpec()").notYet(InHost, why);
+  add("device", HostAndGraph, ruleDevice, "device(spec) -> device", "a placement for `with device(...)`", false)
+      .example("device(\"cpu\")").notYet(HostAndGraph, why);
+  add("gpu", HostAndGraph, ruleGpu, "gpu[i] -> device", "the GPUs that `tsr run` was given", false)
+      .example("gpu()").notYet(HostAndGraph, why);
 }
 
 } // namespace tsr::sema::builtins

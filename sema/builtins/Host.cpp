@@ -545,41 +545,71 @@ void addHostBuiltins(Registrar &r) {
     return r.method(k, std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
   // Host builtins. Those that only shape compile-time structure (len, range, enumerate, zip,
-  // list, tuple, dict) are allowed in graph functions too: spec 3 unrolls loops over them.
-  add("print", InHost, rulePrint, "print(*values, sep=\" \", end=\"\\n\") -> None", "write values to standard output", false);
-  add("len", HostAndGraph, ruleLen, "len(x) -> int", "the number of elements (a tensor's first extent)");
-  add("range", HostAndGraph, ruleRange, "range(start=0, stop, step=1) -> range", "the ints start, start + step, ... below stop");
-  add("enumerate", HostAndGraph, ruleEnumerate, "enumerate(iterable, start=0) -> list[tuple[int, T]]", "(index, element) pairs");
-  add("zip", HostAndGraph, ruleZip, "zip(*iterables) -> list[tuple]", "tuples of corresponding elements");
-  add("int", Anywhere, ruleInt, "int(x=0) -> int", "x as an int (truncated toward zero)");
-  add("float", Anywhere, ruleFloat, "float(x=0.0) -> float", "x as a float (float(\"inf\") is infinity)");
-  add("bool", Anywhere, ruleBool, "bool(x=False) -> bool", "the truth value of x");
-  add("str", InHost, ruleStr, "str(x=\"\") -> str", "x as a string", false);
-  add("list", HostAndGraph, ruleSequence(false), "list(iterable=()) -> list", "the elements of an iterable as a list");
-  add("tuple", HostAndGraph, ruleSequence(true), "tuple(iterable=()) -> tuple", "the elements of an iterable as a tuple");
-  add("dict", HostAndGraph, ruleDict, "dict(mapping=None, **fields) -> dict", "a dict of the keyword arguments");
-  add("sorted", InHost, ruleSorted, "sorted(iterable, *, reverse=False) -> list", "the elements in ascending order", false);
-  add("reversed", HostAndGraph, ruleReversed, "reversed(seq) -> list", "the elements in reverse order");
-  add("time", InHost, ruleTime, "time() -> float", "seconds since the epoch", false);
+  // list, tuple, dict) are allowed in graph functions too: spec 3 unrolls loops over them, and
+  // lowering computes them at compile time (ir/lower/builtins/Structure.cpp).
+  add("print", InHost, rulePrint, "print(*values, sep=\" \", end=\"\\n\") -> None", "write values to standard output", false)
+      .inHost("print").example("print(x, n, \"ok\", sep=\", \")");
+  add("len", HostAndGraph, ruleLen, "len(x) -> int", "the number of elements (a tensor's first extent)", false)
+      .inGraph("len").inHost("len").example("len(x)").example("len((1, 2, 3))").example("len(d)", InHost).example("len(\"abc\")", InHost);
+  add("range", HostAndGraph, ruleRange, "range(start=0, stop, step=1) -> range", "the ints start, start + step, ... below stop", false)
+      .inGraph("range").inHost("range").example("range(n)").example("range(1, 7, 2)");
+  add("enumerate", HostAndGraph, ruleEnumerate, "enumerate(iterable, start=0) -> list[tuple[int, T]]", "(index, element) pairs", false)
+      .inGraph("enumerate").inHost("enumerate").example("enumerate((x, y))").example("enumerate([5, 6], start=1)");
+  add("zip", HostAndGraph, ruleZip, "zip(*iterables) -> list[tuple]", "tuples of corresponding elements", false)
+      .inGraph("zip").inHost("zip").example("zip((x, y), (1, 2))");
+  add("int", Anywhere, ruleInt, "int(x=0) -> int", "x as an int (truncated toward zero)", false)
+      .inGraph("int").inKernel("convert", "int").inHost("int").example("int(2.7)").example("int(n)").example("int(sum(i))", InHost);
+  add("float", Anywhere, ruleFloat, "float(x=0.0) -> float", "x as a float (float(\"inf\") is infinity)", false)
+      .inGraph("float").inKernel("convert", "float").inHost("float").example("float(n)").example("float(\"inf\")", InHost)
+      .example("float(sum(x))", InHost);
+  add("bool", Anywhere, ruleBool, "bool(x=False) -> bool", "the truth value of x", false)
+      .inGraph("bool").inKernel("convert", "bool").inHost("bool").example("bool(n)").example("bool(())", HostAndGraph);
+  add("str", InHost, ruleStr, "str(x=\"\") -> str", "x as a string", false).inHost("str").example("str(n)").example("str(x)");
+  add("list", HostAndGraph, ruleSequence(false), "list(iterable=()) -> list", "the elements of an iterable as a list", false)
+      .inGraph("list").inHost("list").example("list((x, y))").example("list(range(n))");
+  add("tuple", HostAndGraph, ruleSequence(true), "tuple(iterable=()) -> tuple", "the elements of an iterable as a tuple", false)
+      .inGraph("tuple").inHost("tuple").example("tuple([1, 2])").example("tuple(d)");
+  add("dict", HostAndGraph, ruleDict, "dict(mapping=None, **fields) -> dict", "a dict of the keyword arguments", false)
+      .inGraph("dict").inHost("dict").example("dict(w=x, b=v)").example("dict(d, lr=0.1)");
+  add("sorted", InHost, ruleSorted, "sorted(iterable, *, reverse=False) -> list", "the elements in ascending order", false)
+      .inHost("sorted").example("sorted([3, 1, 2])").example("sorted([\"b\", \"a\"], reverse=True)");
+  add("reversed", HostAndGraph, ruleReversed, "reversed(seq) -> list", "the elements in reverse order", false)
+      .inGraph("reversed").inHost("reversed").example("reversed((x, y))").example("reversed(range(n))");
+  add("time", InHost, ruleTime, "time() -> float", "seconds since the epoch", false).inHost("time").example("time()");
   add("progress", InHost, ruleProgress, "progress(iterable, *, desc=None, total=None) -> iterable",
-      "the iterable, with a progress bar as it is consumed", false);
-  add("load", InHost, ruleLoad, "load(path) -> Tensor | dict", "a tensor (.npy) or dict of tensors (.npz, .safetensors)", false);
-  add("save", InHost, ruleSave, "save(path, value) -> None", "write a tensor or a dict of tensors", false);
+      "the iterable, with a progress bar as it is consumed", false)
+      .inHost("progress").example("progress(range(n), desc=\"steps\")");
+  add("load", InHost, ruleLoad, "load(path) -> Tensor | dict", "a tensor (.npy) or dict of tensors (.npz, .safetensors)", false)
+      .inHost("load").example("load(\"x.npy\")");
+  add("save", InHost, ruleSave, "save(path, value) -> None", "write a tensor or a dict of tensors", false)
+      .inHost("save").example("save(\"out.npy\", x)").example("save(\"out.safetensors\", d)");
   add("load_csv", InHost, ruleLoadCsv, "load_csv(path, dtype=f32, delimiter=\",\") -> Tensor[?, ?]",
-      "a 2-d tensor from a CSV file (.gz too)", false);
-  add("write_text", InHost, ruleWriteText, "write_text(path, text) -> None", "write a string to a text file (replacing it)", false);
-  add("to_host", InHost, ruleToHost, "to_host(x) -> Tensor", "x copied to host memory", false);
-  add("item", InHost, ruleItem, "item(x) -> float | int | bool", "the value of a one-element tensor", false);
-  add("cdiv", Anywhere, ruleCdiv, "cdiv(a, b) -> int", "ceiling division of ints, -(-a // b)");
+      "a 2-d tensor from a CSV file (.gz too)", false)
+      .inHost("load_csv").example("load_csv(\"rows.csv\")");
+  add("write_text", InHost, ruleWriteText, "write_text(path, text) -> None", "write a string to a text file (replacing it)", false)
+      .inHost("write_text").example("write_text(\"out.txt\", \"hello\")");
+  add("to_host", InHost, ruleToHost, "to_host(x) -> Tensor", "x copied to host memory", false).inHost("to_host").example("to_host(x)");
+  add("item", InHost, ruleItem, "item(x) -> float | int | bool", "the value of a one-element tensor", false)
+      .inHost("item").example("item(sum(x))");
+  add("cdiv", Anywhere, ruleCdiv, "cdiv(a, b) -> int", "ceiling division of ints, -(-a // b)", false)
+      .inGraph("cdiv").inKernel("cdiv").inHost("cdiv").example("cdiv(7, n)");
 
-  method(K::Tensor, "item", InHost, withSelf(ruleItem), "x.item() -> float | int | bool", "as item(x)", false);
-  method(K::Dict, "items", HostAndGraph, dictView(0), "d.items() -> tuple[tuple[str, T], ...]", "the (key, value) pairs");
-  method(K::Dict, "keys", HostAndGraph, dictView(1), "d.keys() -> tuple[str, ...]", "the keys");
-  method(K::Dict, "values", HostAndGraph, dictView(2), "d.values() -> tuple[T, ...]", "the values");
-  method(K::Dict, "get", HostAndGraph, ruleDictGet, "d.get(key, default=None) -> T", "the value of key, or default");
-  method(K::List, "append", InHost, ruleListAppend, "l.append(x) -> None", "add x at the end", false);
-  method(K::List, "extend", InHost, ruleListExtend, "l.extend(iterable) -> None", "add the elements of iterable at the end", false);
-  method(K::List, "pop", InHost, ruleListPop, "l.pop(index=-1) -> T", "remove and return an element", false);
+  method(K::Tensor, "item", InHost, withSelf(ruleItem), "x.item() -> float | int | bool", "as item(x)", false)
+      .inHost("item").example("sum(x).item()");
+  method(K::Dict, "items", HostAndGraph, dictView(0), "d.items() -> tuple[tuple[str, T], ...]", "the (key, value) pairs", false)
+      .inGraph("dict_items").inHost("dict_items").example("d.items()");
+  method(K::Dict, "keys", HostAndGraph, dictView(1), "d.keys() -> tuple[str, ...]", "the keys", false)
+      .inGraph("dict_keys").inHost("dict_keys").example("d.keys()");
+  method(K::Dict, "values", HostAndGraph, dictView(2), "d.values() -> tuple[T, ...]", "the values", false)
+      .inGraph("dict_values").inHost("dict_values").example("d.values()");
+  method(K::Dict, "get", HostAndGraph, ruleDictGet, "d.get(key, default=None) -> T", "the value of key, or default", false)
+      .inGraph("dict_get").inHost("dict_get").example("d.get(\"w\")").example("d.get(\"nothing\", 1.0)");
+  method(K::List, "append", InHost, ruleListAppend, "l.append(x) -> None", "add x at the end", false)
+      .inHost("list_append").example("[1, 2].append(3)");
+  method(K::List, "extend", InHost, ruleListExtend, "l.extend(iterable) -> None", "add the elements of iterable at the end", false)
+      .inHost("list_extend").example("[1].extend((2, 3))");
+  method(K::List, "pop", InHost, ruleListPop, "l.pop(index=-1) -> T", "remove and return an element", false)
+      .inHost("list_pop").example("[1, 2, 3].pop()").example("[1, 2, 3].pop(0)");
 }
 
 } // namespace tsr::sema::builtins

@@ -514,24 +514,41 @@ void addLayoutBuiltins(Registrar &r) {
   auto method = [&](TypeKind k, std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.method(k, std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  add("matmul", HostAndGraph, ruleMatmul, "matmul(a, b) -> Tensor", "matrix product, as a @ b");
-  add("transpose", HostAndGraph, ruleTranspose, "transpose(x, perm=None) -> Tensor", "axes permuted (reversed without perm)");
-  add("reshape", HostAndGraph, ruleReshape, "reshape(x, shape) -> Tensor", "the same elements in a new shape (one extent may be -1)");
-  add("expand", HostAndGraph, ruleBroadcastTo, "expand(x, shape) -> Tensor", "x broadcast to shape (-1 keeps an extent)");
-  add("broadcast_to", HostAndGraph, ruleBroadcastTo, "broadcast_to(x, shape) -> Tensor", "x broadcast to shape, as NumPy");
-  add("concat", HostAndGraph, ruleConcat, "concat(tensors, axis=0) -> Tensor", "tensors joined along an existing axis");
-  add("stack", HostAndGraph, ruleStack, "stack(tensors, axis=0) -> Tensor", "tensors of one shape joined along a new axis");
+  // One layout op of Graph IR each (stack, split, squeeze and one_hot compose a few).
+  add("matmul", HostAndGraph, ruleMatmul, "matmul(a, b) -> Tensor", "matrix product, as a @ b")
+      .inGraph("matmul", "matmul").example("matmul(x, m)").example("matmul(v, m)");
+  add("transpose", HostAndGraph, ruleTranspose, "transpose(x, perm=None) -> Tensor", "axes permuted (reversed without perm)")
+      .inGraph("transpose", "transpose").example("transpose(x)").example("transpose(m, (1, 0))");
+  add("reshape", HostAndGraph, ruleReshape, "reshape(x, shape) -> Tensor", "the same elements in a new shape (one extent may be -1)")
+      .inGraph("reshape", "reshape").example("reshape(x, (3, 2))").example("reshape(x, (-1,))");
+  add("expand", HostAndGraph, ruleBroadcastTo, "expand(x, shape) -> Tensor", "x broadcast to shape (-1 keeps an extent)")
+      .inGraph("broadcast_to", "broadcast_to").example("expand(v, (2, -1))");
+  add("broadcast_to", HostAndGraph, ruleBroadcastTo, "broadcast_to(x, shape) -> Tensor", "x broadcast to shape, as NumPy")
+      .inGraph("broadcast_to", "broadcast_to").example("broadcast_to(v, (2, 3))");
+  add("concat", HostAndGraph, ruleConcat, "concat(tensors, axis=0) -> Tensor", "tensors joined along an existing axis")
+      .inGraph("concat", "concat").example("concat((x, y), axis=1)").example("concat([x, y])");
+  add("stack", HostAndGraph, ruleStack, "stack(tensors, axis=0) -> Tensor", "tensors of one shape joined along a new axis")
+      .inGraph("stack", "concat").example("stack((x, y), axis=1)");
   add("split", HostAndGraph, ruleSplit, "split(x, sections, axis=0) -> tuple[Tensor, ...]",
-      "x cut into `sections` equal parts, or parts of the given sizes");
-  add("squeeze", HostAndGraph, ruleSqueeze, "squeeze(x, axis=None) -> Tensor", "axes of extent 1 removed");
-  add("unsqueeze", HostAndGraph, ruleUnsqueeze, "unsqueeze(x, axis) -> Tensor", "axes of extent 1 inserted");
-  add("gather", HostAndGraph, ruleGather, "gather(x, indices, axis) -> Tensor", "values of x at indices along axis, as torch.gather");
-  add("one_hot", HostAndGraph, ruleOneHot, "one_hot(labels, n, dtype=f32) -> Tensor", "labels as one-hot vectors of length n", false);
+      "x cut into `sections` equal parts, or parts of the given sizes")
+      .inGraph("split", "slice").example("split(x, 3, axis=1)").example("split(x, (1, 2), axis=1)");
+  add("squeeze", HostAndGraph, ruleSqueeze, "squeeze(x, axis=None) -> Tensor", "axes of extent 1 removed")
+      .inGraph("squeeze", "reshape").example("squeeze(reshape(x, (2, 1, 3)), axis=1)").example("squeeze(reshape(v, (1, 3)))");
+  add("unsqueeze", HostAndGraph, ruleUnsqueeze, "unsqueeze(x, axis) -> Tensor", "axes of extent 1 inserted")
+      .inGraph("unsqueeze", "reshape").example("unsqueeze(x, 0)").example("unsqueeze(x, -1)");
+  add("gather", HostAndGraph, ruleGather, "gather(x, indices, axis) -> Tensor", "values of x at indices along axis, as torch.gather")
+      .inGraph("gather", "gather").example("gather(x, i, axis=1)");
+  add("one_hot", HostAndGraph, ruleOneHot, "one_hot(labels, n, dtype=f32) -> Tensor", "labels as one-hot vectors of length n", false)
+      .inGraph("one_hot").example("one_hot(i, 3)").example("one_hot(i, n, dtype=i32)");
 
-  method(K::Tensor, "reshape", HostAndGraph, methodReshape, "x.reshape(*shape) -> Tensor", "as reshape(x, shape)");
-  method(K::Tensor, "transpose", HostAndGraph, methodTranspose, "x.transpose(*perm) -> Tensor", "as transpose(x, perm)");
-  method(K::Tensor, "squeeze", HostAndGraph, withSelf(ruleSqueeze), "x.squeeze(axis=None) -> Tensor", "as squeeze(x, axis)");
-  method(K::Tensor, "unsqueeze", HostAndGraph, withSelf(ruleUnsqueeze), "x.unsqueeze(axis) -> Tensor", "as unsqueeze(x, axis)");
+  method(K::Tensor, "reshape", HostAndGraph, methodReshape, "x.reshape(*shape) -> Tensor", "as reshape(x, shape)")
+      .inGraph("reshape", "reshape").example("x.reshape(3, 2)").example("x.reshape((6,))");
+  method(K::Tensor, "transpose", HostAndGraph, methodTranspose, "x.transpose(*perm) -> Tensor", "as transpose(x, perm)")
+      .inGraph("transpose", "transpose").example("x.transpose(1, 0)").example("x.transpose()");
+  method(K::Tensor, "squeeze", HostAndGraph, withSelf(ruleSqueeze), "x.squeeze(axis=None) -> Tensor", "as squeeze(x, axis)")
+      .inGraph("squeeze", "reshape").example("x.reshape(2, 1, 3).squeeze(1)");
+  method(K::Tensor, "unsqueeze", HostAndGraph, withSelf(ruleUnsqueeze), "x.unsqueeze(axis) -> Tensor", "as unsqueeze(x, axis)")
+      .inGraph("unsqueeze", "reshape").example("x.unsqueeze(1)");
 }
 
 } // namespace tsr::sema::builtins

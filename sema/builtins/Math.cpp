@@ -13,7 +13,7 @@ namespace {
 
 /// How a unary builtin treats a Python number: math giving a float (exp), Python's own
 /// int-preserving builtins (abs), or rounding to an int (floor, ceil as Python's math module).
-enum class OnNumber { Float, KeepKind, ToInt };
+using OnNumber = NumberRule::Result;
 
 double sigmoidF(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 double reluF(double x) { return x > 0 ? x : 0.0; }
@@ -22,16 +22,19 @@ double siluF(double x) { return x * sigmoidF(x); }
 double rsqrtF(double x) { return 1.0 / std::sqrt(x); }
 double signF(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
 double absF(double x) { return std::fabs(x); }
+// softplus with PyTorch's defaults (beta 1, threshold 20): x itself above the threshold.
+double softplusF(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
 
 // Elementwise unary math: tensors and tiles keep their dims; floatOnly functions give f32 for
 // integer tensors (promoteInt, as jnp.exp); fp8 operands are an error (Fp8Arithmetic).
 // On Python numbers: a Float (folded when the value is known), except for abs/relu/sign (the
 // kind is kept) and floor/ceil (an int, as Python's math.floor).
-BuiltinRule unaryRule(std::string op, bool promoteInt, double (*f)(double), OnNumber onNumber) {
-  return [op, promoteInt, f, onNumber](CallSite &s) -> TypeRef {
-    std::vector<std::string> kw;
-    if (op == "gelu") kw = {"approximate"};
-    if (!s.expect({"x"}, 1, kw)) return T::unknown();
+// Keyword-only parameters: gelu's approximate ("none" or "tanh"), softplus's beta and threshold
+// (Python numbers, as torch's).
+BuiltinRule unaryRule(std::string op, bool promoteInt, double (*f)(double), OnNumber onNumber,
+                      std::vector<std::string> keywords) {
+  return [op, promoteInt, f, onNumber, keywords](CallSite &s) -> TypeRef {
+    if (!s.expect({"x"}, 1, keywords)) return T::unknown();
     if (const ArgInfo *ap = s.kwarg("approximate"); ap && !isUnknown(ap) && !ap->type->is(K::Bool)) {
       auto v = s.constStr(ap, "approximate");
       if (v && *v != "none" && *v != "tanh") {
@@ -39,6 +42,11 @@ BuiltinRule unaryRule(std::string op, bool promoteInt, double (*f)(double), OnNu
         return T::unknown();
       }
     }
+    for (const char *k : {"beta", "threshold"})
+      if (const ArgInfo *a = s.kwarg(k); a && !isUnknown(a) && !a->type->isPyNumber()) {
+        s.wrongKind(a, "a number", k);
+        return T::unknown();
+      }
     const ArgInfo *a = s.arg(0, "x");
     if (isUnknown(a)) return T::unknown();
     const Type &t = *a->type;
@@ -201,8 +209,19 @@ TypeRef ruleCastLike(CallSite &s) {
 }
 
 // The elementwise math builtins: name, whether ints promote to float, the function on one
-// number (for constant folding and host code on Python numbers), what it gives on a number.
-struct Unary { const char *name; bool promote; double (*f)(double); OnNumber on; const char *doc; };
+// number (for constant folding and host code on Python numbers), what it gives on a number, the
+// keyword-only parameters (with the op attributes they become), the doc, and how graph code
+// computes it when it is not one Graph IR op (softplus: a composite of builtins).
+struct Unary {
+  const char *name;
+  bool promote;
+  double (*f)(double);
+  OnNumber on;
+  const char *doc;
+  const char *keywords = "";  // the signature's keyword-only part
+  const char *composite = ""; // graph code: an expression of builtins instead of an op
+  bool differentiable = true; // floor, ceil and sign: zero almost everywhere (ir/autodiff: nondiff)
+};
 const std::vector<Unary> &unaryTable() {
   static const std::vector<Unary> unaries = {
       {"exp", true, [](double x) { return std::exp(x); }, OnNumber::Float, "e raised to x, elementwise"},
@@ -212,7 +231,8 @@ const std::vector<Unary> &unaryTable() {
       {"tanh", true, [](double x) { return std::tanh(x); }, OnNumber::Float, "hyperbolic tangent, elementwise"},
       {"sigmoid", true, sigmoidF, OnNumber::Float, "1 / (1 + exp(-x)), elementwise"},
       {"relu", false, reluF, OnNumber::KeepKind, "max(x, 0), elementwise"},
-      {"gelu", true, geluF, OnNumber::Float, "x * Phi(x) (approximate=\"tanh\" for the tanh form), elementwise"},
+      {"gelu", true, geluF, OnNumber::Float, "x * Phi(x) (approximate=\"tanh\" for the tanh form), elementwise",
+       "approximate=\"none\""},
       {"silu", true, siluF, OnNumber::Float, "x * sigmoid(x), elementwise"},
       {"abs", false, absF, OnNumber::KeepKind, "absolute value (Python's abs on numbers), elementwise"},
       {"sin", true, [](double x) { return std::sin(x); }, OnNumber::Float, "sine, elementwise"},
@@ -220,9 +240,15 @@ const std::vector<Unary> &unaryTable() {
       {"log1p", true, [](double x) { return std::log1p(x); }, OnNumber::Float, "log(1 + x), accurate near 0, elementwise"},
       {"expm1", true, [](double x) { return std::expm1(x); }, OnNumber::Float, "exp(x) - 1, accurate near 0, elementwise"},
       {"erf", true, [](double x) { return std::erf(x); }, OnNumber::Float, "the error function, elementwise"},
-      {"floor", false, [](double x) { return std::floor(x); }, OnNumber::ToInt, "round toward -inf (an int on numbers), elementwise"},
-      {"ceil", false, [](double x) { return std::ceil(x); }, OnNumber::ToInt, "round toward +inf (an int on numbers), elementwise"},
-      {"sign", false, signF, OnNumber::KeepKind, "-1, 0 or 1 by the sign of x, elementwise"},
+      {"floor", false, [](double x) { return std::floor(x); }, OnNumber::ToInt, "round toward -inf (an int on numbers), elementwise", "", "", false},
+      {"ceil", false, [](double x) { return std::ceil(x); }, OnNumber::ToInt, "round toward +inf (an int on numbers), elementwise", "", "", false},
+      {"sign", false, signF, OnNumber::KeepKind, "-1, 0 or 1 by the sign of x, elementwise", "", "", false},
+      // torch.nn.functional.softplus: log(1 + exp(beta x)) / beta, and x where beta x > threshold
+      // (where the two agree to f32 precision). The inner `where` keeps exp from overflowing on
+      // the branch not taken, whose cotangent would otherwise be 0 * inf.
+      {"softplus", true, softplusF, OnNumber::Float, "log(1 + exp(beta x)) / beta, x above the threshold (torch's), elementwise",
+       "beta=1.0, threshold=20.0",
+       "where(x * beta > threshold, x, log1p(exp(where(x * beta > threshold, threshold, x * beta))) / beta)"},
   };
   return unaries;
 }
@@ -237,39 +263,50 @@ void addMathBuiltins(Registrar &r) {
   auto method = [&](TypeKind k, std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.method(k, std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  // Elementwise math: Anywhere, since kernels use them on Python numbers (sqrt(float(D))).
+  // Elementwise math: Anywhere, since kernels use them on Python numbers (sqrt(float(D))), and
+  // on tiles, each one Tile IR op; in graph code one Graph IR op, or a composite (softplus, which
+  // kernels do not have). Host code computes Python numbers with the number rule.
   for (const Unary &u : unaryTable()) {
-    std::string sig = std::string(u.name) + (std::string_view(u.name) == "gelu" ? "(x, *, approximate=\"none\")" : "(x)") + " -> Tensor";
-    add(u.name, Anywhere, unaryRule(u.name, u.promote, u.f, u.on), sig, u.doc);
+    std::string params = *u.keywords ? std::string("(x, *, ") + u.keywords + ")" : "(x)";
+    std::vector<std::string> kw;
+    std::vector<std::pair<std::string, std::string>> attrs;
+    for (std::string_view k = u.keywords; !k.empty();) {
+      size_t comma = k.find(", ");
+      std::string_view one = k.substr(0, comma);
+      size_t eq = one.find('=');
+      kw.emplace_back(one.substr(0, eq));
+      std::string dflt(one.substr(eq + 1));
+      if (dflt.size() >= 2 && dflt.front() == '"') attrs.push_back({kw.back(), dflt.substr(1, dflt.size() - 2)});
+      k = comma == std::string_view::npos ? std::string_view() : k.substr(comma + 2);
+    }
+    bool composite = *u.composite;
+    BuiltinInfo &b = add(u.name, composite ? HostAndGraph : Anywhere, unaryRule(u.name, u.promote, u.f, u.on, kw),
+                         std::string(u.name) + params + " -> Tensor", u.doc, u.differentiable);
+    b.inHost("math").onNumbers(u.f, u.on).example(std::string(u.name) + "(x)");
+    if (composite) b.composes(u.composite).example(std::string(u.name) + "(x * 10.0, beta=2.0, threshold=5.0)");
+    else b.inGraph("unary", u.name, attrs).inKernel("unary", u.name, attrs);
   }
-  add("round", Anywhere, ruleRound, "round(x, ndigits=None) -> int | float | Tensor", "round to nearest, ties to even (Python's round on numbers)");
+  add("round", Anywhere, ruleRound, "round(x, ndigits=None) -> int | float | Tensor", "round to nearest, ties to even (Python's round on numbers)", false)
+      .inGraph("round", "round").inKernel("unary", "round").inHost("round")
+      .example("round(x * 3.0)").example("round(x, 1)", HostAndGraph).example("round(2.5)");
 
-  add("maximum", HostAndGraph, minMaxElementwise("maximum"), "maximum(a, b) -> Tensor", "elementwise maximum with broadcasting");
-  add("minimum", HostAndGraph, minMaxElementwise("minimum"), "minimum(a, b) -> Tensor", "elementwise minimum with broadcasting");
-  add("where", HostAndGraph, ruleWhere, "where(cond, a, b) -> Tensor", "a where cond is true, else b; all three broadcast");
-  add("clamp", HostAndGraph, ruleClamp, "clamp(x, min=None, max=None) -> Tensor", "x limited to [min, max], elementwise");
-  add("clip", HostAndGraph, ruleClamp, "clip(x, min=None, max=None) -> Tensor", "the same as clamp");
+  add("maximum", HostAndGraph, minMaxElementwise("maximum"), "maximum(a, b) -> Tensor", "elementwise maximum with broadcasting")
+      .inGraph("binary", "max").example("maximum(x, v)").example("maximum(x, 1.0)");
+  add("minimum", HostAndGraph, minMaxElementwise("minimum"), "minimum(a, b) -> Tensor", "elementwise minimum with broadcasting")
+      .inGraph("binary", "min").example("minimum(x, y)");
+  add("where", HostAndGraph, ruleWhere, "where(cond, a, b) -> Tensor", "a where cond is true, else b; all three broadcast")
+      .inGraph("where", "where").example("where(c, x, y)").example("where(x > 1.0, x, 0.0)");
+  add("clamp", HostAndGraph, ruleClamp, "clamp(x, min=None, max=None) -> Tensor", "x limited to [min, max], elementwise")
+      .inGraph("clamp").example("clamp(x, 1.0, 2.0)").example("clamp(x, max=y)");
+  add("clip", HostAndGraph, ruleClamp, "clip(x, min=None, max=None) -> Tensor", "the same as clamp")
+      .inGraph("clamp").example("clip(x, 1.0, 2.0)");
 
-  add("cast", HostAndGraph, ruleCast, "cast(x, dtype) -> Tensor", "x converted to dtype (with the dtype's policies)");
-  add("cast_like", HostAndGraph, ruleCastLike, "cast_like(x, like) -> Tensor", "x converted to like's dtype and policies");
-  method(K::Tensor, "astype", HostAndGraph, withSelf(ruleCast), "x.astype(dtype) -> Tensor", "x converted to dtype (as cast)");
+  add("cast", HostAndGraph, ruleCast, "cast(x, dtype) -> Tensor", "x converted to dtype (with the dtype's policies)")
+      .inGraph("cast", "cast").example("cast(x, bf16)").example("cast(i, f32)");
+  add("cast_like", HostAndGraph, ruleCastLike, "cast_like(x, like) -> Tensor", "x converted to like's dtype and policies")
+      .inGraph("cast_like", "cast").example("cast_like(i, x)");
+  method(K::Tensor, "astype", HostAndGraph, withSelf(ruleCast), "x.astype(dtype) -> Tensor", "x converted to dtype (as cast)")
+      .inGraph("cast", "cast").example("x.astype(f16)");
 }
 
 } // namespace tsr::sema::builtins
-
-namespace tsr::sema {
-
-std::optional<NumberResult> unaryOnNumber(std::string_view name, double x, bool xIsInt) {
-  for (const builtins::Unary &u : builtins::unaryTable()) {
-    if (name != u.name) continue;
-    double r = u.f(x);
-    switch (u.on) {
-    case builtins::OnNumber::Float: return NumberResult{r, false};
-    case builtins::OnNumber::ToInt: return NumberResult{xIsInt ? x : r, true};
-    case builtins::OnNumber::KeepKind: return NumberResult{r, xIsInt};
-    }
-  }
-  return std::nullopt;
-}
-
-} // namespace tsr::sema

@@ -158,29 +158,51 @@ void addReductionBuiltins(Registrar &r) {
   auto method = [&](TypeKind k, std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.method(k, std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  // Reductions. min and max are also Python's (numbers, iterables) and run anywhere.
+  // Reductions: one reduce op of Graph IR (mean, var and logsumexp compose several). min and max
+  // are also Python's (numbers, iterables) and run anywhere; sum is Python's on a list.
   add("sum", HostAndGraph, reductionRule("sum"), "sum(x, axis=None, *, keepdims=False, dtype=None) -> Tensor",
-      "sum over axes (Python's sum on a list)");
+      "sum over axes (Python's sum on a list)")
+      .inGraph("reduce", "reduce_sum").inHost("sum")
+      .example("sum(x)").example("sum(x, axis=1)").example("sum(x, axis=0, keepdims=True)").example("sum(c)").example("sum([x, y])");
   add("mean", HostAndGraph, reductionRule("mean"), "mean(x, axis=None, *, keepdims=False, dtype=None) -> Tensor",
-      "mean over axes; integer tensors give f32");
+      "mean over axes; integer tensors give f32")
+      .inGraph("mean").example("mean(x, axis=1)").example("mean(i)");
   add("max", Anywhere, reductionRule("max"), "max(x, axis=None, *, keepdims=False) -> Tensor | max(a, b, ...)",
-      "maximum over axes of a tensor; Python's max on numbers and iterables");
+      "maximum over axes of a tensor; Python's max on numbers and iterables")
+      .inGraph("reduce", "reduce_max").inKernel("minmax", "max").inHost("minmax")
+      .example("max(x, axis=1)", HostAndGraph).example("max(x)", HostAndGraph).example("max(n, 2)").example("max([1.5, 2.5])", HostAndGraph);
   add("min", Anywhere, reductionRule("min"), "min(x, axis=None, *, keepdims=False) -> Tensor | min(a, b, ...)",
-      "minimum over axes of a tensor; Python's min on numbers and iterables");
+      "minimum over axes of a tensor; Python's min on numbers and iterables")
+      .inGraph("reduce", "reduce_min").inKernel("minmax", "min").inHost("minmax")
+      .example("min(x, axis=0)", HostAndGraph).example("min(n, 2, 5)").example("min((4, 1))", HostAndGraph);
   add("argmax", HostAndGraph, reductionRule("argmax"), "argmax(x, axis=None, *, keepdims=False) -> Tensor[i64]",
-      "index of the maximum over an axis (of the flattened tensor without axis)", false);
+      "index of the maximum over an axis (of the flattened tensor without axis)", false)
+      .inGraph("reduce", "argmax").example("argmax(x, axis=1)").example("argmax(x)");
   add("argmin", HostAndGraph, reductionRule("argmin"), "argmin(x, axis=None, *, keepdims=False) -> Tensor[i64]",
-      "index of the minimum over an axis (of the flattened tensor without axis)", false);
+      "index of the minimum over an axis (of the flattened tensor without axis)", false)
+      .inGraph("reduce", "argmin").example("argmin(x, axis=0, keepdims=True)");
   add("var", HostAndGraph, reductionRule("var"), "var(x, axis=None, *, keepdims=False, ddof=0) -> Tensor",
-      "variance over axes (divided by n - ddof); integer tensors give f32");
+      "variance over axes (divided by n - ddof); integer tensors give f32")
+      .inGraph("var").example("var(x, axis=1)").example("var(x, ddof=1)");
   add("logsumexp", HostAndGraph, reductionRule("logsumexp"), "logsumexp(x, axis=None, *, keepdims=False) -> Tensor",
-      "log(sum(exp(x))) over axes, computed stably");
+      "log(sum(exp(x))) over axes, computed stably")
+      .inGraph("logsumexp").example("logsumexp(x, axis=1)").example("logsumexp(x)");
   add("prod", HostAndGraph, reductionRule("prod"), "prod(x, axis=None, *, keepdims=False, dtype=None) -> Tensor",
-      "product over axes");
+      "product over axes")
+      .inGraph("reduce", "reduce_prod").example("prod(x, axis=0)");
 
-  for (const char *r : {"sum", "mean", "max", "min", "argmax", "argmin", "var", "prod", "logsumexp"})
-    method(K::Tensor, r, HostAndGraph, withSelf(reductionRule(r)), std::string("x.") + r + "(axis=None, *, keepdims=False) -> Tensor",
-        std::string("as ") + r + "(x, axis)", std::string_view(r) != "argmax" && std::string_view(r) != "argmin");
+  // The same as methods of tensors.
+  struct Method { const char *name; const char *graphRule; const char *op; const char *example; };
+  for (const Method &m : {Method{"sum", "reduce", "reduce_sum", "x.sum(axis=1)"}, Method{"mean", "mean", "", "x.mean()"},
+                          Method{"max", "reduce", "reduce_max", "x.max(axis=0)"}, Method{"min", "reduce", "reduce_min", "x.min()"},
+                          Method{"argmax", "reduce", "argmax", "x.argmax(axis=1)"}, Method{"argmin", "reduce", "argmin", "x.argmin()"},
+                          Method{"var", "var", "", "x.var(axis=1)"}, Method{"prod", "reduce", "reduce_prod", "x.prod(axis=1)"},
+                          Method{"logsumexp", "logsumexp", "", "x.logsumexp(axis=1)"}}) {
+    std::string_view n = m.name;
+    method(K::Tensor, m.name, HostAndGraph, withSelf(reductionRule(m.name)), std::string("x.") + m.name + "(axis=None, *, keepdims=False) -> Tensor",
+           std::string("as ") + m.name + "(x, axis)", n != "argmax" && n != "argmin")
+        .inGraph(m.graphRule, m.op).example(m.example);
+  }
 }
 
 } // namespace tsr::sema::builtins

@@ -335,12 +335,16 @@ BuiltinInfo entry(std::string name, unsigned contexts, BuiltinRule rule, std::st
 BuiltinInfo &Registrar::add(std::string name, unsigned contexts, BuiltinRule rule, std::string signature, std::string doc,
                             bool differentiable) {
   functions.push_back(entry(std::move(name), contexts, std::move(rule), std::move(signature), std::move(doc), differentiable));
+  // A tensor builtin of graph code runs in host code as a graph of the one call (exec/host), unless
+  // its entry gives host code a rule of its own.
+  if ((contexts & InHost) && (contexts & InGraph)) functions.back().host = {"graph", {}, {}};
   return functions.back();
 }
 
 BuiltinInfo &Registrar::method(TypeKind receiver, std::string name, unsigned contexts, BuiltinRule rule, std::string signature,
                                std::string doc, bool differentiable) {
   methods.push_back({receiver, entry(std::move(name), contexts, std::move(rule), std::move(signature), std::move(doc), differentiable)});
+  if ((contexts & InHost) && (contexts & InGraph)) methods.back().second.host = {"graph", {}, {}};
   return methods.back().second;
 }
 

@@ -122,16 +122,24 @@ void addScheduleBuiltins(Registrar &r) {
   auto method = [&](TypeKind k, std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.method(k, std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
+  // The checker reads schedules where they matter, in @kernel.schedule(...) and launches; no stage
+  // after it computes with a Schedule value yet.
+  const char *why = "a Schedule is read by the checker from @kernel.schedule(...); a schedule value at run time is not implemented";
   add("Schedule", Anywhere, ruleSchedule, "Schedule(block=(BM, BN), k=BK, warps=4, stages=2, *, vector=None) -> Schedule",
-      "a kernel schedule: tile sizes, warps and pipeline stages");
+      "a kernel schedule: tile sizes, warps and pipeline stages", false)
+      .example("Schedule(block=(64, 64), k=32)").notYet(Anywhere, why);
   method(K::Schedule, "with_block", Anywhere, scheduleWith({"bm", "bn"}, {"BM", "BN"}, validBlock),
-      "s.with_block(bm, bn) -> Schedule", "the schedule with other block sizes");
+      "s.with_block(bm, bn) -> Schedule", "the schedule with other block sizes", false)
+      .example("Schedule(block=(64, 64), k=32).with_block(32, 32)").notYet(Anywhere, why);
   method(K::Schedule, "with_k", Anywhere, scheduleWith({"k"}, {"BK"}, validBlock), "s.with_k(k) -> Schedule",
-      "the schedule with another reduction block size");
+      "the schedule with another reduction block size", false)
+      .example("Schedule(block=(64, 64), k=32).with_k(16)").notYet(Anywhere, why);
   method(K::Schedule, "with_warps", Anywhere, scheduleWith({"warps"}, {"warps"}, validWarps), "s.with_warps(warps) -> Schedule",
-      "the schedule with another number of warps");
+      "the schedule with another number of warps", false)
+      .example("Schedule(block=(64, 64), k=32).with_warps(8)").notYet(Anywhere, why);
   method(K::Schedule, "with_stages", Anywhere, scheduleWith({"stages"}, {"stages"}, validStages), "s.with_stages(stages) -> Schedule",
-      "the schedule with another number of pipeline stages");
+      "the schedule with another number of pipeline stages", false)
+      .example("Schedule(block=(64, 64), k=32).with_stages(3)").notYet(Anywhere, why);
 }
 
 } // namespace tsr::sema::builtins

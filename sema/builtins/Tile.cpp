@@ -18,6 +18,7 @@
 #include "sema/Builtins.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -759,7 +760,7 @@ TypeRef colIndexRule(CallSite &site) {
   return T::unknown();
 }
 
-void add(std::vector<BuiltinInfo> &out, std::string op, std::string signature, std::string doc, BuiltinRule rule) {
+BuiltinInfo &add(std::vector<BuiltinInfo> &out, std::string op, std::string signature, std::string doc, BuiltinRule rule) {
   BuiltinInfo b;
   b.name = "tile." + op;
   b.contexts = InKernel;
@@ -769,84 +770,122 @@ void add(std::vector<BuiltinInfo> &out, std::string op, std::string signature, s
   // Autodiff never looks inside a kernel: kernels are made differentiable with @custom_vjp.
   b.differentiable = false;
   out.push_back(std::move(b));
+  return out.back();
 }
 
 } // namespace
 
+// Each tile operation lowers to Tile IR by a rule of ir/lower/kernel/ (most to one op of
+// ir/tile/TileOps.def); an example is a statement of a kernel whose operands are those BuiltinExample
+// names.
 void registerTileBuiltins(std::vector<BuiltinInfo> &out) {
   // ids and ranges
   add(out, "program_id", "tile.program_id(axis) -> int", "the index of this program along grid axis 0, 1 or 2",
-      [](CallSite &s) { return programIdRule(s, "program_id"); });
+      [](CallSite &s) { return programIdRule(s, "program_id"); })
+      .inKernel("program_id", "program_id").example("tile.program_id(0)");
   add(out, "num_programs", "tile.num_programs(axis) -> int", "the number of programs along grid axis 0, 1 or 2",
-      [](CallSite &s) { return programIdRule(s, "num_programs"); });
+      [](CallSite &s) { return programIdRule(s, "num_programs"); })
+      .inKernel("program_id", "num_programs").example("tile.num_programs(0)");
   add(out, "arange", "tile.arange(start, end) -> Tile[end - start, i32]",
-      "the integers start, ..., end - 1 as a 1-d tile; end - start must be known at compile time", arangeRule);
+      "the integers start, ..., end - 1 as a 1-d tile; end - start must be known at compile time", arangeRule)
+      .inKernel("arange", "arange").example("tile.arange(0, 16)").example("tile.arange(n, n + 4)");
   add(out, "range", "tile.range(start, end, step=1, *, stages=None) -> range",
-      "a loop range whose iterations the schedule may pipeline over `stages` stages", rangeRule);
+      "a loop range whose iterations the schedule may pipeline over `stages` stages", rangeRule)
+      .inKernel("range").example("tile.range(0, n)").example("tile.range(0, 16, 4, stages=2)");
   // creation
-  add(out, "zeros", "tile.zeros(shape, dtype=f32) -> Tile", "a tile of zeros of a compile-time shape", zerosRule);
-  add(out, "full", "tile.full(shape, value, dtype=f32) -> Tile", "a tile of a compile-time shape filled with `value`", fullRule);
+  add(out, "zeros", "tile.zeros(shape, dtype=f32) -> Tile", "a tile of zeros of a compile-time shape", zerosRule)
+      .inKernel("fill", "constant", {{"value", "0"}}).example("tile.zeros((16,))").example("tile.zeros((16, 16), dtype=bf16)");
+  add(out, "full", "tile.full(shape, value, dtype=f32) -> Tile", "a tile of a compile-time shape filled with `value`", fullRule)
+      .inKernel("fill", "constant").example("tile.full((16,), 2.0)").example("tile.full((16,), x, dtype=f16)");
   // memory
   add(out, "load", "tile.load(view, other=0, mask=None) -> Tile",
-      "reads a view into a tile; elements outside the tensor or masked off read as `other`", loadRule);
+      "reads a view into a tile; elements outside the tensor or masked off read as `other`", loadRule)
+      .inKernel("load").example("tile.load(X[0:16])").example("tile.load(A[0:16, 0:8], other=1.0)")
+      .example("tile.load(X[0:16], mask=x > 1.0)");
   add(out, "store", "tile.store(view, value, mask=None) -> None",
-      "writes a tile through a view; elements outside the tensor or masked off are not written", storeRule);
+      "writes a tile through a view; elements outside the tensor or masked off are not written", storeRule)
+      .inKernel("store", "store").example("tile.store(Y[0:16], x)").example("tile.store(Y[0:16], x, mask=x > 1.0)");
   add(out, "atomic_add", "tile.atomic_add(view, value) -> None",
-      "adds a tile into a view atomically (float or i32 views)", atomicAddRule);
+      "adds a tile into a view atomically (float or i32 views)", atomicAddRule)
+      .inKernel("store", "atomic_add").example("tile.atomic_add(Y[0:16], x)");
   add(out, "alloc_shared", "tile.alloc_shared(shape, dtype) -> Tile", "a tile in shared memory, for tile.cp_async",
-      allocSharedRule);
+      allocSharedRule)
+      .inKernel("fill", "constant", {{"value", "0"}}).example("tile.alloc_shared((16,), f32)");
   add(out, "cp_async", "tile.cp_async(dst, src) -> None", "copies a view into a shared-memory tile asynchronously",
-      cpAsyncRule);
+      cpAsyncRule)
+      .inKernel("cp_async").example("tile.cp_async(sh, X[0:16])");
   add(out, "barrier", "tile.barrier() -> None", "orders shared memory: writes before the barrier are seen by every read after it",
-      barrierRule);
+      barrierRule)
+      .inKernel("barrier", "barrier").example("tile.barrier()");
   // compute
   add(out, "dot", "tile.dot(a, b, acc=None) -> Tile",
       "the matrix product of [M, K] and [K, N] tiles, added into `acc` if given (f32 for 16-bit operands)",
-      [](CallSite &s) { return dotRule(s, "tile.dot"); });
+      [](CallSite &s) { return dotRule(s, "tile.dot"); })
+      .inKernel("dot", "dot").example("tile.dot(a, b)").example("tile.dot(a, b, acc=a)");
   add(out, "mma", "tile.mma(a, b, acc=None) -> Tile", "the same as tile.dot",
-      [](CallSite &s) { return dotRule(s, "tile.mma"); });
-  add(out, "transpose", "tile.transpose(x) -> Tile", "swaps the two axes of a 2-d tile", transposeRule);
+      [](CallSite &s) { return dotRule(s, "tile.mma"); })
+      .inKernel("dot", "dot").example("tile.mma(a, b)");
+  add(out, "transpose", "tile.transpose(x) -> Tile", "swaps the two axes of a 2-d tile", transposeRule)
+      .inKernel("transpose", "transpose").example("tile.transpose(a)");
   add(out, "broadcast", "tile.broadcast(x, shape) -> Tile", "broadcasts a tile or a number to a shape, as NumPy",
-      broadcastRule);
-  add(out, "reshape", "tile.reshape(x, shape) -> Tile", "the same elements in another shape", reshapeRule);
-  add(out, "cast", "tile.cast(x, dtype) -> Tile", "converts a tile's elements to `dtype`", castRule);
+      broadcastRule)
+      .inKernel("broadcast", "broadcast").example("tile.broadcast(x, (16, 16))").example("tile.broadcast(1.0, (16,))");
+  add(out, "reshape", "tile.reshape(x, shape) -> Tile", "the same elements in another shape", reshapeRule)
+      .inKernel("reshape", "reshape").example("tile.reshape(a, (256,))").example("tile.reshape(a, (8, -1))");
+  add(out, "cast", "tile.cast(x, dtype) -> Tile", "converts a tile's elements to `dtype`", castRule)
+      .inKernel("cast", "cast").example("tile.cast(x, bf16)").example("tile.cast(2, f32)");
   add(out, "where", "tile.where(c, a, b) -> Tile", "elements of `a` where `c` holds, else of `b`, with broadcasting",
-      whereRule);
-  struct Unary { const char *op; bool floatOnly; const char *doc; };
-  for (const Unary &u : {Unary{"exp", true, "e to the power of each element"},
-                         Unary{"exp2", true, "2 to the power of each element"},
-                         Unary{"log", true, "the natural logarithm of each element"},
-                         Unary{"sqrt", true, "the square root of each element"},
-                         Unary{"rsqrt", true, "1 / sqrt of each element"},
-                         Unary{"abs", false, "the absolute value of each element"}}) {
+      whereRule)
+      .inKernel("where", "select").example("tile.where(x > y, x, y)").example("tile.where(x > 1.0, x, 0.0)");
+  struct Unary { const char *op; bool floatOnly; double (*f)(double); const char *doc; };
+  for (const Unary &u : {Unary{"exp", true, [](double v) { return std::exp(v); }, "e to the power of each element"},
+                         Unary{"exp2", true, [](double v) { return std::exp2(v); }, "2 to the power of each element"},
+                         Unary{"log", true, [](double v) { return std::log(v); }, "the natural logarithm of each element"},
+                         Unary{"sqrt", true, [](double v) { return std::sqrt(v); }, "the square root of each element"},
+                         Unary{"rsqrt", true, [](double v) { return 1.0 / std::sqrt(v); }, "1 / sqrt of each element"},
+                         Unary{"abs", false, [](double v) { return std::fabs(v); }, "the absolute value of each element"}}) {
     std::string op = u.op;
     add(out, op, "tile." + op + "(x) -> Tile", u.doc,
-        [name = "tile." + op, fo = u.floatOnly](CallSite &s) { return unaryRule(s, name, fo); });
+        [name = "tile." + op, fo = u.floatOnly](CallSite &s) { return unaryRule(s, name, fo); })
+        .inKernel("unary", op).onNumbers(u.f, u.floatOnly ? NumberRule::Result::Float : NumberRule::Result::KeepKind)
+        .example("tile." + op + "(x)");
   }
   add(out, "maximum", "tile.maximum(a, b) -> Tile", "the elementwise maximum, with broadcasting",
-      [](CallSite &s) { return binaryRule(s, "maximum"); });
+      [](CallSite &s) { return binaryRule(s, "maximum"); })
+      .inKernel("minmax", "max").example("tile.maximum(x, y)").example("tile.maximum(x, 0.0)");
   add(out, "minimum", "tile.minimum(a, b) -> Tile", "the elementwise minimum, with broadcasting",
-      [](CallSite &s) { return binaryRule(s, "minimum"); });
+      [](CallSite &s) { return binaryRule(s, "minimum"); })
+      .inKernel("minmax", "min").example("tile.minimum(a, b)");
   // reductions
-  add(out, "max", "tile.max(x, axis) -> Tile", "the maximum along `axis`, which is dropped", reduceRule);
-  add(out, "sum", "tile.sum(x, axis) -> Tile", "the sum along `axis`, which is dropped", reduceRule);
-  add(out, "min", "tile.min(x, axis) -> Tile", "the minimum along `axis`, which is dropped", reduceRule);
+  add(out, "max", "tile.max(x, axis) -> Tile", "the maximum along `axis`, which is dropped", reduceRule)
+      .inKernel("reduce", "reduce_max").example("tile.max(a, 1)");
+  add(out, "sum", "tile.sum(x, axis) -> Tile", "the sum along `axis`, which is dropped", reduceRule)
+      .inKernel("reduce", "reduce_sum").example("tile.sum(a, 0)").example("tile.sum(x, 0)");
+  add(out, "min", "tile.min(x, axis) -> Tile", "the minimum along `axis`, which is dropped", reduceRule)
+      .inKernel("reduce", "reduce_min").example("tile.min(a, 1)");
   add(out, "row_max", "tile.row_max(x) -> Tile", "the maximum of each row of a 2-d tile",
-      [](CallSite &s) { return rowReduceRule(s, "tile.row_max"); });
+      [](CallSite &s) { return rowReduceRule(s, "tile.row_max"); })
+      .inKernel("row_reduce", "reduce_max").example("tile.row_max(a)");
   add(out, "row_sum", "tile.row_sum(x) -> Tile", "the sum of each row of a 2-d tile",
-      [](CallSite &s) { return rowReduceRule(s, "tile.row_sum"); });
+      [](CallSite &s) { return rowReduceRule(s, "tile.row_sum"); })
+      .inKernel("row_reduce", "reduce_sum").example("tile.row_sum(a)");
   // attention helpers
   add(out, "mask_causal", "tile.mask_causal(S, row0, col0) -> Tile",
-      "sets S[i, j] to -inf where col0 + j > row0 + i (query i sees keys 0..i)", maskCausalRule);
+      "sets S[i, j] to -inf where col0 + j > row0 + i (query i sees keys 0..i)", maskCausalRule)
+      .inKernel("mask_causal").example("tile.mask_causal(a, 0, 0)").example("tile.mask_causal(a, tile.program_id(0) * 16, 0)");
   add(out, "softmax_online", "tile.softmax_online(S, m, l) -> (P, m_new, l_new, alpha)",
-      "one step of the online softmax over the rows of S, with running row maxima m and sums l", softmaxOnlineRule);
+      "one step of the online softmax over the rows of S, with running row maxima m and sums l", softmaxOnlineRule)
+      .inKernel("softmax_online").example("tile.softmax_online(a, tile.row_max(a), tile.row_sum(a))");
   add(out, "row_index", "tile.row_index() -> Tile", "the row index of each element of the tile it is combined with",
-      rowIndexRule);
+      rowIndexRule)
+      .inKernel("index", "row").example("tile.where(tile.row_index() >= 4, a, b)");
   add(out, "col_index", "tile.col_index(col0) -> Tile",
-      "col0 plus the column index of each element of the tile it is combined with", colIndexRule);
+      "col0 plus the column index of each element of the tile it is combined with", colIndexRule)
+      .inKernel("index", "col").example("tile.where(tile.row_index() >= tile.col_index(0), a, b)");
   // configuration
   add(out, "context", "tile.context() -> Config",
-      "the chosen configuration of this kernel (ctx.BM, ctx.warps, ...)", contextRule);
+      "the chosen configuration of this kernel (ctx.BM, ctx.warps, ...)", contextRule)
+      .inKernel("context").example("tile.context()");
 }
 
 } // namespace tsr::sema
