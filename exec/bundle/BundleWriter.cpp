@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -511,10 +512,43 @@ std::string describe(const Lowered &l) {
 
 unsigned jobs() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+// The x86-64 microarchitecture levels of the System V psABI (x86-64-v2: SSE4.2 and POPCNT, v3:
+// AVX2, FMA, BMI, v4: AVX-512), with the ISA extensions each one guarantees, as LLVM names them:
+// what a bundle made for such a level records, and what a runner checks.
+const std::map<std::string, std::vector<std::string>> &x86Levels() {
+  static const std::map<std::string, std::vector<std::string>> levels = [] {
+    std::map<std::string, std::vector<std::string>> l;
+    l["x86-64"] = {"cmov", "cx8", "fxsr", "mmx", "sse", "sse2"};
+    l["x86-64-v2"] = l["x86-64"];
+    for (const char *f : {"cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3"}) l["x86-64-v2"].push_back(f);
+    l["x86-64-v3"] = l["x86-64-v2"];
+    for (const char *f : {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave"}) l["x86-64-v3"].push_back(f);
+    l["x86-64-v4"] = l["x86-64-v3"];
+    for (const char *f : {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "evex512"}) l["x86-64-v4"].push_back(f);
+    return l;
+  }();
+  return levels;
+}
+
+// Removes every `"NAME"="..."` function attribute from LLVM IR text.
+std::string dropLlvmAttribute(std::string ll, const std::string &name) {
+  const std::string key = " \"" + name + "\"=\"";
+  for (size_t at = ll.find(key); at != std::string::npos; at = ll.find(key, at)) {
+    const size_t end = ll.find('"', at + key.size());
+    if (end == std::string::npos) break;
+    ll.erase(at, end + 1 - at);
+  }
+  return ll;
+}
+
 // The cpu target: each program's optimized LLVM IR (the host JIT's, with the entry renamed
 // tsr_bundle_cpu_KEY so that the programs share one object) compiled by llc, and the objects
-// linked into one shared object (section CpuObject). Fills each entry's "cpu" and returns the
-// target's manifest object (triple, cpu, features, section).
+// linked into one shared object (section CpuObject). For a CPU other than the host
+// (WriteOptions::cpuName: an x86-64 level), the host's CPU and feature attributes are taken off the
+// IR and llc compiles for the level: the optimized IR is target-independent (generic vector
+// operations and intrinsics only; wider vectors than the level has are split), so only the
+// instruction selection changes. Fills each entry's "cpu" and returns the target's manifest
+// object (triple, cpu, features, section).
 json cpuTarget(const std::vector<Lowered> &programs, std::vector<json> &entries, rb::Writer &w, const std::string &tmp,
                const WriteOptions &opts) {
   const std::string llc = toolPath(opts.llc, "TSR_LLC", TSR_BUNDLE_LLC);
@@ -542,8 +576,14 @@ json cpuTarget(const std::vector<Lowered> &programs, std::vector<json> &entries,
       features = llvmAttribute(ll, "target-features");
     }
     const std::string base = tmp + "/cpu" + std::to_string(i);
+    std::vector<std::string> argv{llc, "-O3", "-filetype=obj", "-relocation-model=pic"};
+    if (opts.cpuName != "host") {
+      for (const char *a : {"target-cpu", "target-features", "prefer-vector-width", "min-legal-vector-width"}) ll = dropLlvmAttribute(ll, a);
+      argv.push_back("-mcpu=" + opts.cpuName);
+    }
     writeFile(base + ".ll", ll);
-    compile.push_back({{llc, "-O3", "-filetype=obj", "-relocation-model=pic", base + ".ll", "-o", base + ".o"}, base + ".log"});
+    argv.insert(argv.end(), {base + ".ll", "-o", base + ".o"});
+    compile.push_back({argv, base + ".log"});
     objects.push_back(base + ".o");
     entries[i]["cpu"] = {{"symbol", symbol}, {"params", l.fn->params.size()}};
   }
@@ -556,6 +596,13 @@ json cpuTarget(const std::vector<Lowered> &programs, std::vector<json> &entries,
     at = end + 1;
   }
   target["features"] = feats;
+  if (opts.cpuName != "host") {
+    auto level = x86Levels().find(opts.cpuName);
+    if (level == x86Levels().end()) throw WriteError("--cpu " + opts.cpuName + ": expected host, x86-64, x86-64-v2, x86-64-v3 or x86-64-v4");
+    if (!programs.empty() && triple.rfind("x86_64", 0) != 0) throw WriteError("--cpu " + opts.cpuName + " is an x86-64 level; this machine is " + triple);
+    target["cpu"] = opts.cpuName;
+    target["features"] = level->second;
+  }
   if (programs.empty()) return target;
   if (!executable(llc)) throw WriteError("the cpu target needs LLVM 19's llc, not found at `" + llc + "` (TSR_LLC names another)");
   if (!executable(cc)) throw WriteError("the cpu target needs a C compiler driver to link, not found at `" + cc + "` (TSR_HOST_CC names another)");

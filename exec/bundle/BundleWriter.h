@@ -9,8 +9,8 @@
 //   names them) for the sizes `sizes` gives the symbols, then the defaults of main's int
 //   parameters (sizes the checker names after the flag they come from), 1001 for the others;
 // - per target the code: for cpu one ELF shared object with an entry per program (the host JIT's
-//   optimized LLVM IR, codegen::hostLLVMText, compiled by LLVM's `llc` for this CPU and linked by
-//   the C compiler driver); for cuda one PTX module per program and architecture
+//   optimized LLVM IR, codegen::hostLLVMText, compiled by LLVM's `llc` for this CPU, or for an
+//   x86-64 level, and linked by the C compiler driver); for cuda one PTX module per program and architecture
 //   (codegen::nvptx::compileToPtx), and a cubin where ptxas is found;
 // - the hand-written `@kernel`s whose launches lower before run time (ir::lowerProgramKernels,
 //   what `tsrc --emit=tile` prints), compiled the same way; the others compile when they launch.
@@ -31,6 +31,10 @@ namespace tsr::bundle {
 struct WriteOptions {
   bool cpu = true, cuda = true;
   std::vector<std::string> archs{"sm_80", "sm_90"};
+  /// The CPU the cpu target's code is for: "host" (this machine's CPU and all its extensions, as
+  /// the JIT compiles) or an x86-64 level of the psABI ("x86-64-v3": every x86-64 with AVX2 and
+  /// FMA), for a bundle that runs on other machines.
+  std::string cpuName = "host";
   /// Sizes of symbols for choosing tiles (`--specialize SYM=INT`); then main's int defaults; 1001.
   std::map<std::string, int64_t> sizes;
   /// Run main with these flags before writing (`--trace`), on the CPU with graphs on the

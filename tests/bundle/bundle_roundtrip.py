@@ -17,8 +17,9 @@ same files, the folder holds nothing else, and the runner's count line says the 
 ran: `tsr: bundle: N programs from the bundle, 0 compiled here` with N >= 1. Both runs use
 TSR_JIT_THRESHOLD=0 (every step compiled) so that their numerics are the same code's.
 Then two bundles made without --trace (the programs known before run time) must still serve at
-least one program each, and the command line's errors are checked (exit 2 for usage, 1 for a
-failed trace run or an unwritable output).
+least one program each, two with --cpu x86-64-v3 and x86-64 (code for another CPU than this one)
+must run the same, and the command line's errors are checked (exit 2 for usage, 1 for a failed
+trace run or an unwritable output).
 
 TSR_BUNDLE_TEST_IGNORE_CODE=1 (the runner's test-only switch: compile everything) makes this
 test fail: its negative control.
@@ -40,6 +41,8 @@ FLAGS = {
     "train_regression": ["--steps", "100"],
 }
 STATIC = {"gemm": [], "transformer_block": []}
+# Bundles whose cpu code is for an x86-64 level rather than this machine's CPU (tsrc --cpu).
+PORTABLE = {"transformer_block": "x86-64-v3", "train_regression": "x86-64"}
 COUNT = re.compile(r"^tsr: bundle: (\d+) programs from the bundle, (\d+) compiled here$", re.M)
 TIME = re.compile(r"\d+(\.\d+)?s\b")
 
@@ -73,14 +76,14 @@ def files_in(folder):
     return sorted(os.path.relpath(p, folder) for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if os.path.isfile(p))
 
 
-def roundtrip(tsrc, tsr, root, work, name, flags_t, trace):
+def roundtrip(tsrc, tsr, root, work, name, flags_t, trace, cpu=None):
     src = os.path.join(root, "examples", name + ".tsr")
-    made = os.path.join(work, name + ("" if trace else ".static") + ".bundle")
+    made = os.path.join(work, name + ("" if trace else ".static") + (f".{cpu}" if cpu else "") + ".bundle")
     src_dir = tempfile.mkdtemp(dir=work, prefix="source-")
     run_dir = tempfile.mkdtemp(dir=work, prefix="bundle-")
     flags = [a.format(root=root) for a in flags_t]
-    label = f"{name}{'' if trace else ' (no --trace)'}"
-    cmd = [tsrc, src, "-o", made, "--target", "cpu"]
+    label = f"{name}{'' if trace else ' (no --trace)'}{f' (--cpu {cpu})' if cpu else ''}"
+    cmd = [tsrc, src, "-o", made, "--target", "cpu"] + (["--cpu", cpu] if cpu else [])
     if trace:
         cmd += ["--trace", " ".join(flags)]
     r = run(cmd, cwd=tempfile.mkdtemp(dir=work, prefix="trace-"), timeout=1200)
@@ -131,6 +134,8 @@ def cli_checks(tsrc, root, work):
         ("--target without -o", [tsrc, ex, "--check", "--target", "cpu"], 2, r"apply to a bundle: add -o"),
         ("an unknown target", [tsrc, ex, "-o", "x.bundle", "--target", "gpu"], 2, r"`gpu` is not cpu or cuda"),
         ("an unknown arch", [tsrc, ex, "-o", "x.bundle", "--arch", "sm_80,sm_75"], 2, r"`sm_75` is not sm_80 or sm_90"),
+        ("an unknown cpu", [tsrc, ex, "-o", "x.bundle", "--cpu", "skylake"], 2, r"--cpu: skylake not in \{host,x86-64,x86-64-v2,x86-64-v3,x86-64-v4\}"),
+        ("--cpu without -o", [tsrc, ex, "--check", "--cpu", "x86-64-v3"], 2, r"--target, --cpu, --specialize and --trace apply to a bundle"),
         ("a malformed --specialize", [tsrc, ex, "-o", "x.bundle", "--specialize", "n=-3"], 2, r"expected SYM=INT"),
         ("nothing to do", [tsrc, ex], 2, r"nothing to do: use -o FILE.bundle, --check or --emit"),
         ("a failing trace run", [tsrc, ex, "-o", "x.bundle", "--target", "cpu", "--trace", "--n notanumber"], 1,
@@ -160,11 +165,13 @@ def main():
             roundtrip(tsrc, tsr, root, work, name, FLAGS.get(name, []), True)
         for name, flags in STATIC.items():
             roundtrip(tsrc, tsr, root, work, name, flags, False)
+        for name, cpu in PORTABLE.items():
+            roundtrip(tsrc, tsr, root, work, name, FLAGS.get(name, []), True, cpu)
         cli_checks(tsrc, root, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    # Every example, the static bundles, the ten command-line checks; six examples at least.
-    return summary(passed, failed, minimum=max(len(names), 6) + len(STATIC) + 10)
+    # Every example, the static and portable bundles, the twelve command-line checks; six examples at least.
+    return summary(passed, failed, minimum=max(len(names), 6) + len(STATIC) + len(PORTABLE) + 12)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,10 @@ int main(int argc, char **argv) {
           if (t != "cpu" && t != "cuda") return "`" + t + "` is not cpu or cuda";
         return v.empty() || v.back() == ',' ? "an empty target" : "";
       });
+  std::string cpuName = "host";
+  app.add_option("--cpu", cpuName, "with -o: the CPU of the cpu target's code: host (this machine's, the default) or an x86-64 "
+                                   "level for other machines: x86-64, x86-64-v2, x86-64-v3 (AVX2, FMA), x86-64-v4 (AVX-512)")
+      ->check(CLI::IsMember({"host", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"}));
   std::string trace;
   auto *traceOpt = app.add_option("--trace", trace, "with -o: run main with these flags (one string, split at spaces; \"\" for "
                                                     "none) on the CPU first and add the programs of the graphs and kernels it runs");
@@ -263,13 +267,14 @@ int main(int argc, char **argv) {
       }
       bundleOpts.sizes[kv.substr(0, eq)] = v;
     }
+    bundleOpts.cpuName = cpuName;
     if (traceOpt->count()) {
       std::stringstream ss(trace);
       bundleOpts.trace.emplace();
       for (std::string f; ss >> f;) bundleOpts.trace->push_back(f);
     }
-  } else if (!targetList.empty() || !specialize.empty() || traceOpt->count()) {
-    std::cerr << "tsrc: --target, --specialize and --trace apply to a bundle: add -o FILE.bundle\n";
+  } else if (!targetList.empty() || !specialize.empty() || traceOpt->count() || cpuName != "host") {
+    std::cerr << "tsrc: --target, --cpu, --specialize and --trace apply to a bundle: add -o FILE.bundle\n";
     return 2;
   } else if (arch.find(',') != std::string::npos) {
     std::cerr << "tsrc: --emit=ptx compiles for one architecture: --arch sm_80 or --arch sm_90\n";
