@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -418,6 +419,18 @@ private:
   Record record_;
 };
 
+// The interpreter names graphs `fn#N`, which the IR text's names (letters, digits, `_`, `.`, `$`)
+// do not allow: `@fn#3` becomes `@fn$3`, so that the trace run's Graph IR parses back.
+std::string parseableGraphNames(std::string text) {
+  auto nameChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '$'; };
+  for (size_t at = text.find('@'); at != std::string::npos; at = text.find('@', at + 1)) {
+    size_t i = at + 1;
+    while (i < text.size() && nameChar(text[i])) ++i;
+    if (i + 1 < text.size() && text[i] == '#' && std::isdigit(static_cast<unsigned char>(text[i + 1]))) text[i] = '$';
+  }
+  return text;
+}
+
 // Runs main with `flags` on the CPU (graphs on the reference evaluator, kernels compiled) and
 // adds to every set the programs of each graph at the shapes it ran with, and each kernel
 // launched. Returns the Graph IR text of the run's graphs. Throws WriteError when main fails.
@@ -443,7 +456,7 @@ std::string tracePrograms(const sema::Program &p, const std::vector<std::string>
     if (runGraphs) {
       std::ostringstream ir;
       ir::printModule(ir, *runGraphs);
-      irText = ir.str();
+      irText = parseableGraphNames(ir.str());
     }
   }
   for (auto &[name, fn] : kernels)

@@ -17,7 +17,8 @@ alone (CHECK: tsr-bundle-check; CHECK_ASAN: the same built with AddressSanitizer
   on --device cuda, a cuda-only bundle on the CPU, sm_90 code on an sm_80 GPU (the reader alone);
 - manifests that contradict the sections (checksums right, contents wrong).
 Altered bundles are written by tests/bundle/bundlefile.py, a second implementation of the format,
-which must also reproduce the C++ writer's bytes exactly.
+which must also reproduce the C++ writer's bytes exactly; the bundle's two Graph IR sections (the
+graphs that lower before run time, the trace run's) must parse back with tsrc --read-graph.
 
 TSR_BUNDLE_TEST_SKIP_CHECKSUMS=1 (the reader's test-only switch) makes this test fail: its
 negative control.
@@ -65,6 +66,16 @@ def main():
         good = open(good_path, "rb").read()
         b = bundlefile.read(good)
         report(bundlefile.write(b) == good, "model", "tests/bundle/bundlefile.py does not reproduce the writer's bytes")
+        # The Graph IR sections (the static graphs, the trace run's) parse back (tsrc --read-graph).
+        irs = [s for s in b.sections if s.kind == 3]
+        report(len(irs) == 2, "graph-ir sections", f"{len(irs)} graph-ir sections, expected 2 (static and trace)")
+        for i, s in enumerate(irs):
+            path = os.path.join(work, f"ir{i}.graph")
+            with open(path, "wb") as f:
+                f.write(s.data)
+            r = run([tsrc, path, "--read-graph"], cwd=work)
+            report(r.returncode == 0 and not r.crash and r.stdout.strip() == s.data.decode().strip(), f"graph-ir section {i} parses back",
+                   f"exit {r.returncode}: {r.stderr[-1000:]}")
         print(f"bundle: {len(good)} bytes, {len(b.sections)} sections: " +
               ", ".join(f"{i} {bundlefile.KINDS.get(s.kind, s.kind)} {s.offset}+{len(s.data)}" for i, s in enumerate(b.sections)))
 
