@@ -384,6 +384,12 @@ TypeRef FunctionChecker::callValue(const TypeRef &callee, Args &args, SourceRang
     for (auto &a : args.positional) ts.push_back(a.type);
     return callLambda(callee->lambda, ts, at);
   }
+  case TypeKind::DTypeVal:
+    // A dtype whose name is also a builtin's (`bool`): calling it calls the builtin.
+    if (const BuiltinInfo *b = callee->policies.empty() ? findBuiltin(dtypeName(callee->dtype)) : nullptr)
+      return callBuiltin(T::builtin(b), args, at, calleeRange);
+    D.report(DiagKind::NotCallable, calleeRange, {typeStr(callee)});
+    return T::unknown();
   case TypeKind::Opaque:
     if (callee->name == "Tensor") return T::unknown();
     [[fallthrough]];

@@ -541,6 +541,14 @@ LVRef Lowering::callValue(const LVRef &callee, const std::vector<LVRef> &args, c
     return r;
   }
   if (callee->kind == LV::K::Builtin) return builtin(*callee, args, kwargs, at, at);
+  // A dtype whose name is also a builtin's (`bool`): calling it calls the builtin.
+  if (callee->kind == LV::K::DType && callee->dt.policies.empty())
+    if (const sema::BuiltinInfo *b = sema::findBuiltin(dtypeName(callee->dt.dtype))) {
+      LV v;
+      v.kind = LV::K::Builtin;
+      v.builtin = b;
+      return builtin(v, args, kwargs, at, at);
+    }
   unsupported("calling a " + kindName(callee), at);
 }
 

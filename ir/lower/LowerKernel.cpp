@@ -1284,6 +1284,9 @@ private:
       else unsupported("`*` or `**` arguments in a kernel", a.range);
     }
     if (callee->kind == KV::K::Builtin) return builtin(*callee->builtin, c, args);
+    // A dtype whose name is also a builtin's (`bool`): calling it calls the builtin.
+    if (callee->kind == KV::K::DType)
+      if (const sema::BuiltinInfo *b = sema::findBuiltin(dtypeName(callee->dt))) return builtin(*b, c, args);
     if (callee->kind == KV::K::Function && callee->fn->kind == FunctionKind::Inline) return inlineCall(*callee->fn, args, c->range);
     if (callee->kind == KV::K::Function) unsupported("calling " + std::string(sema::functionKindWord(callee->fn->kind)) + " `" + callee->fn->name + "` from a kernel", c->range);
     unsupported("calling a " + kindName(callee), c->range);

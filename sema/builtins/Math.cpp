@@ -221,6 +221,7 @@ struct Unary {
   const char *keywords = "";  // the signature's keyword-only part
   const char *composite = ""; // graph code: an expression of builtins instead of an op
   bool differentiable = true; // floor, ceil and sign: zero almost everywhere (ir/autodiff: nondiff)
+  const char *host = "math";  // abs: Python's abs of any int, not only of those a double holds
 };
 const std::vector<Unary> &unaryTable() {
   static const std::vector<Unary> unaries = {
@@ -234,7 +235,7 @@ const std::vector<Unary> &unaryTable() {
       {"gelu", true, geluF, OnNumber::Float, "x * Phi(x) (approximate=\"tanh\" for the tanh form), elementwise",
        "approximate=\"none\""},
       {"silu", true, siluF, OnNumber::Float, "x * sigmoid(x), elementwise"},
-      {"abs", false, absF, OnNumber::KeepKind, "absolute value (Python's abs on numbers), elementwise"},
+      {"abs", false, absF, OnNumber::KeepKind, "absolute value (Python's abs on numbers), elementwise", "", "", true, "abs"},
       {"sin", true, [](double x) { return std::sin(x); }, OnNumber::Float, "sine, elementwise"},
       {"cos", true, [](double x) { return std::cos(x); }, OnNumber::Float, "cosine, elementwise"},
       {"log1p", true, [](double x) { return std::log1p(x); }, OnNumber::Float, "log(1 + x), accurate near 0, elementwise"},
@@ -282,7 +283,7 @@ void addMathBuiltins(Registrar &r) {
     bool composite = *u.composite;
     BuiltinInfo &b = add(u.name, composite ? HostAndGraph : Anywhere, unaryRule(u.name, u.promote, u.f, u.on, kw),
                          std::string(u.name) + params + " -> Tensor", u.doc, u.differentiable);
-    b.inHost("math").onNumbers(u.f, u.on).example(std::string(u.name) + "(x)");
+    b.inHost(u.host).onNumbers(u.f, u.on).example(std::string(u.name) + "(x)");
     if (composite) b.composes(u.composite).example(std::string(u.name) + "(x * 10.0, beta=2.0, threshold=5.0)");
     else b.inGraph("unary", u.name, attrs).inKernel("unary", u.name, attrs);
   }

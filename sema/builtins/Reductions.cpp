@@ -169,11 +169,11 @@ void addReductionBuiltins(Registrar &r) {
       .inGraph("mean").example("mean(x, axis=1)").example("mean(i)");
   add("max", Anywhere, reductionRule("max"), "max(x, axis=None, *, keepdims=False) -> Tensor | max(a, b, ...)",
       "maximum over axes of a tensor; Python's max on numbers and iterables")
-      .inGraph("reduce", "reduce_max").inKernel("minmax", "max").inHost("minmax")
+      .inGraph("reduce", "reduce_max").inKernel("minmax", "max").inHost("max")
       .example("max(x, axis=1)", HostAndGraph).example("max(x)", HostAndGraph).example("max(n, 2)").example("max([1.5, 2.5])", HostAndGraph);
   add("min", Anywhere, reductionRule("min"), "min(x, axis=None, *, keepdims=False) -> Tensor | min(a, b, ...)",
       "minimum over axes of a tensor; Python's min on numbers and iterables")
-      .inGraph("reduce", "reduce_min").inKernel("minmax", "min").inHost("minmax")
+      .inGraph("reduce", "reduce_min").inKernel("minmax", "min").inHost("min")
       .example("min(x, axis=0)", HostAndGraph).example("min(n, 2, 5)").example("min((4, 1))", HostAndGraph);
   add("argmax", HostAndGraph, reductionRule("argmax"), "argmax(x, axis=None, *, keepdims=False) -> Tensor[i64]",
       "index of the maximum over an axis (of the flattened tensor without axis)", false)
