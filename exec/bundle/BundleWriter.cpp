@@ -16,6 +16,7 @@
 #include "ir/tile/TileText.h"
 #include "runtime/bundle/Bundle.h"
 #include "runtime/bundle/Sha256.h"
+#include "support/BuildId.h"
 
 #include <nlohmann/json.hpp>
 
@@ -689,7 +690,9 @@ std::string writeBundle(const sema::Program &p, ir::Module &graphs, const WriteO
   rb::Writer w;
   json m;
   m["format"] = std::to_string(rb::kFormatMajor) + "." + std::to_string(rb::kFormatMinor);
-  m["compiler"] = opts.compiler;
+  m["compiler"] = opts.compiler.empty() ? std::string("tsrc ") + compilerVersion() + " (Tessera)" : opts.compiler;
+  // The code generator's build (a hash of its sources): whether a runner is the same build.
+  m["build"] = buildId();
   m["abi"] = rb::kCodeAbi;
   WriteSummary sum;
 

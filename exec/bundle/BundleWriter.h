@@ -42,7 +42,8 @@ struct WriteOptions {
   /// them with, and of every kernel it launches: the programs only a run can know (graphs of
   /// host code, of transforms, of sizes read from files).
   std::optional<std::vector<std::string>> trace;
-  std::string compiler = "tsrc 0.1 (Tessera)";
+  /// The manifest's `compiler`; empty: this compiler's ("tsrc 0.1 (Tessera)", support/BuildId.h).
+  std::string compiler;
   /// The tools; empty: the defaults found at build time (TSR_LLC, TSR_HOST_CC, TSR_PTXAS in the
   /// environment override them; TSR_PTXAS=none makes no cubins).
   std::string llc, cc, ptxas;

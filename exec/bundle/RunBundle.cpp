@@ -11,6 +11,7 @@
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/ModuleCache.h"
 #include "sema/Program.h"
+#include "support/BuildId.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -134,8 +135,11 @@ int runBundleCommand(const std::vector<std::string> &args) {
     std::cerr << "tsr run: " << e.what() << "\n";
     return 1;
   }
-  if (verbose && bundle->compiler != "tsrc 0.1 (Tessera)")
-    std::cerr << "tsr: bundle: made by " << bundle->compiler << ", run by tsr 0.1 (Tessera) (programs are matched by their text)\n";
+  // Another compiler's bundle runs (docs/bundle.md, versioning); the verbose log says so.
+  const std::string self = std::string("tsrc ") + compilerVersion() + " (Tessera)";
+  if (verbose && (bundle->compiler != self || bundle->build != buildId()))
+    std::cerr << "tsr: bundle: made by " << bundle->compiler << " build " << (bundle->build.empty() ? "?" : bundle->build)
+              << ", run by " << self << " build " << buildId() << " (programs are matched by their text)\n";
 
   // The device, and whether the bundle's code runs on it.
   if (device == "auto") {

@@ -344,6 +344,7 @@ Bundle Bundle::parse(std::string bytes, const ParseOptions &opts) {
     refuse(Refusal::Version, "the bundle's code ABI is " + std::to_string(abi) + "; this runner runs ABI " + std::to_string(kCodeAbi) +
                                  " (docs/bundle.md, versioning)");
   b.compiler = r.str(m, "compiler", "top level");
+  if (m.contains("build")) b.build = r.str(m, "build", "top level");
   b.mainPath = r.str(m, "main", "top level");
   b.sourceSha256 = r.str(m, "source_sha256", "top level");
   b.irSha256 = r.str(m, "ir_sha256", "top level");

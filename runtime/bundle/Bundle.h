@@ -179,6 +179,7 @@ public:
 
   uint16_t formatMajor = 0, formatMinor = 0;
   std::string compiler;  // "tsrc 0.1 (Tessera)": informational (docs/bundle.md, versioning)
+  std::string build;     // the compiler's build id (support/BuildId.h); empty when absent
   std::string mainPath;  // the main module's path (relative to root "main")
   std::string sourceSha256, irSha256;
   std::vector<Section> sections;
