@@ -207,6 +207,9 @@ int runBundleCommand(const std::vector<std::string> &args) {
     diags.render(std::cerr);
     if (diags.hasInternalError()) return 70;
     if (diags.hasErrors()) return 1;
+    // The folder the modules were checked from is gone: what the program shows of its main
+    // module's path (`--help`'s usage line) is the bundle.
+    if (program->main) program->main->path = file;
     // Every kernel step compiled from its first call (threshold 0): the bundle's programs cost
     // nothing to load, and one it lacks compiles at once. TSR_JIT_THRESHOLD still decides.
     int64_t threshold = 0;

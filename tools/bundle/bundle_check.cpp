@@ -40,9 +40,11 @@ int main(int argc, char **argv) {
     std::cout << "graph IR: sha256 " << b.irSha256 << "\n";
     size_t cpu = 0, cuda = 0;
     for (const rb::Program &p : b.programs) (p.target == "cpu" ? cpu : cuda)++;
-    if (b.cpu)
+    if (b.cpu && b.cpu->section)
       std::cout << "target cpu: " << b.cpu->triple << ", " << b.cpu->cpu << ", " << b.cpu->features.size() << " ISA features, "
-                << cpu << " programs" << (b.cpu->section ? "" : " (no code)") << "\n";
+                << cpu << " programs\n";
+    else if (b.cpu)
+      std::cout << "target cpu: no programs\n";
     for (const rb::CudaArch &a : b.cuda)
       std::cout << "target cuda " << a.arch << ": PTX" << (a.cubin ? " and cubins" : "") << ", " << cuda << " programs\n";
     for (size_t i = 0; i < b.sections.size(); ++i) {
