@@ -1,6 +1,7 @@
 #include "lsp/Features.h"
 
 #include "sema/Builtins.h"
+#include "sema/Decorators.h"
 
 #include <nlohmann/json.hpp>
 
@@ -282,7 +283,7 @@ void describeValue(Doc &doc, const std::string &label, const TypeRef &t, const S
     describeModule(doc, *t->module);
     return;
   }
-  if (t->is(TypeKind::Opaque) && t->name == "tessera") {
+  if (isTesseraModule(t)) {
     doc.code("import tessera");
     doc.para("the builtins, under another name: `ts.X` is the builtin `X`");
     return;
@@ -487,26 +488,9 @@ std::optional<HoverHit> hoverAt(const Analysis &a, uint32_t off, bool md) {
     }
     for (auto &d : f->decorators) {
       if (!contains(d.range, off)) continue;
-      std::vector<std::string> path = d.path;
-      // `import tessera as ts`: @ts.jit is @jit.
-      if (path.size() > 1) {
-        auto g = a.mainModule()->globals.find(path[0]);
-        if (g != a.mainModule()->globals.end() && g->second.type && g->second.type->is(TypeKind::Opaque) &&
-            g->second.type->name == "tessera")
-          path.erase(path.begin());
-      }
-      std::string name;
-      for (auto &part : path) name += (name.empty() ? "" : ".") + part;
       std::string what = "`" + f->name + "`";
-      std::string says;
-      if (name == "jit") says = "makes " + what + " a graph function: compiled, fused and scheduled into device kernels";
-      else if (name == "kernel") says = "makes " + what + " a kernel: one tile program per point of its launch grid";
-      else if (name == "kernel.autotune") says = "makes " + what + " a kernel whose configuration is chosen from a search space";
-      else if (name == "kernel.schedule") says = "makes " + what + " a kernel with a fixed schedule";
-      else if (name == "inline") says = "makes " + what + " an inline helper, inlined into its callers";
-      else if (name == "autodiff") says = "makes " + what + " differentiable: grad, value_and_grad, vjp and jvp apply to it";
-      else if (name == "custom_vjp") says = "gives " + what + " a hand-written backward pass (fwd=, bwd=)";
-      else if (name == "distribute") says = "distributes " + what + " over a device mesh";
+      const DecoratorInfo *info = findDecorator(decoratorName(*a.mainModule(), d));
+      std::string says = info ? describeDecorator(*info, f->name) : "";
       doc.code(std::string(textOf(sm, d.range)));
       doc.para(says);
       if (fn && says.rfind("makes ", 0) != 0) doc.para(what + " is a " + std::string(functionKindWord(fn->kind)));
@@ -897,7 +881,7 @@ Resolved resolveChain(const Analysis *a, const FunctionInfo *fn, const std::vect
     if (it != main->globals.end()) t = it->second.type;
   }
   if (!t) {
-    if (chain[0] == "tessera") t = T::opaque("tessera");
+    if (chain[0] == "tessera") t = tesseraModule();
     else if (const BuiltinInfo *b = findBuiltin(chain[0])) t = T::builtin(b);
   }
   for (size_t i = 1; t && i < chain.size(); ++i) {
@@ -905,7 +889,7 @@ Resolved resolveChain(const Analysis *a, const FunctionInfo *fn, const std::vect
     if (t->is(TypeKind::Module) && t->module) {
       auto it = t->module->globals.find(part);
       t = it == t->module->globals.end() ? nullptr : it->second.type;
-    } else if (t->is(TypeKind::Opaque) && t->name == "tessera") {
+    } else if (isTesseraModule(t)) {
       const BuiltinInfo *b = findBuiltin(part);
       t = b ? T::builtin(b) : nullptr;
     } else {
@@ -914,7 +898,7 @@ Resolved resolveChain(const Analysis *a, const FunctionInfo *fn, const std::vect
   }
   if (!t) return r;
   if (t->is(TypeKind::Module)) r.module = t->module;
-  else if (t->is(TypeKind::Opaque) && t->name == "tessera") r.allBuiltins = true;
+  else if (isTesseraModule(t)) r.allBuiltins = true;
   else if (t->is(TypeKind::Builtin) && t->builtin && t->builtin->isNamespace) r.builtinNs = t->builtin->name;
   else r.value = t;
   return r;

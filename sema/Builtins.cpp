@@ -28,10 +28,11 @@ Registry build() {
   std::vector<BuiltinInfo> all;
   std::vector<std::pair<TypeKind, BuiltinInfo>> methods;
   Registrar reg{all, methods};
-  for (const char *ns : {"tile", "random", "dist"}) {
+  // The namespaces, callable where their members are (tile: kernels only).
+  for (auto [ns, contexts] : {std::pair<const char *, unsigned>{"tile", InKernel}, {"random", HostAndGraph}, {"dist", HostAndGraph}}) {
     BuiltinInfo b;
     b.name = ns;
-    b.contexts = Anywhere;
+    b.contexts = contexts;
     b.rule = ruleNamespace;
     b.signature = ns;
     b.doc = std::string("the builtin namespace `") + ns + "`";

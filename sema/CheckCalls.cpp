@@ -1,6 +1,7 @@
 // Calls, subscripts and attributes: binding arguments to parameters and symbols, kernel launches,
 // builtins, autodiff transforms and lambdas.
 #include "sema/Checker.h"
+#include "sema/Decorators.h"
 
 namespace tsr::sema {
 
@@ -297,7 +298,8 @@ TypeRef FunctionChecker::attribute(Attribute *a) {
   case TypeKind::Builtin: {
     if (base->builtin && base->builtin->isNamespace) {
       if (const BuiltinInfo *b = findBuiltin(base->builtin->name + "." + at)) return T::builtin(b);
-      if (base->builtin->name == "tile" && ctx_ != BodyContext::Kernel) {
+      // A namespace of kernel operations (tile) named outside a kernel.
+      if (!(base->builtin->contexts & InHost) && ctx_ != BodyContext::Kernel) {
         D.report(DiagKind::TileOutsideKernel, a->range, {at});
         return T::unknown();
       }
@@ -307,7 +309,7 @@ TypeRef FunctionChecker::attribute(Attribute *a) {
     return noSuch();
   }
   case TypeKind::Opaque:
-    if (base->name == "tessera") {
+    if (isTesseraModule(base)) {
       if (auto d = dtypeFromName(at)) return T::dtypeVal(*d);
       if (const BuiltinInfo *b = findBuiltin(at)) return T::builtin(b);
       return noSuch();
@@ -487,15 +489,8 @@ TypeRef FunctionChecker::callBuiltin(const TypeRef &callee, Args &args, SourceRa
     b->rule(site);
     return T::unknown();
   }
-  if (b->name == "tile.load" || b->name == "tile.store" || b->name == "tile.atomic_add") {
-    if (!site.args.empty() && site.args[0].type->is(TypeKind::View) && site.args[0].type->strided) {
-      D.report(DiagKind::ViewNotGlobal, site.args[0].range, {b->name.substr(5), "a strided slice"});
-      return b->name == "tile.load" ? T::unknown() : T::none();
-    }
-  }
   TypeRef r = b->rule(site);
   if (!r) r = T::unknown();
-  if (b->name == "tile.context" && fn_) const_cast<FunctionInfo *>(fn_)->usesContext = true;
   // Tile shapes must be compile-time (spec section 7): constants, keyword-only parameters,
   // autotuned knobs, and the dims of the kernel's tensors (a kernel is specialized for each
   // value of a dim that shapes its tiles, as for keyword-only parameters). Program ids, loop
@@ -760,7 +755,7 @@ TypeRef FunctionChecker::callTransform(const TypeRef &callee, Args &args, Source
       }
       grads.push_back(gradientOf(args.positional[static_cast<size_t>(n)].type, D, args.positional[static_cast<size_t>(n)].range, "argument " + std::to_string(n)));
     }
-    TypeRef g = grads.size() == 1 && callee->name != "tuple" ? grads[0] : T::tuple(grads);
+    TypeRef g = grads.size() == 1 && !callee->argnumsTuple ? grads[0] : T::tuple(grads);
     if (callee->transform == Transform::Grad) return g;
     return T::tuple({r, g});
   }

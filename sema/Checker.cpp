@@ -1,5 +1,6 @@
 // Statements and expressions of function bodies and module top levels.
 #include "sema/Checker.h"
+#include "sema/Decorators.h"
 
 #include <cmath>
 
@@ -333,7 +334,7 @@ void FunctionChecker::checkFor(For *s) {
   TypeRef it = expr(s->iter);
   if (ctx_ == BodyContext::Kernel && !(it->is(TypeKind::Range) || it->is(TypeKind::Unknown) || it->is(TypeKind::Tuple) || it->is(TypeKind::List)))
     D.report(DiagKind::NotInKernel, s->iter->range, {"a `for` loop over " + typeStr(it), "kernel loops run over tile.range(start, end, step)"});
-  if (it->is(TypeKind::Range) && it->name == "tile.range" && ctx_ != BodyContext::Kernel)
+  if (it->is(TypeKind::Range) && it->kernelRange && ctx_ != BodyContext::Kernel)
     D.report(DiagKind::TileOutsideKernel, s->iter->range, {"range"});
   // Graph functions unroll loops over tuples of known length: each element is checked with its
   // own type, so symbolic sizes stay exact (`for s in x.shape: n = n * s`).
@@ -354,7 +355,7 @@ void FunctionChecker::checkFor(For *s) {
     block(s->orelse);
     return;
   }
-  if (ctx_ == BodyContext::Graph && !specializing_ && it->is(TypeKind::Range) && it->name == "range") {
+  if (ctx_ == BodyContext::Graph && !specializing_ && it->is(TypeKind::Range) && !it->kernelRange) {
     for (auto &bound : it->elems)
       if (bound && bound->intValue && isRuntimeDim(*bound->intValue)) {
         D.report(DiagKind::NotInGraph, s->iter->range, {"a `for` loop over a range known only at run time",
@@ -525,7 +526,7 @@ TypeRef FunctionChecker::assignedValue(Expr *value) {
     D.note("use its members, as `" + shown + ".name`");
     return T::unknown();
   }
-  if (v->is(TypeKind::Range) && v->name == "tile.range") {
+  if (v->is(TypeKind::Range) && v->kernelRange) {
     D.report(DiagKind::TileRange, value->range);
     return T::unknown();
   }
@@ -563,7 +564,7 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
       if (a.path.size() == 1 && a.path[0] == "tessera") {
         Symbol sym;
         sym.kind = Symbol::Kind::Builtin;
-        sym.type = T::opaque("tessera");
+        sym.type = tesseraModule();
         sym.decl = a.range;
         mod_.globals[a.asName.empty() ? "tessera" : a.asName] = sym;
         continue;

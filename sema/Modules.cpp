@@ -2,6 +2,7 @@
 // driver of the whole check.
 #include "frontend/Parser.h"
 #include "sema/Checker.h"
+#include "sema/Decorators.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -221,7 +222,7 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
       // Only `ts.bf16` (an alias of the tessera module) names a dtype through an attribute.
       auto *base = dyn_cast<Name>(at->value);
       auto g = base ? m.globals.find(base->id) : m.globals.end();
-      if (g == m.globals.end() || !g->second.type || !g->second.type->is(TypeKind::Opaque) || g->second.type->name != "tessera")
+      if (g == m.globals.end() || !isTesseraModule(g->second.type))
         return std::nullopt;
     }
     if (auto *n = dyn_cast<Name>(x)) {
@@ -343,24 +344,23 @@ void ProgramChecker::analyzeDecorators(FunctionInfo &fn) {
     fn.kind = k;
   };
   for (const Decorator &d : fn.def->decorators) {
-    std::vector<std::string> path = d.path;
-    // `import tessera as ts`: @ts.jit is @jit.
-    if (path.size() > 1) {
-      auto g = m.globals.find(path[0]);
-      if (g != m.globals.end() && g->second.type && g->second.type->is(TypeKind::Opaque) && g->second.type->name == "tessera")
-        path.erase(path.begin());
-    }
-    std::string name = joinDots(path);
     auto argNamed = [&](const std::string &n) -> const Arg * {
       for (auto &a : d.args) if (a.kind == ArgKind::Keyword && a.name == n) return &a;
       return nullptr;
     };
-    if (name == "jit") setKind(FunctionKind::Graph, d);
-    else if (name == "inline") setKind(FunctionKind::Inline, d);
-    else if (name == "autodiff") fn.autodiff = true;
-    else if (name == "distribute") { fn.distributed = true; for (auto &a : d.args) scope.expr(a.value); }
-    else if (name == "kernel") setKind(FunctionKind::Kernel, d);
-    else if (name == "kernel.autotune") {
+    const DecoratorInfo *info = findDecorator(decoratorName(m, d));
+    if (!info) {
+      D.report(DiagKind::UnknownDecorator, d.range, {d.dotted()});
+      D.note("decorators are @jit, @inline, @kernel, @kernel.autotune(...), @kernel.schedule(...), @autodiff, @custom_vjp(...) and @distribute(...)");
+      continue;
+    }
+    switch (info->kind) {
+    case DecoratorKind::Jit: setKind(FunctionKind::Graph, d); break;
+    case DecoratorKind::Inline: setKind(FunctionKind::Inline, d); break;
+    case DecoratorKind::Autodiff: fn.autodiff = true; break;
+    case DecoratorKind::Distribute: fn.distributed = true; for (auto &a : d.args) scope.expr(a.value); break;
+    case DecoratorKind::Kernel: setKind(FunctionKind::Kernel, d); break;
+    case DecoratorKind::KernelAutotune: {
       setKind(FunctionKind::Kernel, d);
       fn.autotune = true;
       const Arg *space = argNamed("space");
@@ -402,7 +402,9 @@ void ProgramChecker::analyzeDecorators(FunctionInfo &fn) {
           }
         }
       }
-    } else if (name == "kernel.schedule") {
+      break;
+    }
+    case DecoratorKind::KernelSchedule:
       setKind(FunctionKind::Kernel, d);
       if (d.args.size() != 1 || d.args[0].kind != ArgKind::Positional) {
         D.report(DiagKind::ScheduleKnob, d.range, {"@kernel.schedule takes one Schedule, as @kernel.schedule(Schedule(block=(128, 128), k=64))"});
@@ -415,7 +417,8 @@ void ProgramChecker::analyzeDecorators(FunctionInfo &fn) {
           scheduleBroken = true;
         }
       }
-    } else if (name == "custom_vjp") {
+      break;
+    case DecoratorKind::CustomVjp:
       fn.customVjp = true;
       for (const char *which : {"fwd", "bwd"}) {
         const Arg *a = argNamed(which);
@@ -427,9 +430,7 @@ void ProgramChecker::analyzeDecorators(FunctionInfo &fn) {
         }
         (which[0] == 'f' ? fn.vjpFwd : fn.vjpBwd) = t->fn;
       }
-    } else {
-      D.report(DiagKind::UnknownDecorator, d.range, {d.dotted()});
-      D.note("decorators are @jit, @inline, @kernel, @kernel.autotune(...), @kernel.schedule(...), @autodiff, @custom_vjp(...) and @distribute(...)");
+      break;
     }
   }
 }

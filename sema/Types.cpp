@@ -45,7 +45,12 @@ TypeRef function(const FunctionInfo *fn) { Type t = of(TypeKind::Function); t.fn
 TypeRef builtin(const BuiltinInfo *b, TypeRef self) { Type t = of(TypeKind::Builtin); t.builtin = b; t.self = std::move(self); return make(std::move(t)); }
 TypeRef module(const ModuleInfo *m) { Type t = of(TypeKind::Module); t.module = m; return make(std::move(t)); }
 TypeRef lambda(const ast::Lambda *l) { Type t = of(TypeKind::Lambda); t.lambda = l; return make(std::move(t)); }
-TypeRef range(bool tileRange) { Type t = of(TypeKind::Range); t.name = tileRange ? "tile.range" : "range"; return make(std::move(t)); }
+TypeRef range(bool tileRange) {
+  Type t = of(TypeKind::Range);
+  t.name = tileRange ? "tile.range" : "range"; // as typeStr prints it
+  t.kernelRange = tileRange;
+  return make(std::move(t));
+}
 TypeRef key() { static TypeRef k = make(of(TypeKind::Key)); return k; }
 TypeRef config(std::vector<std::pair<std::string, Dim>> knobs) { Type t = of(TypeKind::Config); t.knobs = std::move(knobs); return make(std::move(t)); }
 TypeRef schedule(std::vector<std::pair<std::string, Dim>> knobs) { Type t = of(TypeKind::Schedule); t.knobs = std::move(knobs); return make(std::move(t)); }

@@ -91,10 +91,12 @@ struct Type {
   TypeRef launchGrid;        // a kernel subscripted with its grid
   Transform transform = Transform::None;
   std::vector<int> argnums;  // for Grad / ValueAndGrad
+  bool argnumsTuple = false; // argnums given as a tuple: the gradient is a tuple
   TypeRef inner;             // the function a transform wraps; a pullback's primal result
   std::string name;          // builtin name ("tile.load"), Opaque's description, a View's tensor
   bool strided = false;      // a View with a step other than 1 (tile operations reject it)
   bool runtime = false;      // a Bool computed from values known only at run time
+  bool kernelRange = false;  // a Range of tile.range(...): a kernel's loop, not an unrolled one
 
   // Config and Schedule: named integer knobs (BM, BN, warps, ...).
   std::vector<std::pair<std::string, Dim>> knobs;

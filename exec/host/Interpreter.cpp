@@ -157,7 +157,7 @@ struct Interpreter::Impl {
       t->transform = v->transform;
       t->inner = typeOf(v->inner, at);
       t->argnums = v->argnums;
-      if (v->argnumsTuple) t->name = "tuple";
+      t->argnumsTuple = v->argnumsTuple;
       return t;
     }
     default: fail("a " + kindName(v) + " cannot be passed to compiled code", at);
@@ -213,7 +213,7 @@ struct Interpreter::Impl {
     // Functions and transforms: which function, which transform, which argument numbers.
     if (t->fn) s += "@" + std::to_string(reinterpret_cast<uintptr_t>(t->fn));
     if (t->transform != sema::Transform::None) {
-      s += "~" + std::to_string(static_cast<int>(t->transform)) + t->name;
+      s += "~" + std::to_string(static_cast<int>(t->transform)) + (t->argnumsTuple ? "tuple" : "");
       for (int n : t->argnums) s += "," + std::to_string(n);
     }
     if (t->inner) s += "inner:" + key(t->inner);

@@ -75,7 +75,7 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     v.transform = t->transform;
     v.inner = paramValue(g, name, t->inner, at, compileTime);
     v.argnums = t->argnums;
-    v.tupleArgnums = t->name == "tuple";
+    v.tupleArgnums = t->argnumsTuple;
     return mk(v);
   }
   case TypeKind::Builtin: {

@@ -1,6 +1,6 @@
 // Tessera bundles (`tsrc model.tsr -o model.bundle`, `tsr run model.bundle`): one file holding a
 // program's manifest, its host program (the checked source modules), its Graph IR, its schedules,
-// and per target the compiled code of its graph programs. docs/bundle.md is the format's
+// and per target the compiled code of its programs (graph steps and kernels). docs/bundle.md is the format's
 // specification, byte by byte; this header is its reader and the writer of its container.
 //
 // This file builds with no LLVM, ANTLR or IR (runtime/ is what a deployed program needs), so a

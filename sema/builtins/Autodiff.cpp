@@ -202,7 +202,7 @@ BuiltinRule ruleGrad(Transform tr) {
       }
     }
     if (!ok || isUnknown(f)) return T::unknown();
-    return transformed(tr, f->type, std::move(nums), tupleForm ? "tuple" : "");
+    return transformed(tr, f->type, std::move(nums), tupleForm);
   };
 }
 

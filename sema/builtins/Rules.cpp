@@ -80,15 +80,15 @@ TypeRef tupleOf(TypeRef elem) {
 }
 
 /// A transformed function (grad, value_and_grad, pullback, checkpoint): only the transform,
-/// the wrapped type and the argument numbers; the checker's callTransform reads nothing else
-/// (`name == "tuple"` marks argnums given as a tuple, whose gradient is then a tuple).
-TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums, std::string name) {
+/// the wrapped type and the argument numbers (given as a tuple or not); the checker's
+/// callTransform reads nothing else.
+TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums, bool argnumsTuple) {
   auto t = std::make_shared<Type>();
   t->kind = K::Function;
   t->transform = tr;
   t->inner = std::move(inner);
   t->argnums = std::move(argnums);
-  t->name = std::move(name);
+  t->argnumsTuple = argnumsTuple;
   return t;
 }
 

@@ -61,9 +61,9 @@ inline TypeRef reshaped(const TypeRef &like, std::vector<Dim> dims) { return T::
 /// A tuple of unknown length: Types.h allows it (typeStr prints `tuple[T, ...]`).
 TypeRef tupleOf(TypeRef elem);
 /// A transformed function (grad, value_and_grad, pullback, checkpoint): only the transform,
-/// the wrapped type and the argument numbers; the checker's callTransform reads nothing else
-/// (`name == "tuple"` marks argnums given as a tuple, whose gradient is then a tuple).
-TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums = {}, std::string name = {});
+/// the wrapped type and the argument numbers (given as a tuple or not); the checker's
+/// callTransform reads nothing else.
+TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums = {}, bool argnumsTuple = false);
 /// Elements of a tuple, list or (keys of a) dict whose length is known.
 std::optional<std::vector<TypeRef>> knownElems(const Type &t);
 /// The element type of iterating an argument (as a `for` loop does); NotIterable otherwise.

@@ -368,7 +368,16 @@ TypeRef fullRule(CallSite &site) {
 
 // ---- memory ------------------------------------------------------------------------------------
 
+// A strided slice is not a view that tile memory operations take (ViewNotGlobal, before anything
+// else about the call).
+bool stridedView(CallSite &site, const char *op) {
+  if (site.args.empty() || !site.args[0].type || !site.args[0].type->is(TypeKind::View) || !site.args[0].type->strided) return false;
+  site.diags->report(DiagKind::ViewNotGlobal, site.args[0].range, {op, "a strided slice"});
+  return true;
+}
+
 TypeRef loadRule(CallSite &site) {
+  if (stridedView(site, "load")) return T::unknown();
   if (!site.expect({"view", "other", "mask"}, 1)) return T::unknown();
   const ArgInfo *va = site.arg(0, "view");
   Operand view = viewArg(site, va, "load");
@@ -380,6 +389,7 @@ TypeRef loadRule(CallSite &site) {
 }
 
 TypeRef storeRule(CallSite &site) {
+  if (stridedView(site, "store")) return T::none();
   if (!site.expect({"view", "value", "mask"}, 2)) return T::unknown();
   const ArgInfo *va = site.arg(0, "view");
   Operand view = viewArg(site, va, "store");
@@ -390,6 +400,7 @@ TypeRef storeRule(CallSite &site) {
 }
 
 TypeRef atomicAddRule(CallSite &site) {
+  if (stridedView(site, "atomic_add")) return T::none();
   if (!site.expect({"view", "value"}, 2)) return T::unknown();
   const ArgInfo *va = site.arg(0, "view");
   Operand view = viewArg(site, va, "atomic_add");
@@ -730,6 +741,8 @@ TypeRef softmaxOnlineRule(CallSite &site) {
 /// name), unless a fixed schedule gives it a value.
 TypeRef contextRule(CallSite &site) {
   if (!site.expect({}, 0)) return T::unknown();
+  // The kernel reads its configuration: each configuration is a specialization of it.
+  if (site.enclosing) const_cast<FunctionInfo *>(site.enclosing)->usesContext = true;
   std::vector<std::pair<std::string, Dim>> knobs;
   auto put = [&](const std::string &name, const Dim &d) {
     for (const auto &k : knobs)

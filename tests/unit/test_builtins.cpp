@@ -588,7 +588,7 @@ TEST_CASE("autodiff transforms") {
   TypeRef vg = h.call("value_and_grad", {{"loss", f}, {"(0, 1)", Tup({I(0), I(1)}), "argnums"}});
   CHECK(vg->transform == Transform::ValueAndGrad);
   CHECK(vg->argnums == std::vector<int>{0, 1});
-  CHECK(vg->name == "tuple"); // a tuple of argnums gives a tuple of gradients
+  CHECK(vg->argnumsTuple); // a tuple of argnums gives a tuple of gradients
   TypeRef ck = h.call("checkpoint", {{"loss", f}});
   CHECK(ck->transform == Transform::Checkpoint);
   CHECK(h.errors() == 0);
