@@ -310,6 +310,11 @@ private:
   void lowerBox(const TOp &op);
   void lowerGather(const TOp &op);
   void lowerFor(const TOp &op);
+  /// The tensor-core main loop of MmaPlan.h; false (nothing emitted) for any other loop.
+  bool lowerMmaLoop(const TOp &op);
+  /// Whether ops[index] of `b` is a zero constant read only as the initial accumulator of a
+  /// later tensor-core loop of `b` (which starts its registers at zero instead).
+  bool zeroInitOfMmaLoop(const tile::Block &b, size_t index);
   void lowerIf(const TOp &op);
   void lowerBlock(const tile::Block &b);
   void lowerOp(const tile::Block &b, size_t index);

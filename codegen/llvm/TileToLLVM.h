@@ -83,6 +83,10 @@ public:
   /// tileBuffer may return memory overlapping it. The lowering calls it only between ops, and every
   /// op writes tile memory only after a barrier(), so the reuse does not race with earlier reads.
   virtual void releaseTileBuffer(llvm::Value *buf) const { (void)buf; }
+  /// The tensor-core generation of a GPU target as its compute capability (80: mma.sync, ldmatrix
+  /// and cp.async; 90: also wgmma), 0 where there are none: matrix main loops then take the
+  /// general lowering (MmaPlan.h).
+  virtual int tensorCoreArch() const { return 0; }
 };
 
 /// Lowers `f` into `m` as a function named `name` of the target's program type, internal and

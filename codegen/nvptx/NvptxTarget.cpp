@@ -43,7 +43,7 @@ constexpr int64_t kArgBytes = sizeof(KernelArg);
 /// KernelArg array); tile buffers are slices of the module's dynamic shared array.
 class NvptxTarget : public TargetDesc {
 public:
-  NvptxTarget(int threads, GlobalVariable *smem) : threads_(threads), smem_(smem) {}
+  NvptxTarget(int threads, GlobalVariable *smem, int smArch) : threads_(threads), smem_(smem), smArch_(smArch) {}
   FunctionType *programType(LLVMContext &c) const override {
     return FunctionType::get(Type::getVoidTy(c), {PointerType::get(c, 0)}, false);
   }
@@ -113,10 +113,12 @@ public:
     free_ = merged;
   }
   uint64_t sharedBytes() const { return high_; }
+  int tensorCoreArch() const override { return smArch_; }
 
 private:
   int threads_;
   GlobalVariable *smem_;
+  int smArch_;
   mutable uint64_t end_ = 0, high_ = 0;
   mutable std::vector<std::pair<uint64_t, uint64_t>> free_;  // released [begin, end) ranges
   mutable std::map<Value *, std::pair<uint64_t, uint64_t>> live_;
@@ -241,13 +243,15 @@ Built build(const std::vector<const tile::Function *> &fns, LLVMContext &ctx, Ta
   auto *smem = new GlobalVariable(m, ArrayType::get(Type::getInt8Ty(ctx), 0), false, GlobalValue::ExternalLinkage,
                                   nullptr, "tsr_smem", nullptr, GlobalValue::NotThreadLocal, kShared);
   smem->setAlignment(Align(16));
+  // "sm_80" -> 80: the tensor-core instructions the lowering may use.
+  const int smArch = std::atoi(tm.getTargetCPU().str().c_str() + 3);
   NamedMDNode *ann = m.getOrInsertNamedMetadata("nvvm.annotations");
   for (const tile::Function *f : fns) {
     PtxKernel k;
     k.name = entryName(f->name);
     k.threads = warpsOf(*f) * 32;
     k.params = f->params.size();
-    NvptxTarget target(k.threads, smem);
+    NvptxTarget target(k.threads, smem, smArch);
     Function *prog = lowerTileFunction(*f, m, target, "tsr.program." + k.name);
     k.sharedBytes = int64_t(target.sharedBytes());
     // The entry: the KernelArg array by value in the .param space.

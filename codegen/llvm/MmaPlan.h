@@ -1,0 +1,57 @@
+// Which `for` loops of Tile IR run on the tensor cores, and how (an analysis: it changes nothing).
+//
+// The matrix main loop of a GEMM, written by hand (stdlib/kernels.tsr's gemm) or made by the
+// graph lowering (a matmul step), is one loop shape:
+//
+//     %acc = for %k = %lo to %hi step %s iter(%c = %init) {
+//       %a  = load_box %A, ... {box = [BM, BK]} : tile<BMxBKxbf16>      (or f16)
+//       [%a' = cast %a {dtype = f32}]
+//       %b  = load_box %B, ... {box = [BK, BN]} : tile<BKxBNxbf16>
+//       [%b' = cast %b {dtype = f32}]
+//       %d  = dot %a', %b', %c : tile<BMxBNxf32>
+//       yield %d
+//     }
+//
+// On a GPU with tensor cores (sm_80 and later) such a loop keeps its accumulator in registers,
+// distributed over the CTA's warps in the accumulator layout of `mma.sync.m16n8k16` (PTX ISA
+// §9.7.14.5.8, "Matrix Fragments for mma.m16n8k16"), copies its operand boxes to shared memory
+// with `cp.async` (PTX ISA §9.7.9.25) in a ring of `stages` buffers, and feeds the tensor cores
+// with `ldmatrix` (§9.7.14.5.15). The design is CUTLASS's multistage sm80 GEMM main loop
+// (include/cutlass/gemm/threadblock/mma_multistage.h): copies for tile i+stages-1 are in flight
+// while tile i is multiplied.
+//
+// A loop of any other shape, or one whose tiles do not divide into the instruction's (16 by 16
+// warp tiles, k in steps of 16), is lowered by the general rules (TileToLLVM.h).
+#pragma once
+
+#include "ir/tile/TileIR.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace tsr::codegen {
+
+struct MmaPlan {
+  // The loop's ops: the two boxes, their casts to f32 (null when the dot reads the boxes), the dot.
+  const tile::Op *loadA = nullptr, *loadB = nullptr, *castA = nullptr, *castB = nullptr, *dot = nullptr;
+  DType dtype = DType::BF16;        // of both operands: bf16 or f16
+  int64_t BM = 0, BN = 0, BK = 0;   // the CTA's tile: C is BM x BN, each step reads k in BK
+  int warpsM = 1, warpsN = 1;       // the warp grid over the C tile (warpsM * warpsN = warps)
+  int64_t warpM = 0, warpN = 0;     // one warp's C tile: warpM x warpN (multiples of 16)
+  int stages = 2;                   // shared-memory buffers of the copy ring
+  /// Row pitch of the operands' shared-memory tiles, in elements: 8 elements (16 bytes) of
+  /// padding per row put the 8 rows one ldmatrix reads in 8 different groups of 4 banks.
+  int64_t pitchA() const { return BK + 8; }
+  int64_t pitchB() const { return BN + 8; }
+  int64_t stageBytesA() const { return BM * pitchA() * 2; }
+  int64_t stageBytesB() const { return BK * pitchB() * 2; }
+  int64_t sharedBytes() const { return stages * (stageBytesA() + stageBytesB()); }
+  /// f32 accumulators each thread keeps in registers.
+  int64_t accumulatorsPerThread() const { return warpM * warpN / 32; }
+};
+
+/// The tensor-core plan of `forOp` for a CTA of `warps` warps on `smArch` (80, 90; 0: no tensor
+/// cores), or nothing when the loop is not the main loop above or does not fit the instruction.
+std::optional<MmaPlan> planMmaLoop(const tile::Op &forOp, int warps, int smArch);
+
+} // namespace tsr::codegen

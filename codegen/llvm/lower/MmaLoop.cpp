@@ -1,0 +1,296 @@
+// The tensor-core main loop (MmaPlan.h): accumulators in registers in mma.sync's layout, operand
+// boxes copied to a ring of shared-memory stages with cp.async, fragments read with ldmatrix.
+//
+// Layouts (PTX ISA §9.7.14.5.8, m16n8k16 with .bf16/.f16 inputs and .f32 accumulators), with
+// g = lane / 4 and t = lane % 4:
+//   A (16 x 16, row-major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16 x 8, "col"):      b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C (16 x 8):             c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+// One ldmatrix.x4 gives a whole A fragment when lanes 0-15 point at rows 0-15 of its k 0-7 half
+// and lanes 16-31 at the same rows' k 8-15; ldmatrix.x4.trans of the k-major B tile gives the B
+// fragments of two n-blocks of 8 with the same lane addressing (k = lane % 16, n + 8 * (lane / 16)).
+#include "codegen/llvm/Lowering.h"
+#include "codegen/llvm/MmaPlan.h"
+
+#include "llvm/IR/IntrinsicsNVPTX.h"
+
+#include <array>
+#include <optional>
+
+namespace tsr::codegen::lower {
+
+namespace {
+
+/// One operand box of the loop: which tensor axes are the tile's rows and columns, and its
+/// shared-memory tiles (one per stage).
+struct Operand {
+  const TOp *load = nullptr;
+  int rowAxis = -1, colAxis = -1;
+  int64_t rows = 0, cols = 0, pitch = 0, stageBytes = 0, ringOffset = 0;
+  Value *fast = nullptr;    // cp.async can copy it (uniform: aligned, unit inner stride)
+  Value *squeezedOk = nullptr; // the box's dropped axes index inside the tensor
+};
+
+bool zeroConstant(const TValue *v) {
+  if (!v->def || v->def->kind != OpKind::Constant) return false;
+  const ir::AttrValue *a = v->def->attr("value");
+  if (!a) return false;
+  if (auto *d = std::get_if<double>(a)) return *d == 0.0;
+  if (auto *i = std::get_if<int64_t>(a)) return *i == 0;
+  return false;
+}
+
+} // namespace
+
+bool Lowering::zeroInitOfMmaLoop(const tile::Block &b, size_t index) {
+  const TOp *c = b.ops[index];
+  if (!shared() || threads % 32 != 0 || c->kind != OpKind::Constant || c->results.size() != 1 ||
+      !zeroConstant(c->result()) || uses[c->result()] != 1)
+    return false;
+  for (size_t j = index + 1; j < b.ops.size(); ++j)
+    if (b.ops[j]->kind == OpKind::For && b.ops[j]->operands.size() == 4 && b.ops[j]->operands[3] == c->result())
+      return planMmaLoop(*b.ops[j], threads / 32, T.tensorCoreArch()).has_value();
+  return false;
+}
+
+bool Lowering::lowerMmaLoop(const TOp &op) {
+  if (!shared() || threads % 32 != 0) return false;
+  std::optional<MmaPlan> plan = planMmaLoop(op, threads / 32, T.tensorCoreArch());
+  if (!plan) return false;
+  const MmaPlan &p = *plan;
+  const tile::Block &body = *op.regions[0];
+  const TValue *iv = body.args[0];
+  const int S = p.stages;
+  const int64_t step = *op.operands[2]->def->attrAs<int64_t>("value");
+  Type *i16t = B.getInt16Ty();
+  PointerType *sharedPtr = PointerType::get(C, 3), *globalPtr = PointerType::get(C, 1);
+
+  Value *lo = get(op.operands[0]), *hi = get(op.operands[1]);
+  const TType &ct = op.result()->type;
+  Value *out = alloc(ct);
+  Value *ring;
+  {
+    IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+    ring = T.tileBuffer(ab, uint64_t(p.sharedBytes()));
+  }
+  if (!ring) fail(F, "a tensor-core loop without shared memory");
+  Value *ringS = B.CreateAddrSpaceCast(ring, sharedPtr);
+
+  // ---- operands ----
+  Operand ops[2];
+  ops[0].load = p.loadA;
+  ops[1].load = p.loadB;
+  ops[0].pitch = p.pitchA();
+  ops[1].pitch = p.pitchB();
+  ops[0].stageBytes = p.stageBytesA();
+  ops[1].stageBytes = p.stageBytesB();
+  ops[1].ringOffset = S * p.stageBytesA();
+  for (Operand &o : ops) {
+    const TOp &ld = *o.load;
+    TensorInfo &ti = tensor(ld.operands[0]);
+    const auto &box = *ld.attrAs<std::vector<int64_t>>("box");
+    o.squeezedOk = B.getTrue();
+    Value *fast = B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(ti.data, i64()), c64(15)), c64(0));
+    for (size_t d = 0; d < box.size(); ++d) {
+      if (box[d] > 0) {
+        (o.rowAxis < 0 ? o.rowAxis : o.colAxis) = int(d);
+        continue;
+      }
+      Value *s = get(ld.operands[1 + d]);
+      o.squeezedOk = B.CreateAnd(o.squeezedOk, B.CreateAnd(B.CreateICmpSGE(s, c64(0)), B.CreateICmpSLT(s, ti.shape[d])));
+      fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(ti.strides[d], c64(8)), c64(0)));
+    }
+    o.rows = box[size_t(o.rowAxis)];
+    o.cols = box[size_t(o.colAxis)];
+    // 16-byte chunks of 8 elements: unit column stride, rows 16-byte aligned, and a column start
+    // on a chunk boundary every iteration.
+    fast = B.CreateAnd(fast, B.CreateICmpEQ(ti.strides[size_t(o.colAxis)], c64(1)));
+    fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(ti.strides[size_t(o.rowAxis)], c64(8)), c64(0)));
+    const TValue *colStart = ld.operands[1 + size_t(o.colAxis)];
+    if (colStart == iv) {
+      fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(lo, c64(8)), c64(0)));
+      fast = B.CreateAnd(fast, B.CreateICmpSGE(lo, c64(0)));
+      if (step % 8 != 0) fast = B.getFalse();
+    } else {
+      Value *cs = get(colStart);
+      fast = B.CreateAnd(fast, B.CreateAnd(B.CreateICmpEQ(B.CreateSRem(cs, c64(8)), c64(0)), B.CreateICmpSGE(cs, c64(0))));
+    }
+    o.fast = fast;
+  }
+
+  // Copies tile `j` of both operands into ring stage `stage` (i64 values), in this thread's share.
+  auto issue = [&](Value *j, Value *stage) {
+    Value *k = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
+    for (Operand &o : ops) {
+      const TOp &ld = *o.load;
+      TensorInfo &ti = tensor(ld.operands[0]);
+      const size_t rank = ld.operands[0]->type.rank;
+      Value *base = c64(0);
+      std::vector<Value *> start(rank);
+      for (size_t d = 0; d < rank; ++d) {
+        start[d] = ld.operands[1 + d] == iv ? k : get(ld.operands[1 + d]);
+        base = B.CreateAdd(base, B.CreateMul(start[d], ti.strides[d]));
+      }
+      Value *rs = ti.strides[size_t(o.rowAxis)], *cs = ti.strides[size_t(o.colAxis)];
+      Value *nRows = ti.shape[size_t(o.rowAxis)], *nCols = ti.shape[size_t(o.colAxis)];
+      Value *dstStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(o.ringOffset), B.CreateMul(stage, c64(o.stageBytes))));
+      const int64_t perRow = o.cols / 8, chunks = o.rows * perRow;
+      const int64_t rounds = (chunks + threads - 1) / threads;
+      BasicBlock *fastBB = BasicBlock::Create(C, "mma.copy.async", fn), *slowBB = BasicBlock::Create(C, "mma.copy.sync", fn),
+                 *done = BasicBlock::Create(C, "mma.copy.end", fn);
+      B.CreateCondBr(o.fast, fastBB, slowBB);
+      for (int path = 0; path < 2; ++path) {
+        B.SetInsertPoint(path == 0 ? fastBB : slowBB);
+        for (int64_t round = 0; round < rounds; ++round) {
+          Value *c = B.CreateAdd(tid, c64(round * threads));
+          auto chunk = [&] {
+            Value *r = B.CreateUDiv(c, c64(perRow)), *c8 = B.CreateMul(B.CreateURem(c, c64(perRow)), c64(8));
+            Value *dst = B.CreateInBoundsGEP(i8(), dstStage, B.CreateMul(B.CreateAdd(B.CreateMul(r, c64(o.pitch)), c8), c64(2)));
+            Value *gr = B.CreateAdd(start[size_t(o.rowAxis)], r), *gc = B.CreateAdd(start[size_t(o.colAxis)], c8);
+            Value *rowOk = B.CreateAnd(o.squeezedOk, B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, nRows)));
+            Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, rs), B.CreateMul(c8, cs)));
+            if (path == 0) {
+              // Zero-filled past the tensor's end: cp.async reads `valid` bytes of 16.
+              Value *left = B.CreateSub(nCols, gc);
+              Value *n = B.CreateSelect(B.CreateICmpSLT(left, c64(8)), left, c64(8));
+              n = B.CreateSelect(B.CreateAnd(rowOk, B.CreateICmpSGT(n, c64(0))), n, c64(0));
+              Value *src = B.CreateSelect(B.CreateICmpSGT(n, c64(0)), B.CreateInBoundsGEP(i16t, ti.data, off), ti.data);
+              B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                                {dst, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
+            } else {
+              Value *vec = PoisonValue::get(FixedVectorType::get(i16t, 8));
+              for (int e = 0; e < 8; ++e) {
+                Value *col = B.CreateAdd(gc, c64(e));
+                Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
+                Value *x = guardedValue(
+                    ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), cs)))); },
+                    B.getInt16(0));
+                vec = B.CreateInsertElement(vec, x, uint64_t(e));
+              }
+              B.CreateAlignedStore(vec, dst, Align(16));
+            }
+          };
+          if ((round + 1) * threads <= chunks) chunk();
+          else ifThen(B.CreateICmpULT(c, c64(chunks)), chunk);
+        }
+        B.CreateBr(done);
+      }
+      B.SetInsertPoint(done);
+    }
+  };
+  auto commit = [&] { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_commit_group, {}, {}); };
+  auto waitGroups = [&](int pending) { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_wait_group, {}, {B.getInt32(uint32_t(pending))}); };
+
+  // ---- this thread's place in the warp grid ----
+  Value *lane = B.CreateAnd(tid, c64(31)), *warp = B.CreateLShr(tid, c64(5));
+  Value *g = B.CreateLShr(lane, c64(2)), *t4 = B.CreateAnd(lane, c64(3));
+  Value *rowW = B.CreateMul(B.CreateUDiv(warp, c64(p.warpsN)), c64(p.warpM));
+  Value *colW = B.CreateMul(B.CreateURem(warp, c64(p.warpsN)), c64(p.warpN));
+  const int64_t MT = p.warpM / 16, NT = p.warpN / 8;
+  auto accRow = [&](int64_t i, int q) { return B.CreateAdd(rowW, B.CreateAdd(c64(16 * i + 8 * (q / 2)), g)); };
+  auto accCol = [&](int64_t j, int q) { return B.CreateAdd(colW, B.CreateAdd(c64(8 * j + (q % 2)), B.CreateMul(t4, c64(2)))); };
+
+  // The accumulators' first values: the loop's initial tile (zeros need no reads).
+  std::vector<Value *> acc0(size_t(MT * NT * 4));
+  const TValue *init = op.operands[3];
+  if (zeroConstant(init)) {
+    for (Value *&a : acc0) a = cf(f32(), 0.0);
+  } else {
+    T.barrier(B);
+    Value *ib = get(init);
+    for (int64_t i = 0; i < MT; ++i)
+      for (int64_t j = 0; j < NT; ++j)
+        for (int q = 0; q < 4; ++q)
+          acc0[size_t((i * NT + j) * 4 + q)] =
+              loadElem(ib, DType::F32, B.CreateAdd(B.CreateMul(accRow(i, q), c64(p.BN)), accCol(j, q)));
+  }
+
+  // ---- prologue: the first stages-1 tiles in flight ----
+  Value *span = B.CreateSub(hi, lo);
+  Value *n = B.CreateSelect(B.CreateICmpSGT(span, c64(0)), B.CreateSDiv(B.CreateAdd(span, c64(step - 1)), c64(step)), c64(0));
+  T.barrier(B); // the ring may reuse memory that earlier ops' threads still read
+  for (int s = 0; s < S - 1; ++s) {
+    ifThen(B.CreateICmpSLT(c64(s), n), [&] { issue(c64(s), c64(s)); });
+    commit();
+  }
+
+  // ---- the main loop ----
+  BasicBlock *pre = B.GetInsertBlock();
+  BasicBlock *head = BasicBlock::Create(C, "mma.head", fn), *bodyBB = BasicBlock::Create(C, "mma.body", fn),
+             *exit = BasicBlock::Create(C, "mma.exit", fn);
+  B.CreateBr(head);
+  B.SetInsertPoint(head);
+  PHINode *j = B.CreatePHI(i64(), 2, "mma.j");
+  j->addIncoming(c64(0), pre);
+  std::vector<PHINode *> acc(acc0.size());
+  for (size_t q = 0; q < acc.size(); ++q) {
+    acc[q] = B.CreatePHI(f32(), 2);
+    acc[q]->addIncoming(acc0[q], pre);
+  }
+  B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
+  B.SetInsertPoint(bodyBB);
+  // Tile j has landed (at most stages-2 later groups pending) and every warp is done with tile
+  // j-1, whose stage the next copy overwrites.
+  waitGroups(S - 2);
+  T.barrier(B);
+  Value *nextJ = B.CreateAdd(j, c64(S - 1));
+  ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S))); });
+  commit();
+  Value *stage = B.CreateURem(j, c64(S));
+  Value *aBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(stage, c64(p.stageBytesA())));
+  Value *bBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ops[1].ringOffset), B.CreateMul(stage, c64(p.stageBytesB()))));
+  Value *laneRow = B.CreateAnd(lane, c64(15)), *laneCol = B.CreateMul(B.CreateLShr(lane, c64(4)), c64(8));
+  std::vector<Value *> cur(acc.begin(), acc.end());
+  const bool bf16 = p.dtype == DType::BF16;
+  Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
+  for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
+    std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
+    std::vector<std::array<Value *, 2>> bfr(static_cast<size_t>(NT));
+    for (int64_t i = 0; i < MT; ++i) {
+      Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(rowW, B.CreateAdd(c64(16 * i), laneRow)), c64(p.pitchA())),
+                             B.CreateAdd(c64(16 * kk), laneCol));
+      Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {sharedPtr},
+                                   {B.CreateInBoundsGEP(i8(), aBase, B.CreateMul(e, c64(2)))});
+      for (unsigned q = 0; q < 4; ++q) af[size_t(i)][q] = B.CreateExtractValue(r, q);
+    }
+    for (int64_t jj = 0; jj < NT / 2; ++jj) {
+      Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(c64(16 * kk), laneRow), c64(p.pitchB())),
+                             B.CreateAdd(colW, B.CreateAdd(c64(16 * jj), laneCol)));
+      Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16, {sharedPtr},
+                                   {B.CreateInBoundsGEP(i8(), bBase, B.CreateMul(e, c64(2)))});
+      bfr[size_t(2 * jj)] = {B.CreateExtractValue(r, 0), B.CreateExtractValue(r, 1)};
+      bfr[size_t(2 * jj + 1)] = {B.CreateExtractValue(r, 2), B.CreateExtractValue(r, 3)};
+    }
+    for (int64_t i = 0; i < MT; ++i)
+      for (int64_t jn = 0; jn < NT; ++jn) {
+        std::vector<Value *> args;
+        for (Value *a : af[size_t(i)]) args.push_back(bf16 ? a : B.CreateBitCast(a, h2));
+        for (Value *b : bfr[size_t(jn)]) args.push_back(bf16 ? b : B.CreateBitCast(b, h2));
+        size_t at = size_t((i * NT + jn) * 4);
+        for (int q = 0; q < 4; ++q) args.push_back(cur[at + size_t(q)]);
+        Value *r = B.CreateIntrinsic(bf16 ? Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32,
+                                     {}, args);
+        for (unsigned q = 0; q < 4; ++q) cur[at + q] = B.CreateExtractValue(r, q);
+      }
+  }
+  BasicBlock *latch = B.GetInsertBlock();
+  j->addIncoming(B.CreateAdd(j, c64(1)), latch);
+  for (size_t q = 0; q < acc.size(); ++q) acc[q]->addIncoming(cur[q], latch);
+  B.CreateBr(head);
+
+  // ---- the result: the accumulators into the loop's result tile ----
+  B.SetInsertPoint(exit);
+  waitGroups(0);
+  T.barrier(B);
+  for (int64_t i = 0; i < MT; ++i)
+    for (int64_t jn = 0; jn < NT; ++jn)
+      for (int q = 0; q < 4; ++q)
+        storeElem(out, DType::F32, B.CreateAdd(B.CreateMul(accRow(i, q), c64(p.BN)), accCol(jn, q)),
+                  acc[size_t((i * NT + jn) * 4 + q)]);
+  T.barrier(B);
+  T.releaseTileBuffer(ring);
+  set(op.result(), out);
+  return true;
+}
+
+} // namespace tsr::codegen::lower
