@@ -714,19 +714,9 @@ enum CompletionKind { kMethod = 2, kFunction = 3, kField = 5, kVariable = 6, kMo
 const char *const kKeywords[] = {"def", "return", "if", "elif", "else", "for", "in", "while", "break", "continue",
                                  "pass", "import", "from", "as", "with", "and", "or", "not", "assert", "True",
                                  "False", "None", "lambda"};
-const char *const kDecorators[] = {"jit", "autodiff", "kernel", "kernel.autotune", "kernel.schedule", "inline",
-                                   "custom_vjp", "distribute"};
 const char *const kPolicies[] = {"accum", "loss_scale", "stochastic_round", "saturate"};
 const char *const kDTypeNames[] = {"f64", "f32", "tf32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2", "i8", "i32", "i64", "bool",
                                    "fp32", "fp16", "float32", "float16", "bfloat16", "int8", "int32", "int64"};
-// Methods of builtin types (the registry is looked up for each, so only real ones are offered).
-const std::pair<TypeKind, const char *> kMethods[] = {
-    {TypeKind::Tensor, "astype"}, {TypeKind::Tensor, "item"}, {TypeKind::Tensor, "reshape"},
-    {TypeKind::Tensor, "squeeze"}, {TypeKind::Tensor, "transpose"}, {TypeKind::Tensor, "unsqueeze"},
-    {TypeKind::Dict, "get"}, {TypeKind::Dict, "items"}, {TypeKind::Dict, "keys"}, {TypeKind::Dict, "values"},
-    {TypeKind::List, "append"}, {TypeKind::List, "extend"}, {TypeKind::List, "pop"},
-    {TypeKind::Schedule, "with_block"}, {TypeKind::Schedule, "with_k"}, {TypeKind::Schedule, "with_warps"},
-    {TypeKind::Schedule, "with_stages"}};
 
 struct Items {
   Json list = Json::array();
@@ -924,7 +914,7 @@ Json completion(const Analysis *a, const Document &doc, Position pos, const Clie
     std::string_view before = line.substr(0, at);
     size_t nb = before.find_last_not_of(' ');
     if (onlyName && nb == std::string_view::npos) {
-      for (const char *d : kDecorators) items.add(d, kKeyword, "decorator");
+      for (const DecoratorInfo &d : allDecorators()) items.add(std::string(d.name), kKeyword, "decorator");
       return {{"isIncomplete", false}, {"items", items.list}};
     }
     if (onlyName && nb != std::string_view::npos) {
@@ -952,9 +942,8 @@ Json completion(const Analysis *a, const Document &doc, Position pos, const Clie
         items.add("ndim", kField, "int", "the rank");
         items.add("T", kField, "Tensor", "the last two axes swapped");
       }
-      for (auto &[kind, name] : kMethods)
-        if (kind == k)
-          if (const BuiltinInfo *b = findMethod(kind, name)) items.add(name, kMethod, b->signature, b->doc);
+      for (auto &[kind, b] : allMethods())
+        if (kind == k) items.add(b.name, kMethod, b.signature, b.doc);
     }
     return {{"isIncomplete", false}, {"items", items.list}};
   }
