@@ -56,8 +56,9 @@ struct NumberRule {
 /// f32]), i (Tensor[2, 3, i64], values in [0, 3)), c (Tensor[2, 3, bool]), key (a Key), d (a dict
 /// {"w": x, "b": v}) and n (the int 3); in kernel code x, y (f32 tiles [16]), a, b (f32 tiles
 /// [16, 16]), X, Y (f32 tensors [16]), A (an f32 tensor [16, 16]), sh (a shared f32 tile [16]) and
-/// n. A file that an example reads or writes is in the test's working directory ("x.npy",
-/// "rows.csv").
+/// n; everywhere the graph functions f(t) (tanh(t) * 2.0) and loss(t) (sum(t * t)). A file that an
+/// example reads or writes is in the test's working directory ("x.npy", "rows.csv"). An example
+/// is an expression, or a `for` statement on one line (a loop range: tile.range).
 struct BuiltinExample {
   unsigned contexts;
   std::string call;

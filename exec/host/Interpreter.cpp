@@ -1881,6 +1881,8 @@ HostRule findHostRule(std::string_view name) {
   return it == rules.end() ? nullptr : it->second;
 }
 
+bool hasHostBuiltinRule(std::string_view rule) { return findHostRule(rule) != nullptr; }
+
 ValueRef Interpreter::Impl::builtin(const Value &b, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
                                    Call *c, std::shared_ptr<Env> &env) {
   const sema::BuiltinInfo &e = *b.builtin;
@@ -1893,16 +1895,16 @@ ValueRef Interpreter::Impl::builtin(const Value &b, std::vector<ValueRef> args, 
   if (!(b.builtin->contexts & sema::InGraph)) fail("`" + name + "` cannot run yet", at);
   std::vector<ValueRef> operands;
   auto *node = synth.make<Call>(at, nullptr);
-  Value fnv = b;
-  fnv.self = nullptr;
-  operands.push_back(mk(fnv));
+  SourceRange calleeAt = c ? c->func->range : at;
   if (b.self) {
-    // A method: the receiver is the call's first argument.
-    operands[0] = mk(fnv);
+    // A method is called as one (`_0.reshape(3, 2)`): its rule reads the arguments after the
+    // receiver as a method's (x.reshape(3, 2) is reshape(x, (3, 2))).
     operands.push_back(b.self);
+    node->func = synth.make<Attribute>(calleeAt, nameNode(0, calleeAt), name, calleeAt);
+  } else {
+    operands.push_back(mk(b));
+    node->func = nameNode(0, calleeAt);
   }
-  node->func = nameNode(0, c ? c->func->range : at);
-  if (b.self) node->args.push_back({ArgKind::Positional, "", nameNode(1, at), at});
   passArguments(node, operands, args, kwargs, at);
   return eager(node, operands, moduleOf(env), c);
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tsr::ir { class KernelRunner; }
@@ -67,6 +68,10 @@ public:
   const ir::KernelRunner *kernels = nullptr;
 };
 std::unique_ptr<GraphExecutor> makeReferenceExecutor();
+
+/// Whether host code has the rule that a registry entry names (sema::BuiltinInfo::host.rule):
+/// what the completeness test of the registry asks (tests/builtins).
+bool hasHostBuiltinRule(std::string_view rule);
 
 /// A failure of the running program: a message and where it happened. `exitCode` is the spec's
 /// (1 for errors of the program, 3 for errors on the device).

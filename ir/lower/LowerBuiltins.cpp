@@ -120,3 +120,9 @@ LVRef Lowering::builtin(const LV &b, std::vector<LVRef> args, const std::map<std
 }
 
 } // namespace tsr::ir::lowering
+
+namespace tsr::ir {
+
+bool hasGraphBuiltinRule(std::string_view rule) { return lowering::findGraphRule(rule) != nullptr; }
+
+} // namespace tsr::ir

@@ -9,6 +9,7 @@
 #include "sema/Program.h"
 
 #include <memory>
+#include <string_view>
 
 namespace tsr::ir {
 
@@ -57,5 +58,9 @@ Graph *lowerEagerExpression(Module &m, const sema::Program &p, const sema::Modul
 /// parameter is annotated, and once per specialization the checker recorded. What cannot be
 /// lowered yet is reported as NotCompilableYet. Runs the Graph IR pipeline on each graph.
 std::unique_ptr<Module> lowerProgram(const sema::Program &p, DiagnosticEngine &diags);
+
+/// Whether graph lowering has the rule that a registry entry names (sema::BuiltinInfo::graph.rule):
+/// what the completeness test of the registry asks (tests/builtins).
+bool hasGraphBuiltinRule(std::string_view rule);
 
 } // namespace tsr::ir

@@ -535,24 +535,6 @@ private:
   }
 
   // exp, log, sqrt ...: integers compute in f32, as jnp.exp does; numbers fold.
-  KVRef floatUnary(TOp k, const KVRef &x, SourceRange at) {
-    if (isNumber(x)) {
-      double v = x->kind == KV::K::Float ? x->f : x->kind == KV::K::Int ? double(x->i) : double(x->b);
-      switch (k) {
-      case TOp::Exp: return floating(std::exp(v));
-      case TOp::Exp2: return floating(std::exp2(v));
-      case TOp::Log: return floating(std::log(v));
-      case TOp::Sqrt: return floating(std::sqrt(v));
-      case TOp::Rsqrt: return floating(1.0 / std::sqrt(v));
-      case TOp::Tanh: return floating(std::tanh(v));
-      default: break;
-      }
-    }
-    tile::Value *v = value(x, at);
-    if (!isFloat(v->type.dtype)) v = castTo(v, DType::F32, at);
-    return tileOf(op(k, {v}, {}, at), isWeak(x));
-  }
-
   // ---- tiles and views ----------------------------------------------------------------------
 
   int64_t extent(const KVRef &x, SourceRange at) {
@@ -861,6 +843,30 @@ private:
     return v;
   }
 
+  // An elementwise math builtin (its entry's kernel rule "unary"): on a Python number, the
+  // entry's number rule (as the checker folds it); on a tile, the Tile IR op the entry names, with
+  // the attributes it lists (gelu's approximate), in f32 for an integer tile where the math gives
+  // floats (exp; not abs, relu, sign, floor, ceil, round).
+  KVRef unary(const sema::BuiltinInfo &b, const KVRef &x, const Args &a, SourceRange at) {
+    if (isNumber(x) && b.number) {
+      bool isInt = x->kind != KV::K::Float;
+      double v = x->kind == KV::K::Float ? x->f : x->kind == KV::K::Int ? double(x->i) : double(x->b);
+      if (auto r = sema::applyToNumber(b, v, isInt)) return r->isInt ? integer(static_cast<int64_t>(r->value)) : floating(r->value);
+    }
+    auto k = tile::opFromSpelling(b.kernel.op);
+    if (!k) throw CompileError{"internal: the builtin `" + b.name + "` names no Tile IR op `" + b.kernel.op + "`", at};
+    std::vector<Attr> attrs;
+    for (auto &[name, dflt] : b.kernel.attrs) {
+      std::string given = dflt;
+      for (auto &[kw, v] : a.kw) if (kw == name && v->kind == KV::K::Str) given = v->s;
+      attrs.push_back({name, given});
+    }
+    tile::Value *v = value(x, at);
+    bool floatMath = b.number && b.number->result == sema::NumberRule::Result::Float;
+    if (floatMath && !isFloat(v->type.dtype)) v = castTo(v, DType::F32, at);
+    return tileOf(op(*k, {v}, attrs, at), isWeak(x));
+  }
+
   KVRef builtin(const sema::BuiltinInfo &b, Call *c, const Args &a) {
     const std::string &n = b.name;
     SourceRange at = c->range;
@@ -963,16 +969,8 @@ private:
       return tileOf(op(TOp::Select, {convert(cnd, DType::Bool, shape, at), convert(x, d, shape, at), convert(y, d, shape, at)}, {}, at),
                     isWeak(x) && isWeak(y));
     }
-    static const std::map<std::string, TOp> floatUnaries = {
-        {"exp", TOp::Exp}, {"exp2", TOp::Exp2}, {"log", TOp::Log}, {"sqrt", TOp::Sqrt}, {"rsqrt", TOp::Rsqrt}, {"tanh", TOp::Tanh}};
+    if (b.kernel.rule == "unary") return unary(b, x0("x"), a, at);
     std::string base = n.rfind("tile.", 0) == 0 ? n.substr(5) : n;
-    if (auto it = floatUnaries.find(base); it != floatUnaries.end()) return floatUnary(it->second, x0("x"), at);
-    if (base == "abs") {
-      KVRef x = x0("x");
-      if (x->kind == KV::K::Int) return integer(x->i < 0 ? -x->i : x->i);
-      if (x->kind == KV::K::Float) return floating(std::fabs(x->f));
-      return elementwise(TOp::Abs, {x}, at);
-    }
     if (base == "maximum" || base == "minimum" || ((n == "max" || n == "min") && a.pos.size() >= 2)) {
       bool isMax = base == "maximum" || n == "max";
       KVRef acc = need(a, 0, "a", at);

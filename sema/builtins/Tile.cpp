@@ -804,12 +804,12 @@ void registerTileBuiltins(std::vector<BuiltinInfo> &out) {
       .inKernel("arange", "arange").example("tile.arange(0, 16)").example("tile.arange(n, n + 4)");
   add(out, "range", "tile.range(start, end, step=1, *, stages=None) -> range",
       "a loop range whose iterations the schedule may pipeline over `stages` stages", rangeRule)
-      .inKernel("range").example("tile.range(0, n)").example("tile.range(0, 16, 4, stages=2)");
+      .inKernel("range").example("for t in tile.range(0, n): x = x + t").example("for t in tile.range(0, 16, 4, stages=2): x = x * 2.0");
   // creation
   add(out, "zeros", "tile.zeros(shape, dtype=f32) -> Tile", "a tile of zeros of a compile-time shape", zerosRule)
       .inKernel("fill", "constant", {{"value", "0"}}).example("tile.zeros((16,))").example("tile.zeros((16, 16), dtype=bf16)");
   add(out, "full", "tile.full(shape, value, dtype=f32) -> Tile", "a tile of a compile-time shape filled with `value`", fullRule)
-      .inKernel("fill", "constant").example("tile.full((16,), 2.0)").example("tile.full((16,), x, dtype=f16)");
+      .inKernel("fill", "constant").example("tile.full((16,), 2.0)").example("tile.full((16,), n, dtype=f16)");
   // memory
   add(out, "load", "tile.load(view, other=0, mask=None) -> Tile",
       "reads a view into a tile; elements outside the tensor or masked off read as `other`", loadRule)
@@ -891,10 +891,10 @@ void registerTileBuiltins(std::vector<BuiltinInfo> &out) {
       .inKernel("softmax_online").example("tile.softmax_online(a, tile.row_max(a), tile.row_sum(a))");
   add(out, "row_index", "tile.row_index() -> Tile", "the row index of each element of the tile it is combined with",
       rowIndexRule)
-      .inKernel("index", "row").example("tile.where(tile.row_index() >= 4, a, b)");
+      .inKernel("index", "row").example("tile.row_index() + a");
   add(out, "col_index", "tile.col_index(col0) -> Tile",
       "col0 plus the column index of each element of the tile it is combined with", colIndexRule)
-      .inKernel("index", "col").example("tile.where(tile.row_index() >= tile.col_index(0), a, b)");
+      .inKernel("index", "col").example("tile.col_index(0) + a");
   // configuration
   add(out, "context", "tile.context() -> Config",
       "the chosen configuration of this kernel (ctx.BM, ctx.warps, ...)", contextRule)

@@ -92,9 +92,14 @@ CASES = [
     ("sin", [("x", (3, 4), "n")], "sin(x)", torch.sin),
     ("cos", [("x", (3, 4), "n")], "cos(x)", torch.cos),
     ("erf", [("x", (3, 4), "n")], "erf(x)", torch.erf),
+    ("softplus", [("x", (3, 4), "n")], "softplus(x)", F.softplus),
+    ("softplus_beta", [("x", (3, 4), "n")], "softplus(x * 4.0, beta=2.0, threshold=5.0)",
+     lambda x: F.softplus(x * 4.0, beta=2.0, threshold=5.0)),
     # Through f32, whose rounding (6e-8 relative) is large against h: a looser difference quotient;
     # tangents and cotangents are rounded to f32 at different points: a looser jvp.
     ("cast", [("x", (3, 4), "n")], "cast(cast(x, f32), f64)", lambda x: x.float().double(), {"fd_rtol": 3e-2, "jvp_rtol": 1e-6}),
+    ("astype", [("x", (3, 4), "n")], "x.astype(f32).astype(f64)", lambda x: x.float().double(), {"fd_rtol": 3e-2, "jvp_rtol": 1e-6}),
+    ("cast_like", [("x", (3, 4), "n"), ("y", (4,), "n")], "cast_like(x, y) * y", lambda x, y: x * y),
     # -- binary, with broadcasting on both sides --
     ("add", [("x", (3, 4), "n"), ("y", (4,), "n")], "x + y", lambda x, y: x + y),
     ("sub", [("x", (3, 1), "n"), ("y", (1, 4), "n")], "x - y", lambda x, y: x - y),
@@ -116,6 +121,10 @@ CASES = [
     ("prod", [("x", (3, 4), "n")], "prod(x, axis=1)", lambda x: x.prod(1)),
     ("var", [("x", (3, 5), "n")], "var(x, axis=1)", lambda x: x.var(1, unbiased=False)),
     ("logsumexp", [("x", (3, 5), "n")], "logsumexp(x, axis=-1)", lambda x: torch.logsumexp(x, -1)),
+    ("sum_method", [("x", (3, 4), "n")], "x.sum(axis=1)", lambda x: x.sum(1)),
+    ("max_method", [("x", (3, 4), "n")], "x.max(axis=0, keepdims=True)", lambda x: x.amax(0, keepdim=True)),
+    ("min_method", [("x", (3, 4), "n")], "x.min()", lambda x: x.amin()),
+    ("prod_method", [("x", (3, 4), "n")], "x.prod(axis=1)", lambda x: x.prod(1)),
     # -- matmul: matrices, batches that broadcast, vectors --
     ("matmul", [("a", (3, 4), "n"), ("b", (4, 5), "n")], "a @ b", lambda a, b: a @ b),
     ("matmul_batch", [("a", (2, 3, 4), "n"), ("b", (4, 5), "n")], "a @ b", lambda a, b: a @ b),
@@ -123,10 +132,15 @@ CASES = [
     ("matvec", [("a", (3, 4), "n"), ("b", (4,), "n")], "a @ b", lambda a, b: a @ b),
     ("vecmat", [("a", (4,), "n"), ("b", (4, 5), "n")], "a @ b", lambda a, b: a @ b),
     ("dot", [("a", (4,), "n"), ("b", (4,), "n")], "a @ b", lambda a, b: a @ b),
+    ("matmul_call", [("a", (2, 3, 4), "n"), ("b", (4, 5), "n")], "matmul(a, b)", lambda a, b: a @ b),
     # -- layout --
     ("reshape", [("x", (3, 4), "n")], "reshape(x, (2, 6))", lambda x: x.reshape(2, 6)),
     ("transpose", [("x", (2, 3, 4), "n")], "transpose(x, (2, 0, 1))", lambda x: x.permute(2, 0, 1)),
     ("broadcast_to", [("x", (3, 1), "n")], "broadcast_to(x, (2, 3, 4))", lambda x: x.expand(2, 3, 4)),
+    ("expand", [("x", (3, 1), "n")], "expand(x, (2, -1, 4))", lambda x: x.expand(2, -1, 4)),
+    ("reshape_method", [("x", (3, 4), "n")], "x.reshape(2, 6) + x.reshape((6, 2)).reshape(2, 6)", lambda x: x.reshape(2, 6) * 2),
+    ("transpose_method", [("x", (2, 3, 4), "n")], "x.transpose(2, 0, 1)", lambda x: x.permute(2, 0, 1)),
+    ("squeeze_method", [("x", (3, 1, 4), "n")], "x.squeeze(1).unsqueeze(0)", lambda x: x.squeeze(1).unsqueeze(0)),
     ("slice", [("x", (5, 6), "n")], "x[1:4, 2:]", lambda x: x[1:4, 2:]),
     ("slice_step", [("x", (7, 6), "n")], "x[1::2, ::3]", lambda x: x[1::2, ::3]),
     ("reverse", [("x", (4, 3), "n")], "x[::-1]", lambda x: x.flip(0)),

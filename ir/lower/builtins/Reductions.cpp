@@ -3,6 +3,8 @@
 // time are Python's.
 #include "ir/lower/builtins/Rules.h"
 
+#include <optional>
+
 namespace tsr::ir::lowering {
 
 namespace {
@@ -23,9 +25,17 @@ LVRef reduceRule(BuiltinCall &c) {
   if (x && x->kind != LV::K::Tensor) {
     if (k == OpKind::ReduceMax || k == OpKind::ReduceMin) {
       std::vector<LVRef> items = c.args.size() == 1 ? c.L.iterate(x, c.at) : c.args;
+      // Numbers compare by value (ints, floats and bools alike, as Python's); a size known only
+      // at run time has none here.
+      auto known = [&](const LVRef &v) -> std::optional<double> {
+        if (v->kind == LV::K::Float) return v->f;
+        if (v->kind == LV::K::Bool) return v->b ? 1.0 : 0.0;
+        if (auto i = c.L.constInt(v)) return static_cast<double>(*i);
+        return std::nullopt;
+      };
       LVRef best = items.at(0);
       for (auto &it : items) {
-        auto u = c.L.constInt(it), v = c.L.constInt(best);
+        auto u = known(it), v = known(best);
         if (!u || !v) c.unsupported("max/min of sizes known only at run time");
         if (k == OpKind::ReduceMax ? *u > *v : *u < *v) best = it;
       }
