@@ -1,6 +1,5 @@
 #include "exec/CompiledExecutor.h"
 
-#include "codegen/cpu/CpuKernel.h"
 #include "ir/Text.h"
 #include "ir/tile/TileText.h"
 #include "ir/schedule/Fusion.h"
@@ -13,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace tsr::exec {
@@ -69,9 +69,9 @@ View broadcastView(const View &v, const Shape &to) {
 }
 
 // The KernelArg of view `v` whose storage the program addresses at `base` (StepBackend::address).
-codegen::KernelArg argOf(const View &v, char *base) {
-  codegen::KernelArg a;
-  if (v.shape.size() > size_t(codegen::kMaxRank)) throw std::runtime_error("a tensor of rank > 8 for compiled code");
+rt::KernelArg argOf(const View &v, char *base) {
+  rt::KernelArg a;
+  if (v.shape.size() > size_t(rt::kMaxRank)) throw std::runtime_error("a tensor of rank > 8 for compiled code");
   a.data = base + v.offset * int64_t(v.buf.itemsize());
   for (size_t d = 0; d < v.shape.size(); ++d) {
     a.shape[d] = v.shape[d];
@@ -80,8 +80,8 @@ codegen::KernelArg argOf(const View &v, char *base) {
   return a;
 }
 
-codegen::KernelArg scalarArg(int64_t i) {
-  codegen::KernelArg a;
+rt::KernelArg scalarArg(int64_t i) {
+  rt::KernelArg a;
   a.i = i;
   return a;
 }
@@ -155,12 +155,12 @@ struct CompiledExecutor::Impl {
   const sched::TileTarget &tiles() const { return backend->tileTarget(); }
 
   // The KernelArg of `v` for a program that reads it (or writes it: `write`).
-  codegen::KernelArg arg(const View &v, bool write = false) {
+  rt::KernelArg arg(const View &v, bool write = false) {
     return argOf(v, backend->address(v.buf, write, site.c_str()));
   }
   Tensor allocate(const Shape &shape, DType dtype) { return backend->allocate(shape, dtype, site.c_str()); }
 
-  void launch(const Compiled &c, const std::vector<codegen::KernelArg> &args, const Shape &iter) {
+  void launch(const Compiled &c, const std::vector<rt::KernelArg> &args, const Shape &iter) {
     auto grid = gridOf(c.grid, iter);
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
     backend->launch(*c.code, args, grid, LaunchSite{c.name, site});
@@ -211,7 +211,8 @@ struct CompiledExecutor::Impl {
 CompiledExecutor::CompiledExecutor(std::shared_ptr<StepBackend> backend, const ir::KernelRunner *runner, int64_t jitThreshold)
     : impl_(std::make_unique<Impl>()) {
   kernels = runner;
-  impl_->backend = backend ? std::move(backend) : cpuBackend();
+  if (!backend) throw std::invalid_argument("CompiledExecutor: no StepBackend (exec/cpu/CpuBackend.h's cpuBackend() for the host CPU)");
+  impl_->backend = std::move(backend);
   impl_->jitThreshold = jitThreshold;
 }
 CompiledExecutor::~CompiledExecutor() = default;
@@ -260,7 +261,7 @@ struct Checks {
     if (!ops.empty()) counts = Tensor::zeros({int64_t(ops.size())}, DType::I64);
   }
   // (on a device, the zeros are copied there, and raise() reads the counts back)
-  void addArg(std::vector<codegen::KernelArg> &args, StepBackend &backend) const {
+  void addArg(std::vector<rt::KernelArg> &args, StepBackend &backend) const {
     if (!ops.empty()) args.push_back(argOf(whole(counts), backend.address(counts, true, "run-time checks")));
   }
   void raise(const ir::Module &m, const ir::Graph &g) const {
@@ -402,7 +403,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         const Value *root = st.outputs[0];
         const Shape S = shapeOf(root);
         Tensor out = I.allocate(S, root->type.dtype);
-        std::vector<codegen::KernelArg> args{I.arg(whole(out), true)};
+        std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
         for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
         Checks checks(st.cone);
         checks.addArg(args, *I.backend);
@@ -443,7 +444,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (extreme && S[size_t(axis)] == 0 && numelOf(outShape) > 0)
             throw OpFailure{std::string(ir::opSpelling(op.kind)) + " over an empty axis has no value"};
           Tensor out = I.allocate(outShape, last ? op.result()->type.dtype : carry);
-          std::vector<codegen::KernelArg> args{I.arg(whole(out), true)};
+          std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
           if (s == 0) for (const Value *in : st.inputs) args.push_back(I.arg(inputView(in)));
           else args.push_back(I.arg(whole(prev)));
           args.push_back(scalarArg(S[size_t(axis)]));
@@ -486,7 +487,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         Shape ash = batch, bsh = batch;
         ash.push_back(M); ash.push_back(K);
         bsh.push_back(K); bsh.push_back(N);
-        std::vector<codegen::KernelArg> args{I.arg(ov, true), I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
+        std::vector<rt::KernelArg> args{I.arg(ov, true), I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
         const DType adt = a.buf.dtype(), bdt = b.buf.dtype();
         const Compiled &c = I.program(key + shapeKey(full), [&] {
           return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul", I.tiles());

@@ -28,12 +28,13 @@ namespace tsr::exec {
 
 class CompiledExecutor : public host::GraphExecutor {
 public:
-  /// `backend`: where programs run (null: the host CPU, cpuBackend()). `runner` runs
+  /// `backend`: where programs run (exec/cpu/CpuBackend.h's cpuBackend() for the host CPU's
+  /// JIT; null throws std::invalid_argument). `runner` runs
   /// kernel_call ops (GraphExecutor::kernels; may be null, and the interpreter sets its kernel
   /// launcher then). `jitThreshold`: on a backend that interprets small steps, a kernel step runs
   /// interpreted (the reference evaluator on its ops) until the element-ops it has done so reach
   /// this many, then compiled; 0 compiles every step at once (what the tests of compiled code use).
-  explicit CompiledExecutor(std::shared_ptr<StepBackend> backend = nullptr, const ir::KernelRunner *runner = nullptr,
+  explicit CompiledExecutor(std::shared_ptr<StepBackend> backend, const ir::KernelRunner *runner = nullptr,
                             int64_t jitThreshold = 0);
   ~CompiledExecutor() override;
 
@@ -72,7 +73,6 @@ bool forceInterpretForTests();
 
 /// The executor of `tsr run`: compiled, with the JIT threshold kDefaultJitThreshold or
 /// TSR_JIT_THRESHOLD (0: compile everything at its first call).
-std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels = nullptr,
-                                                          std::shared_ptr<StepBackend> backend = nullptr);
+std::unique_ptr<host::GraphExecutor> makeCompiledExecutor(const ir::KernelRunner *kernels, std::shared_ptr<StepBackend> backend);
 
 } // namespace tsr::exec

@@ -1,12 +1,12 @@
 #include "exec/KernelLauncher.h"
 
-#include "codegen/cpu/CpuKernel.h"
 #include "ir/lower/LowerKernel.h"
 #include "ir/tile/TileText.h"
 
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <stdexcept>
 
 namespace tsr::exec {
 
@@ -19,7 +19,9 @@ struct KernelLauncher::Entry {
 };
 
 KernelLauncher::KernelLauncher(const sema::Program &p, std::shared_ptr<StepBackend> backend)
-    : P_(p), backend_(backend ? std::move(backend) : cpuBackend()) {}
+    : P_(p), backend_(std::move(backend)) {
+  if (!backend_) throw std::invalid_argument("KernelLauncher: no StepBackend (exec/cpu/CpuBackend.h's cpuBackend() for the host CPU)");
+}
 KernelLauncher::~KernelLauncher() = default;
 
 std::vector<size_t> KernelLauncher::writtenOperands(const sema::FunctionInfo &k) {
@@ -106,7 +108,7 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   const tile::Function &f = *e.fn;
   if (f.params.size() != args.size())
     throw LaunchError("kernel `" + k.name + "`: " + std::to_string(args.size()) + " arguments for " + std::to_string(f.params.size()) + " parameters", {}, "");
-  std::vector<codegen::KernelArg> kargs(args.size());
+  std::vector<rt::KernelArg> kargs(args.size());
   const std::vector<size_t> written = writtenOperands(k);
   for (size_t i = 0; i < args.size(); ++i) {
     const tile::Type &t = f.params[i]->type;
@@ -115,7 +117,7 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
       if (a.ndim() != static_cast<int64_t>(t.rank) || a.dtype() != t.dtype)
         throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is a " + std::string(dtypeName(a.dtype())) + " tensor of shape " +
                               rt::formatShape(a.shape()) + ", not of rank " + std::to_string(t.rank) + " and dtype " + std::string(dtypeName(t.dtype)), {}, "");
-      if (a.ndim() > codegen::kMaxRank) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(codegen::kMaxRank), {}, "");
+      if (a.ndim() > rt::kMaxRank) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(rt::kMaxRank), {}, "");
       const bool writes = std::find(written.begin(), written.end(), i) != written.end();
       kargs[i].data = backend_->address(a, writes, k.name.c_str());
       auto strides = a.strides();

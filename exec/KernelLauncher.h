@@ -45,8 +45,9 @@ public:
 
 class KernelLauncher : public ir::KernelRunner {
 public:
-  /// `backend`: where kernels run (null: the host CPU, cpuBackend()).
-  explicit KernelLauncher(const sema::Program &p, std::shared_ptr<StepBackend> backend = nullptr);
+  /// `backend`: where kernels run (exec/cpu/CpuBackend.h's cpuBackend() for the host CPU's JIT;
+  /// null throws std::invalid_argument).
+  KernelLauncher(const sema::Program &p, std::shared_ptr<StepBackend> backend);
   ~KernelLauncher() override;
 
   /// ir::KernelRunner: runs `op`'s kernel (a kernel_call of Graph IR) on `operands` in place and

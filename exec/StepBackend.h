@@ -4,11 +4,16 @@
 // backend's tile policy, and asks the backend to compile and launch it: one lowering, one walk,
 // two targets. A backend owns where tensors live (host memory or a device's, rt::Tensor's device
 // residency), how programs are compiled and cached, and how they are launched.
+//
+// This interface and everything that runs over it (the compiled executor, the kernel launcher,
+// the host interpreter, a bundle's backend) link no compiler: the backends that compile are
+// exec/cpu/CpuBackend.h (codegen's host JIT) and exec/cuda/NvptxCompiler.h (codegen/nvptx), and
+// a runner without LLVM (tools/tsr-run-bundle) has only a bundle's code.
 #pragma once
 
-#include "codegen/cpu/CpuKernel.h"
 #include "ir/schedule/LowerGroups.h"
 #include "ir/tile/TileIR.h"
+#include "runtime/KernelArg.h"
 #include "runtime/Tensor.h"
 
 #include <array>
@@ -48,19 +53,15 @@ public:
   /// The address of t's storage for a program; `write`: the program writes it (a device then
   /// holds the only current copy).
   virtual char *address(const rt::Tensor &t, bool write, const char *forWhat) = 0;
-  /// Compiles a verified tile function. Throws codegen::CodegenError (a construct with no
-  /// lowering on this target) or the target's error.
+  /// Compiles a verified tile function (or finds its code). Throws codegen::CodegenError (a
+  /// construct with no lowering on this target), the target's error, or std::runtime_error naming
+  /// the program where the backend has no code for it and no compiler.
   virtual std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) = 0;
   /// Launches `p` over `grid` (each extent >= 1) on `args` (the KernelArg array of
-  /// codegen/cpu/CpuKernel.h). May return before the program has run (a device's stream);
-  /// failures found later name `site`.
-  virtual void launch(const BackendProgram &p, const std::vector<codegen::KernelArg> &args,
+  /// runtime/KernelArg.h). May return before the program has run (a device's stream); failures
+  /// found later name `site`.
+  virtual void launch(const BackendProgram &p, const std::vector<rt::KernelArg> &args,
                       const std::array<int64_t, 3> &grid, const LaunchSite &site) = 0;
 };
-
-/// The host CPU: tensors in host memory, programs compiled by codegen's host JIT
-/// (compileForHost, cached by program text) and run on `threads` worker threads (0: one per
-/// core); small steps may run interpreted.
-std::shared_ptr<StepBackend> cpuBackend(int threads = 0);
 
 } // namespace tsr::exec

@@ -12,12 +12,14 @@
 //   void entry(const KernelArg *args, int64_t begin, int64_t end, const int64_t grid[3])
 // and runs programs begin..end-1 of the flattened grid, program p being
 //   (p % grid[0], (p / grid[0]) % grid[1], p / (grid[0] * grid[1])).
-// KernelArg is 152 bytes: data at 0, shape[8] at 8, strides[8] at 72, i at 136, f at 144. A
-// scalar float parameter is rounded from `f` into its dtype (nearest-even), an integer one wraps
-// from `i`, a bool one is `i != 0`. Tiles live on the stack of the thread that runs a program
-// (worker threads have 256 MiB stacks; the launching thread joins only when a program needs at
-// most 4 MiB).
+// KernelArg (runtime/KernelArg.h) is 152 bytes: data at 0, shape[8] at 8, strides[8] at 72, i at
+// 136, f at 144. A scalar float parameter is rounded from `f` into its dtype (nearest-even), an
+// integer one wraps from `i`, a bool one is `i != 0`. Programs run on runtime/GridLauncher.h's
+// workers; tiles live on the stack of the thread that runs a program (worker threads have 256 MiB
+// stacks; the launching thread joins only when a program needs at most 4 MiB).
 #pragma once
+
+#include "runtime/KernelArg.h"
 
 #include <array>
 #include <cstddef>
@@ -30,21 +32,9 @@ namespace tsr::tile { class Function; }
 
 namespace tsr::codegen {
 
-constexpr int kMaxRank = 8;
-
-/// One argument of a compiled tile program, one per parameter, in order.
-/// - Tensor parameters: `data` points at element 0 of the view (possibly inside a larger
-///   buffer); shape and strides (in elements) for the parameter's rank. A stride may be 0 (a
-///   broadcast axis) or negative (a reversed axis). Storage as rt::Tensor's (runtime/Tensor.h).
-/// - Scalar parameters: integers and bools in `i`, floats in `f` (converted to the parameter's
-///   dtype by the program).
-struct KernelArg {
-  void *data = nullptr;
-  int64_t shape[kMaxRank] = {};
-  int64_t strides[kMaxRank] = {};
-  int64_t i = 0;
-  double f = 0;
-};
+// The argument ABI is the runtime's (runtime/KernelArg.h): bundles' code and the GPU's take it too.
+using rt::kMaxRank;
+using rt::KernelArg;
 
 /// Code generation failed: an internal error (the Tile IR was well formed but a construct has
 /// no lowering), reported with the function's name.

@@ -1,6 +1,7 @@
 // The host CPU back end: Tile IR -> LLVM IR (codegen/llvm) -> O3 for this CPU -> object code ->
 // ORC LLJIT, a compile cache keyed by the function's text (in the process, and on disk across
-// processes: runtime/DiskCache.h), and a persistent worker pool that runs a grid.
+// processes: runtime/DiskCache.h); grids run on the runtime's launcher (runtime/GridLauncher.h),
+// and the generated code's conversion helpers are the runtime's (runtime/CodegenHelpers.h).
 //
 // The entry each kernel gets (its ABI, used by launch() only):
 //   void entry(const KernelArg *args, int64_t begin, int64_t end, const int64_t *grid)
@@ -10,8 +11,9 @@
 #include "codegen/llvm/TileToLLVM.h"
 
 #include "ir/tile/TileText.h"
+#include "runtime/CodegenHelpers.h"
 #include "runtime/DiskCache.h"
-#include "runtime/Numeric.h"
+#include "runtime/GridLauncher.h"
 #include "support/BuildId.h"
 
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
@@ -30,55 +32,9 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 
-#include <pthread.h>
-
 #include <algorithm>
-#include <atomic>
-#include <bit>
-#include <condition_variable>
-#include <functional>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
-
-// ---- runtime helpers called by generated code (conversions with no instruction) ----
-// dtype codes are tsr::DType's values.
-extern "C" {
-float tsr_cg_round_f32(int32_t dt, float x, int32_t sat) {
-  unsigned char b[8];
-  tsr::rt::storeF64(tsr::DType(dt), b, double(x), {bool(sat), false});
-  return float(tsr::rt::loadF64(tsr::DType(dt), b));
-}
-float tsr_cg_round_f64(int32_t dt, double x, int32_t sat) {
-  unsigned char b[8];
-  tsr::rt::storeF64(tsr::DType(dt), b, x, {bool(sat), false});
-  return float(tsr::rt::loadF64(tsr::DType(dt), b));
-}
-float tsr_cg_round_i64(int32_t dt, int64_t x, int32_t sat) {
-  unsigned char b[8];
-  tsr::rt::storeI64(tsr::DType(dt), b, x, {bool(sat), false});
-  return float(tsr::rt::loadF64(tsr::DType(dt), b));
-}
-uint8_t tsr_cg_encode_f32(int32_t dt, float x, int32_t sat) {
-  return tsr::DType(dt) == tsr::DType::F8E4M3 ? tsr::rt::toE4M3(x, {bool(sat), false})
-                                              : tsr::rt::toE5M2(x, {bool(sat), false});
-}
-// Python's integer power (Evaluator.h): x ** -n truncates 1 / x^n; 0 ** -n gives 0 here
-// (compiled code cannot raise); wraps modulo 2^64.
-int64_t tsr_cg_ipow(int64_t x, int64_t n) {
-  if (n < 0) {
-    if (x == 1) return 1;
-    if (x == -1) return (n & 1) ? -1 : 1;
-    return 0;
-  }
-  uint64_t r = 1, b = uint64_t(x);
-  for (uint64_t e = uint64_t(n); e; e >>= 1) {
-    if (e & 1) r *= b;
-    b *= b;
-  }
-  return int64_t(r);
-}
-}
 
 namespace tsr::codegen {
 
@@ -224,103 +180,11 @@ void optimize(Module &m, TargetMachine &tm) {
   mpm.run(m, mam);
 }
 
-// ---- the worker pool ----
-
-thread_local bool tInWorker = false;
-constexpr size_t kWorkerStack = size_t(256) << 20; // tiles live on the stack (allocas)
+// Programs run on the runtime's workers (runtime/GridLauncher.h); the launching thread joins
+// only when a program's tiles fit comfortably on its stack.
 constexpr int64_t kCallerFrameLimit = int64_t(4) << 20;
 
-class Pool {
-public:
-  static Pool &instance() {
-    static Pool *p = new Pool(); // never destroyed: workers outlive static destruction
-    return *p;
-  }
-  int size() const { return int(workers_.size()) + 1; }
-
-  /// Runs fn over [0, total) in chunks on up to `threads` threads (the caller among them unless
-  /// `callerJoins` is false).
-  void run(int64_t total, int threads, bool callerJoins, const std::function<void(int64_t, int64_t)> &fn) {
-    int maxWorkers = int(workers_.size());
-    int n = std::min<int64_t>(threads, total);
-    int nWorkers = std::min(maxWorkers, callerJoins ? n - 1 : std::max(n, 1));
-    if (tInWorker || nWorkers <= 0) {
-      fn(0, total); // nested launch, or one thread: run here
-      return;
-    }
-    std::lock_guard<std::mutex> launch(launchMu_);
-    int parts = nWorkers + (callerJoins ? 1 : 0);
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      job_ = &fn;
-      total_ = total;
-      chunk_ = std::max<int64_t>(1, total / (int64_t(parts) * 4));
-      next_.store(0);
-      wanted_ = nWorkers;
-      pending_ = nWorkers;
-      ++gen_;
-    }
-    cv_.notify_all();
-    if (callerJoins) work(fn);
-    std::unique_lock<std::mutex> lk(mu_);
-    done_.wait(lk, [&] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-
-private:
-  Pool() {
-    unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned i = 0; i + 1 < hw; ++i) {
-      pthread_attr_t attr;
-      pthread_attr_init(&attr);
-      pthread_attr_setstacksize(&attr, kWorkerStack);
-      pthread_t t;
-      auto *arg = new std::pair<Pool *, int>(this, int(i));
-      if (pthread_create(&t, &attr, &Pool::main, arg) == 0) workers_.push_back(t);
-      else delete arg;
-      pthread_attr_destroy(&attr);
-    }
-  }
-  static void *main(void *p) {
-    auto [pool, index] = *static_cast<std::pair<Pool *, int> *>(p);
-    delete static_cast<std::pair<Pool *, int> *>(p);
-    tInWorker = true;
-    pool->loop(index);
-    return nullptr;
-  }
-  void loop(int index) {
-    uint64_t seen = 0;
-    for (;;) {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return gen_ != seen; });
-      seen = gen_;
-      if (index >= wanted_ || !job_) continue;
-      const auto *fn = job_;
-      lk.unlock();
-      work(*fn);
-      lk.lock();
-      if (--pending_ == 0) done_.notify_all();
-    }
-  }
-  void work(const std::function<void(int64_t, int64_t)> &fn) {
-    for (;;) {
-      int64_t s = next_.fetch_add(chunk_);
-      if (s >= total_) return;
-      fn(s, std::min(total_, s + chunk_));
-    }
-  }
-
-  std::vector<pthread_t> workers_;
-  std::mutex launchMu_, mu_;
-  std::condition_variable cv_, done_;
-  const std::function<void(int64_t, int64_t)> *job_ = nullptr;
-  int64_t total_ = 0, chunk_ = 1;
-  std::atomic<int64_t> next_{0};
-  int wanted_ = 0, pending_ = 0;
-  uint64_t gen_ = 0;
-};
-
-using EntryFn = void (*)(const KernelArg *, int64_t, int64_t, const int64_t *);
+using EntryFn = rt::HostEntry;
 
 class HostKernel : public CompiledKernel {
 public:
@@ -331,13 +195,7 @@ public:
       throw CodegenError("kernel @" + name_ + " takes " + std::to_string(nparams_) + " arguments, got " + std::to_string(nargs));
     for (int64_t g : grid)
       if (g < 0) throw CodegenError("kernel @" + name_ + ": a negative grid size");
-    int64_t total = grid[0] * grid[1] * grid[2];
-    if (total == 0) return;
-    Pool &pool = Pool::instance();
-    int n = threads <= 0 ? pool.size() : std::min(threads, pool.size());
-    const int64_t *g = grid.data();
-    EntryFn fn = fn_;
-    pool.run(total, n, frame_ <= kCallerFrameLimit, [&](int64_t b, int64_t e) { fn(args, b, e, g); });
+    rt::launchGrid(fn_, args, grid, threads, frame_ <= kCallerFrameLimit);
   }
   const std::string &name() const override { return name_; }
 
@@ -369,11 +227,7 @@ struct Jit {
     auto add = [&](const char *name, void *p) {
       syms[jit->mangleAndIntern(name)] = {orc::ExecutorAddr::fromPtr(p), JITSymbolFlags::Exported | JITSymbolFlags::Callable};
     };
-    add("tsr_cg_round_f32", reinterpret_cast<void *>(&tsr_cg_round_f32));
-    add("tsr_cg_round_f64", reinterpret_cast<void *>(&tsr_cg_round_f64));
-    add("tsr_cg_round_i64", reinterpret_cast<void *>(&tsr_cg_round_i64));
-    add("tsr_cg_encode_f32", reinterpret_cast<void *>(&tsr_cg_encode_f32));
-    add("tsr_cg_ipow", reinterpret_cast<void *>(&tsr_cg_ipow));
+    for (const rt::CodegenHelper &h : rt::codegenHelpers()) add(h.name, h.address);
     if (auto e = jit->getMainJITDylib().define(orc::absoluteSymbols(std::move(syms))))
       throw CodegenError("internal error: " + toString(std::move(e)));
   }
@@ -403,7 +257,7 @@ std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f) {
   std::lock_guard<std::mutex> lk(j.mu);
   if (auto it = j.cache.find(key); it != j.cache.end()) return it->second;
   int64_t frame = tileFrameBytes(f);
-  if (frame > int64_t(kWorkerStack) - (int64_t(16) << 20))
+  if (frame > int64_t(rt::kWorkerStackBytes) - (int64_t(16) << 20))
     throw CodegenError("tile function @" + f.name + " needs " + std::to_string(frame >> 20) +
                        " MiB of tiles per program, more than the CPU back end's thread stacks hold");
   // The entry's symbol comes from the program's text, so that object code from the persistent

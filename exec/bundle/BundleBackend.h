@@ -1,25 +1,26 @@
-// A StepBackend that answers the compiled executor's compile() from a bundle's code before
-// compiling (exec/StepBackend.h): it wraps the backend of the device (the host CPU's or a GPU's)
-// and needs no change to the executor, which asks its backend for every program it runs.
+// A StepBackend that answers the compiled executor's compile() from a bundle's code
+// (exec/StepBackend.h): it wraps the device's backend (the host CPU's or a GPU's) and needs no
+// change to the executor, which asks its backend for every program it runs.
 //
 // A program is looked up by the key of its Tile IR text (rt::bundle::programKey: the text
-// without its name) and used only when the bundle's text is the same text; otherwise it is
-// compiled by the wrapped backend, as without a bundle.
+// without its name) and used only when the bundle's text is the same text. A program the bundle
+// lacks is compiled by the wrapped backend when it compiles (`tsr run FILE.bundle`), and is an
+// error naming it otherwise (a runner without a compiler: tools/tsr-run-bundle).
 // - cpu: the bundle's shared object is loaded once (rt::bundle::SharedObject); a program from it
-//   runs on rt::bundle's launcher, every other call goes to the wrapped backend.
-// - cuda: the bundle's module for the arch the wrapped backend compiles for (sm_90 on compute
-//   capability 9.x and later, sm_80 below) is loaded into the process's module cache (the cubin
-//   where it runs on the device, else its PTX) before the wrapped backend compiles the program,
-//   whose PTX is the same text, so the driver's JIT is skipped; the wrapped backend still makes the
-//   PTX (exec/cuda/CudaBackend has no entry point that takes PTX). When its PTX is not the
-//   bundle's text (another libdevice, another compiler), the module cache JIT-compiles it anew,
-//   and the program counts as compiled here.
+//   runs on the runtime's launcher (rt::launchGrid). Without a compiler there is no wrapped
+//   backend: tensors are host memory.
+// - cuda: the program's PTX module and cubin are handed to the GPU backend's load()
+//   (exec/cuda/CudaBackend.h), which compiles nothing: the module cache loads the cubin where it
+//   runs on the device, else the driver JITs the PTX. The code is the bundle's for the arch the
+//   GPU backend compiles for (sm_90 on compute capability 9.x and later, sm_80 below); without a
+//   compiler, else the newest arch of the bundle that runs on the device.
 #pragma once
 
 #include "exec/StepBackend.h"
 #include "runtime/bundle/Bundle.h"
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 
@@ -31,6 +32,9 @@ struct BackendOptions {
   /// Ignore the bundle's code and compile everything (TSR_BUNDLE_TEST_IGNORE_CODE=1: the negative
   /// control of the tests that assert a bundle's code ran).
   bool ignoreCode = false;
+  /// Whether the wrapped backend compiles what the bundle lacks; false: such a program is an
+  /// error (std::runtime_error) naming it, its key and the device.
+  bool compileMissing = true;
 };
 
 struct BackendStats {
@@ -40,9 +44,11 @@ struct BackendStats {
 
 class BundleBackend;
 
-/// The backend over `inner` (cpuBackend() or cudaBackend()) answering from `bundle`; `log`
-/// receives the verbose lines. Throws std::runtime_error when the bundle's CPU code cannot be
-/// loaded (an undefined symbol, a foreign object), which the runner reports as a refusal.
+/// The backend over `inner` answering from `bundle`; `log` receives the verbose lines. `inner`:
+/// exec::cpuBackend() (exec/cpu/CpuBackend.h), or null for the host CPU without a compiler
+/// (opts.compileMissing false); an exec::CudaBackend for a GPU. Throws std::runtime_error when
+/// the bundle's CPU code cannot be loaded (an undefined symbol, a foreign object), which the
+/// runner reports as a refusal, and std::invalid_argument for a null `inner` that should compile.
 std::shared_ptr<BundleBackend> bundleBackend(std::shared_ptr<exec::StepBackend> inner, std::shared_ptr<const rt::bundle::Bundle> bundle,
                                              const BackendOptions &opts, std::ostream &log);
 
@@ -50,5 +56,15 @@ class BundleBackend : public exec::StepBackend {
 public:
   virtual BackendStats stats() const = 0;
 };
+
+/// The GPU tile policy's shared-memory measure (TileTarget::measureShared) answered from the
+/// bundle: a program whose text the bundle has for cuda takes the shared memory recorded for it;
+/// another is measured by `fallback` (codegen/nvptx's measure) or, without one, counts as more
+/// than `budget` bytes. The compiler that made the bundle kept the first tiles, largest first,
+/// whose program fits, so without a measure of its own a runner passes over larger candidates
+/// (not in the bundle) until it reaches the bundle's program.
+std::function<int64_t(const tile::Function &)> bundleSharedMeasure(std::shared_ptr<const rt::bundle::Bundle> bundle,
+                                                                   std::function<int64_t(const tile::Function &)> fallback,
+                                                                   int64_t budget);
 
 } // namespace tsr::bundle

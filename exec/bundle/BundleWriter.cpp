@@ -4,7 +4,7 @@
 
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
-#include "exec/StepBackend.h"
+#include "exec/cpu/CpuBackend.h"
 #include "exec/host/Interpreter.h"
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"

@@ -96,7 +96,7 @@ private:
 
 } // namespace
 
-int runBundleCommand(const std::vector<std::string> &args) {
+int runBundleCommand(const std::vector<std::string> &args, const Compilers &compilers, const std::string &prog) {
   const std::string file = args.at(0);
   std::string entry = "main", device = "auto";
   std::string executor = std::getenv("TSR_EXECUTOR") && *std::getenv("TSR_EXECUTOR") ? std::getenv("TSR_EXECUTOR") : "compiled";
@@ -116,11 +116,11 @@ int runBundleCommand(const std::vector<std::string> &args) {
     flags.push_back(a);
   }
   if (executor != "compiled" && executor != "reference") {
-    std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
+    std::cerr << prog + ": --executor " << executor << ": expected `compiled` or `reference`\n";
     return 2;
   }
   if (device != "auto" && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
-    std::cerr << "tsr run: --device " << device << ": expected auto, cpu, cuda or cuda:N\n";
+    std::cerr << prog + ": --device " << device << ": expected auto, cpu, cuda or cuda:N\n";
     return 2;
   }
   const bool verbose = envIs("TSR_BUNDLE_VERBOSE", "1");
@@ -129,10 +129,10 @@ int runBundleCommand(const std::vector<std::string> &args) {
   try {
     bundle = std::make_shared<const rb::Bundle>(rb::Bundle::open(file));
   } catch (const rb::BundleError &e) {
-    std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+    std::cerr << prog + ": " << file << ": " << e.what() << "\n";
     return 3;
   } catch (const std::exception &e) {
-    std::cerr << "tsr run: " << e.what() << "\n";
+    std::cerr << prog + ": " << e.what() << "\n";
     return 1;
   }
   // Another compiler's bundle runs (docs/bundle.md, versioning); the verbose log says so.
@@ -154,42 +154,46 @@ int runBundleCommand(const std::vector<std::string> &args) {
       dev.cuda = true;
       dev.name = device == "cuda" ? "cuda:0" : device;
       if (executor == "reference") {
-        std::cerr << "tsr run: --device " << device << ": the reference executor runs on the CPU only\n";
+        std::cerr << prog + ": --device " << device << ": the reference executor runs on the CPU only\n";
         return 2;
       }
       // A bundle without cuda code is refused before the driver is asked anything.
       if (bundle->cuda.empty()) rb::checkRunnable(*bundle, dev);
       try {
-        inner = exec::cudaBackend(device);
+        // Shared memory from the bundle for its programs; from the compiler, if any, for others.
+        exec::PtxSource source = compilers.cuda ? *compilers.cuda : exec::PtxSource{};
+        source.measureShared = bundleSharedMeasure(bundle, source.measureShared, ir::schedule::TileTarget{}.sharedBytes);
+        inner = exec::cudaBackend(device, std::move(source));
         const auto &info = rt::cuda::Context::get(dev.name).info();
         dev.ccMajor = info.ccMajor;
         dev.ccMinor = info.ccMinor;
       } catch (const std::invalid_argument &e) {
-        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+        std::cerr << prog + ": --device " << device << ": " << e.what() << "\n";
         return 2;
       } catch (const rb::BundleError &) {
         throw;
       } catch (const std::exception &e) {
-        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+        std::cerr << prog + ": --device " << device << ": " << e.what() << "\n";
         return 3;
       }
-    } else {
-      inner = exec::cpuBackend();
+    } else if (compilers.cpu) {
+      inner = compilers.cpu();
     }
     rb::checkRunnable(*bundle, dev);
   } catch (const rb::BundleError &e) {
-    std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+    std::cerr << prog + ": " << file << ": " << e.what() << "\n";
     return 3;
   }
 
   BackendOptions bo;
   bo.verbose = verbose;
   bo.ignoreCode = envIs("TSR_BUNDLE_TEST_IGNORE_CODE", "1");
+  bo.compileMissing = dev.cuda ? compilers.cuda.has_value() : bool(compilers.cpu);
   std::shared_ptr<BundleBackend> backend;
   try {
     backend = bundleBackend(inner, bundle, bo, std::cerr);
   } catch (const std::exception &e) {
-    std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+    std::cerr << prog + ": " << file << ": " << e.what() << "\n";
     return 3;
   }
 
@@ -201,7 +205,7 @@ int runBundleCommand(const std::vector<std::string> &args) {
       SourceTree tree(*bundle);
       program = sema::checkProgram(sm, diags, tree.mainFile(), tree.options(sm));
     } catch (const std::exception &e) {
-      std::cerr << "tsr run: " << file << ": " << e.what() << "\n";
+      std::cerr << prog + ": " << file << ": " << e.what() << "\n";
       return 1;
     }
     diags.render(std::cerr);

@@ -12,21 +12,42 @@
 //    removed once checked. TESSERA_PATH and TESSERA_STDLIB are not consulted.
 // 4. `main` (or --entry) runs in the host interpreter; graphs and kernels run on the compiled
 //    executor over a BundleBackend, which takes each program's code from the bundle where it has
-//    it and compiles the others. Every kernel step runs compiled from its first call (a JIT
+//    it and compiles the others with the caller's Compilers (or, without them, reports the
+//    program the bundle lacks). Every kernel step runs compiled from its first call (a JIT
 //    threshold of 0 unless TSR_JIT_THRESHOLD says otherwise): loading a program costs nothing.
 //    TSR_BUNDLE_VERBOSE=1 prints one line per program compiled and, at the end,
 //    `tsr: bundle: N programs from the bundle, M compiled here`.
+//
+// This file links no compiler: `tsr` passes codegen's (exec/cpu/CpuBackend.h,
+// exec/cuda/NvptxCompiler.h), tools/tsr-run-bundle none.
 #pragma once
 
+#include "exec/StepBackend.h"
+#include "exec/cuda/CudaBackend.h"
+
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace tsr::bundle {
 
+/// What compiles the programs a bundle lacks. Without one for the device, a program the bundle
+/// lacks is an error naming it (exit 3, where the program needed it), and on a GPU the tile policy takes the shared memory of
+/// each program from the bundle.
+struct Compilers {
+  /// The host CPU's compiling backend (exec::cpuBackend).
+  std::function<std::shared_ptr<exec::StepBackend>()> cpu;
+  /// The GPU's PTX compiler (exec::nvptxSource()).
+  std::optional<exec::PtxSource> cuda;
+};
+
 /// Whether `path` names a bundle: its name ends in `.bundle`, or its first bytes are the magic.
 bool isBundleFile(const std::string &path);
 
-/// `tsr run` on a bundle: `args` are what follows `run` (the file first). Returns the exit code.
-int runBundleCommand(const std::vector<std::string> &args);
+/// `tsr run` on a bundle: `args` are what follows `run` (the file first); `compilers` compile what
+/// the bundle lacks. Returns the exit code. `prog` names the command in messages ("tsr run").
+int runBundleCommand(const std::vector<std::string> &args, const Compilers &compilers, const std::string &prog = "tsr run");
 
 } // namespace tsr::bundle

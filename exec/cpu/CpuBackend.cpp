@@ -1,5 +1,7 @@
 // The host CPU as a StepBackend (exec/StepBackend.h): codegen's host JIT and worker pool.
-#include "exec/StepBackend.h"
+#include "exec/cpu/CpuBackend.h"
+
+#include "codegen/cpu/CpuKernel.h"
 
 namespace tsr::exec {
 namespace {
@@ -27,7 +29,7 @@ public:
     p->code = codegen::compileForHost(fn);
     return p;
   }
-  void launch(const BackendProgram &p, const std::vector<codegen::KernelArg> &args, const std::array<int64_t, 3> &grid,
+  void launch(const BackendProgram &p, const std::vector<rt::KernelArg> &args, const std::array<int64_t, 3> &grid,
               const LaunchSite &) override {
     static_cast<const CpuProgram &>(p).code->launch(args.data(), args.size(), grid, threads_);
   }

@@ -1,17 +1,11 @@
 #include "exec/cuda/CudaBackend.h"
 
-#include "codegen/nvptx/PtxKernel.h"
-#include "ir/tile/TileText.h"
-#include "runtime/DiskCache.h"
 #include "runtime/cuda/CudaDriver.h"
-#include "support/BuildId.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
 
 #include <map>
 #include <mutex>
-#include <optional>
-#include <sstream>
 #include <stdexcept>
 
 namespace tsr::exec {
@@ -19,7 +13,7 @@ namespace {
 
 namespace cuda = rt::cuda;
 
-static_assert(sizeof(codegen::KernelArg) == 152, "the KernelArg layout is the NVPTX kernels' ABI (codegen/nvptx/README.md)");
+static_assert(sizeof(rt::KernelArg) == 152, "the KernelArg layout is the NVPTX kernels' ABI (codegen/nvptx/README.md)");
 
 // One device's memory and stream, for the life of the process (CudaBackend.h).
 struct Device final : rt::DeviceMemory {
@@ -63,15 +57,17 @@ struct CudaProgram final : BackendProgram {
   unsigned sharedBytes = 0;
 };
 
-class CudaBackend final : public StepBackend {
+class Backend final : public CudaBackend {
 public:
-  explicit CudaBackend(Device &d)
-      : dev_(d), arch_(d.ctx.info().ccMajor >= 9 ? "sm_90" : "sm_80"),
-        target_(ir::schedule::TileTarget::gpu([](const tile::Function &fn) { return codegen::nvptx::sharedBytesOf(fn); })) {}
+  Backend(Device &d, PtxSource source)
+      : dev_(d), arch_(d.ctx.info().ccMajor >= 9 ? "sm_90" : "sm_80"), source_(std::move(source)),
+        target_(ir::schedule::TileTarget::gpu(source_.measureShared)) {}
 
   std::string name() const override { return dev_.name(); }
   const ir::schedule::TileTarget &tileTarget() const override { return target_; }
   bool interpretsSmallSteps() const override { return false; }
+  const std::string &arch() const override { return arch_; }
+  int ordinal() const override { return dev_.ctx.ordinal(); }
 
   rt::Tensor allocate(const std::vector<int64_t> &shape, DType dtype, const char *forWhat) override {
     return rt::Tensor::emptyOn(dev_, shape, dtype, forWhat);
@@ -83,36 +79,21 @@ public:
   }
 
   std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) override {
-    // The PTX of a program depends on its text, the architecture and the compiler's build; it is
-    // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED\n" + PTX.
-    const std::string key = std::string("ptx|") + buildId() + "|" + arch_ + "|" + tile::toString(fn);
-    std::string entry, ptx;
-    unsigned threads = 0, shared = 0;
-    rt::DiskCache &disk = rt::DiskCache::process();
-    if (std::optional<std::string> hit = disk.get("ptx", key)) {
-      std::istringstream head(hit->substr(0, hit->find('\n')));
-      if (head >> entry >> threads >> shared && hit->find('\n') != std::string::npos) ptx = hit->substr(hit->find('\n') + 1);
-    }
-    if (ptx.empty()) {
-      codegen::nvptx::PtxOptions opts;
-      opts.arch = arch_;
-      const codegen::nvptx::PtxModule mod = codegen::nvptx::compileToPtx({&fn}, opts);
-      if (mod.kernels.size() != 1) throw std::logic_error("compileToPtx of one function gave " + std::to_string(mod.kernels.size()) + " kernels");
-      const codegen::nvptx::PtxKernel &k = mod.kernels[0];
-      entry = k.name;
-      threads = unsigned(k.threads);
-      shared = unsigned(k.sharedBytes);
-      ptx = mod.ptx;
-      disk.put("ptx", key, entry + " " + std::to_string(threads) + " " + std::to_string(shared) + "\n" + ptx);
-    }
+    if (!source_.compile)
+      throw std::runtime_error("the program `" + fn.name + "` has no code for " + dev_.name() + ", and this runner compiles no PTX");
+    const CompiledPtx c = source_.compile(fn, arch_);
+    return load({c.ptx, {}, c.entry, c.threads, c.sharedBytes});
+  }
+
+  std::shared_ptr<const BackendProgram> load(const PtxCode &code) override {
     auto p = std::make_shared<CudaProgram>();
-    p->fn = &cuda::ModuleCache::process().function(dev_.ctx.ordinal(), ptx, entry);
-    p->threads = threads;
-    p->sharedBytes = shared;
+    p->fn = &cuda::ModuleCache::process().function(dev_.ctx.ordinal(), code.ptx, code.entry, code.cubin);
+    p->threads = code.threads;
+    p->sharedBytes = code.sharedBytes;
     return p;
   }
 
-  void launch(const BackendProgram &prog, const std::vector<codegen::KernelArg> &args, const std::array<int64_t, 3> &grid,
+  void launch(const BackendProgram &prog, const std::vector<rt::KernelArg> &args, const std::array<int64_t, 3> &grid,
               const LaunchSite &site) override {
     const auto &p = static_cast<const CudaProgram &>(prog);
     cuda::LaunchDims dims;
@@ -126,22 +107,24 @@ public:
     }
     dims.block[0] = p.threads;
     dims.sharedBytes = p.sharedBytes;
-    dev_.stream.launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(codegen::KernelArg),
+    dev_.stream.launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(rt::KernelArg),
                              cuda::LaunchSite{site.kernel, site.source});
   }
 
 private:
   Device &dev_;
   std::string arch_;
+  PtxSource source_;
   ir::schedule::TileTarget target_;
 };
 
 } // namespace
 
-std::shared_ptr<StepBackend> cudaBackend(const std::string &spec) {
+std::shared_ptr<CudaBackend> cudaBackend(const std::string &spec, PtxSource source) {
+  if (!source.measureShared) throw std::invalid_argument("cudaBackend: a PtxSource without measureShared");
   const int ordinal = cuda::parseDeviceSpec(spec);
   cuda::Driver::get().requireAvailable();
-  return std::make_shared<CudaBackend>(deviceFor(ordinal));
+  return std::make_shared<Backend>(deviceFor(ordinal), std::move(source));
 }
 
 void synchronizeCudaBackends() {

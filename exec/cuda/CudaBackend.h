@@ -5,28 +5,74 @@
 //   runtime/cuda/DeviceAllocator.h); inputs are copied there once and stay while the host does not
 //   write them, results stay there until host code reads them.
 // - Programs are the same Tile IR as the CPU's, lowered with the GPU tile policy
-//   (ir/schedule/LowerGroups.h TileTarget::gpu, shared memory measured by codegen/nvptx), compiled
-//   to PTX for the device's architecture (sm_90 for compute capability 9.x and later, else sm_80)
-//   and JIT-compiled by the driver once per process (runtime/cuda/ModuleCache.h).
+//   (ir/schedule/LowerGroups.h TileTarget::gpu, shared memory measured by the backend's
+//   PtxSource), for the device's architecture (sm_90 for compute capability 9.x and later, else
+//   sm_80). Their code comes two ways: compile() asks the PtxSource to compile the program
+//   (codegen/nvptx: exec/cuda/NvptxCompiler.h), load() takes code made earlier (a bundle's PTX
+//   and cubin) and compiles nothing. Either way the module is loaded once per process by
+//   runtime/cuda/ModuleCache.h (a cubin where it runs on the device, else the driver JITs the PTX).
 // - Launches are queued on one stream per device and do not wait; a fault is reported at the
 //   next copy back or synchronize, naming the recent launches and their `.tsr` lines
 //   (rt::cuda::GpuError). Out of memory names the bytes asked for, the bytes in use and the op.
 //
-// The device memory and stream of a device live until the process exits (tensors hold the
-// former), as the driver's primary context does.
+// This file links no compiler (library tsr_cuda_backend): a runner without LLVM runs bundles on
+// a GPU through load(). The device memory and stream of a device live until the process exits
+// (tensors hold the former), as the driver's primary context does.
 #pragma once
 
 #include "exec/StepBackend.h"
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace tsr::exec {
 
-/// The backend of GPU `spec` ("cuda" = "cuda:0", "cuda:N"). Throws rt::cuda::GpuError when no GPU
-/// can be used (its message says why: no driver, no such device) and std::invalid_argument for a
-/// malformed spec.
-std::shared_ptr<StepBackend> cudaBackend(const std::string &spec);
+/// A program's GPU code, as the backend launches it (codegen/nvptx/PtxKernel.h's ABI: one
+/// `.param .b8 args[P*152]`).
+struct PtxCode {
+  std::string_view ptx;   // the module's PTX text (one program's module)
+  std::string_view cubin; // its cubin for the device's arch, or empty (the PTX is JIT-compiled)
+  std::string entry;      // the `.entry` to launch
+  unsigned threads = 128; // blockDim.x
+  unsigned sharedBytes = 0; // dynamic shared memory per block
+};
+
+/// A program compiled to PTX (what PtxSource::compile makes).
+struct CompiledPtx {
+  std::string ptx, entry;
+  unsigned threads = 128, sharedBytes = 0;
+};
+
+/// Where a GPU backend's programs come from when it is asked to compile one.
+struct PtxSource {
+  /// The dynamic shared memory a program takes (the GPU tile policy's measure,
+  /// TileTarget::measureShared). Required.
+  std::function<int64_t(const tile::Function &fn)> measureShared;
+  /// The PTX of a program for an arch ("sm_80", "sm_90"). Empty: this backend compiles nothing,
+  /// and compile() throws std::runtime_error naming the program.
+  std::function<CompiledPtx(const tile::Function &fn, const std::string &arch)> compile;
+};
+
+class CudaBackend : public StepBackend {
+public:
+  /// The arch this device's programs are made for: "sm_90" on compute capability 9.x and later,
+  /// "sm_80" below.
+  virtual const std::string &arch() const = 0;
+  /// The device's ordinal (cuda:N).
+  virtual int ordinal() const = 0;
+  /// A program from code made earlier, compiling nothing: the module is loaded into the process's
+  /// module cache (its cubin where that runs on the device, else its PTX through the driver's
+  /// JIT). Throws rt::cuda::GpuError (the JIT's log, an entry the module lacks).
+  virtual std::shared_ptr<const BackendProgram> load(const PtxCode &code) = 0;
+};
+
+/// The backend of GPU `spec` ("cuda" = "cuda:0", "cuda:N") whose programs `source` measures and
+/// compiles. Throws rt::cuda::GpuError when no GPU can be used (its message says why: no driver,
+/// no such device), std::invalid_argument for a malformed spec or a source without measureShared.
+std::shared_ptr<CudaBackend> cudaBackend(const std::string &spec, PtxSource source);
 
 /// Waits for the work queued on every GPU backend made so far (the end of a program: errors of
 /// launches nobody read back are reported here rather than lost). Throws rt::cuda::GpuError.

@@ -83,10 +83,10 @@ struct RuntimeError {
 
 class Interpreter {
 public:
-  /// `kernelBackend`: where `@kernel` launches run (null: the host CPU); tsr run passes the
-  /// device its graphs run on.
+  /// `kernelBackend`: where `@kernel` launches run (required; tsr run passes the device its
+  /// graphs run on).
   Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostream &out,
-              std::shared_ptr<exec::StepBackend> kernelBackend = nullptr);
+              std::shared_ptr<exec::StepBackend> kernelBackend);
   ~Interpreter();
   /// Runs `entry` (main) with command-line flags for its parameters (`--steps 200`, `--lr=1e-3`,
   /// `--help`). Returns the exit code; errors are printed as diagnostics to `err`.

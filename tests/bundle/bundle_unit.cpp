@@ -4,6 +4,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "runtime/CodegenHelpers.h"
+#include "runtime/GridLauncher.h"
 #include "runtime/bundle/Bundle.h"
 #include "runtime/bundle/HostCode.h"
 #include "runtime/bundle/Sha256.h"
@@ -162,11 +164,19 @@ TEST_CASE("cpu features: what every x86-64 has is there, names the check does no
 
 TEST_CASE("the launcher runs every program of the grid once") {
   static std::vector<std::atomic<int>> hits(5 * 3 * 7);
-  auto entry = +[](const void *, int64_t begin, int64_t end, const int64_t *) {
+  auto entry = +[](const tsr::rt::KernelArg *, int64_t begin, int64_t end, const int64_t *) {
     for (int64_t p = begin; p < end; ++p) hits[size_t(p)]++;
   };
-  rb::launchHost(entry, nullptr, {5, 3, 7});
+  tsr::rt::launchGrid(entry, nullptr, {5, 3, 7});
   for (auto &h : hits) CHECK(h.load() == 1);
-  rb::launchHost(entry, nullptr, {5, 0, 7}); // a zero axis runs nothing
+  tsr::rt::launchGrid(entry, nullptr, {5, 0, 7}); // a zero axis runs nothing
   for (auto &h : hits) CHECK(h.load() == 1);
+  tsr::rt::launchGrid(entry, nullptr, {5, 3, 7}, 0, true); // the caller among the threads
+  for (auto &h : hits) CHECK(h.load() == 2);
+}
+
+TEST_CASE("an executable that links the bundle runtime exports the generated code's helpers") {
+  // What a bundle's shared object links against (runtime/CodegenHelpers.h).
+  CHECK(tsr::rt::helpersNotExported().empty());
+  CHECK(tsr::rt::codegenHelpers().size() == 5);
 }

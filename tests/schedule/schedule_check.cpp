@@ -30,7 +30,8 @@
 #include "ir/Text.h"
 #include "ir/eval/Evaluator.h"
 #include "exec/CompiledExecutor.h"
-#include "exec/cuda/CudaBackend.h"
+#include "exec/cpu/CpuBackend.h"
+#include "exec/cuda/NvptxCompiler.h"
 
 #include <cmath>
 #include <cstdio>
@@ -153,6 +154,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (!backend) backend = exec::cpuBackend();
   exec::CompiledExecutor exec(backend, nullptr, jitThreshold);
   for (const std::string &file : files) {
     std::ifstream in(file);

@@ -27,7 +27,8 @@
 #include "ir/eval/Evaluator.h"
 #include "runtime/Formats.h"
 #include "exec/CompiledExecutor.h"
-#include "exec/cuda/CudaBackend.h"
+#include "exec/cpu/CpuBackend.h"
+#include "exec/cuda/NvptxCompiler.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
     std::vector<rt::Tensor> outs;
     if (executor && std::string(executor) == "compiled") {
       const char *device = std::getenv("TSR_DEVICE");
-      exec::CompiledExecutor exec(device && *device && std::string(device) != "cpu" ? exec::cudaBackend(device) : nullptr);
+      exec::CompiledExecutor exec(device && *device && std::string(device) != "cpu" ? exec::cudaBackend(device) : exec::cpuBackend());
       outs = exec.run(*m, *g, values, sizes);
       const exec::CompiledExecutor::Stats st = exec.stats();
       std::cerr << "compiled: " << st.launches << " launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps

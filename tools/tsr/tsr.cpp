@@ -8,7 +8,8 @@
 #include "lsp/Server.h"
 #include "exec/CompiledExecutor.h"
 #include "exec/bundle/RunBundle.h"
-#include "exec/cuda/CudaBackend.h"
+#include "exec/cpu/CpuBackend.h"
+#include "exec/cuda/NvptxCompiler.h"
 #include "runtime/DiskCache.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
@@ -57,7 +58,9 @@ int main(int argc, char **argv) {
       return 2;
     }
     // A bundle (docs/bundle.md) runs from its own modules and code: exec/bundle/RunBundle.h.
-    if (tsr::bundle::isBundleFile(rest[0])) return tsr::bundle::runBundleCommand(rest);
+    // Programs the bundle lacks are compiled here, as without a bundle.
+    if (tsr::bundle::isBundleFile(rest[0]))
+      return tsr::bundle::runBundleCommand(rest, {[] { return tsr::exec::cpuBackend(); }, tsr::exec::nvptxSource()});
     std::string file = rest[0], entry = "main";
     const char *envExecutor = std::getenv("TSR_EXECUTOR");
     std::string executor = envExecutor && *envExecutor ? envExecutor : "compiled";
@@ -112,6 +115,8 @@ int main(int argc, char **argv) {
         return 3;
       }
     }
+    const bool onGpu = backend != nullptr;
+    if (!backend) backend = tsr::exec::cpuBackend();
     return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
       tsr::SourceManager sm;
       tsr::DiagnosticEngine diags(sm);
@@ -126,7 +131,7 @@ int main(int argc, char **argv) {
       // TSR_CACHE_STATS=1: what the persistent compilation cache did (tests, and users who wonder).
       if (const char *st = std::getenv("TSR_CACHE_STATS"); st && std::string(st) == "1")
         std::cerr << tsr::rt::DiskCache::process().describe() << "\n";
-      if (backend && rc == 0) {
+      if (onGpu && rc == 0) {
         // Work nobody read back still runs; its failure is the program's.
         try {
           tsr::exec::synchronizeCudaBackends();
