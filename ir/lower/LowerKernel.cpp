@@ -308,9 +308,12 @@ std::vector<std::string> kernelWrittenParams(const FunctionInfo &k) {
   std::vector<std::string> out;
   std::function<void(Node *)> walk = [&](Node *n) {
     if (auto *c = dyn_cast<Call>(n)) {
+      // A call of a builtin whose kernel rule writes through its first argument, a view
+      // (tile.store, tile.atomic_add).
       auto *at = dyn_cast<Attribute>(c->func);
-      if (at && (at->attr == "store" || at->attr == "atomic_add") && at->value->kind == Kind::Name &&
-          static_cast<Name *>(at->value)->id == "tile" && !c->args.empty()) {
+      auto *ns = at ? dyn_cast<Name>(at->value) : nullptr;
+      const sema::BuiltinInfo *b = ns && sema::isBuiltinNamespace(ns->id) ? sema::findBuiltin(ns->id + "." + at->attr) : nullptr;
+      if (b && b->kernel.rule == "store" && !c->args.empty()) {
         Expr *v = c->args[0].value;
         while (auto *s = dyn_cast<Subscript>(v)) v = s->value;
         if (auto *nm = dyn_cast<Name>(v))

@@ -225,8 +225,11 @@ void assignedNames(const std::vector<Stmt *> &body, std::vector<std::string> &ou
   };
   std::function<void(Node *)> calls = [&](Node *n) {
     if (auto *c = dyn_cast<Call>(n)) {
+      // A builtin whose kernel rule rebinds its first argument (tile.cp_async).
       auto *at = dyn_cast<Attribute>(c->func);
-      if (at && at->attr == "cp_async" && !c->args.empty())
+      auto *ns = at ? dyn_cast<Name>(at->value) : nullptr;
+      const sema::BuiltinInfo *b = ns && sema::isBuiltinNamespace(ns->id) ? sema::findBuiltin(ns->id + "." + at->attr) : nullptr;
+      if (b && b->kernel.rule == "cp_async" && !c->args.empty())
         if (auto *nm = dyn_cast<Name>(c->args[0].value)) add(nm->id);
     }
     forEachChild(n, calls);
