@@ -1,0 +1,384 @@
+// The host interpreter: calls of functions, lambdas, transforms and builtins, and kernel launches.
+#include "exec/host/InterpreterImpl.h"
+
+namespace tsr::host {
+
+ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::FunctionInfo &k, std::shared_ptr<Env> &env) {
+  std::vector<ir::Attr> attrs = ir::launchConfig(k);
+  std::vector<ValueRef> positional;
+  std::vector<std::pair<std::string, ValueRef>> keywords;
+  for (const Arg &a : c->args) {
+    if (a.kind == ArgKind::Positional) positional.push_back(expr(a.value, env));
+    else if (a.kind == ArgKind::Keyword) keywords.push_back({a.name, expr(a.value, env)});
+    else fail("`*` and `**` arguments of a kernel launch cannot run yet", a.range);
+  }
+  Value cfg;
+  cfg.k = K::Dict;
+  cfg.s = kConfigMark;
+  auto number = [](const ir::AttrValue &v) -> ValueRef {
+    if (auto *i = std::get_if<int64_t>(&v)) return integer(*i);
+    if (auto *b = std::get_if<bool>(&v)) return boolean(*b);
+    if (auto *f = std::get_if<double>(&v)) return floating(*f);
+    return nullptr;
+  };
+  for (auto &a : attrs)
+    if (ValueRef v = number(a.value)) cfg.dict.push_back({a.name, v});
+  std::vector<rt::Tensor> args;
+  // A written argument must be a named tensor: an expression's value (a slice, a cast) is a new
+  // tensor here, so the kernel's writes would not reach what the expression reads.
+  std::vector<Expr *> argExprs;
+  for (const Arg &a : c->args) if (a.kind == ArgKind::Positional) argExprs.push_back(a.value);
+  std::vector<size_t> written = exec::KernelLauncher::writtenOperands(k);
+  size_t ai = 0, runtimeIndex = 0;
+  for (const Param &p : k.def->params) {
+    ValueRef v;
+    Expr *argExpr = p.kind == ParamKind::Positional && ai < argExprs.size() ? argExprs[ai] : nullptr;
+    for (auto &[name, x] : keywords) if (name == p.name) v = x;
+    for (const Arg &a : c->args) if (a.kind == ArgKind::Keyword && a.name == p.name) argExpr = a.value;
+    if (!v && p.kind == ParamKind::Positional && ai < positional.size()) v = positional[ai++];
+    if (p.kind != ParamKind::KeywordOnly && std::find(written.begin(), written.end(), runtimeIndex++) != written.end() &&
+        argExpr && argExpr->kind != Kind::Name)
+      fail("a kernel writing into a tensor that has no name cannot run yet (pass a named tensor)", argExpr->range);
+    if (p.kind == ParamKind::KeywordOnly) {
+      bool configured = false;
+      for (auto &a : attrs) configured |= a.name == p.name;
+      if (configured) continue; // the autotune space or the schedule sets it
+      if (!v && p.defaultValue) {
+        auto scope = std::make_shared<Env>();
+        scope->module = k.module;
+        v = expr(p.defaultValue, scope);
+      }
+      if (!v) fail("the launch of `" + k.name + "` is missing the compile-time argument `" + p.name + "`", c->range);
+      if (v->k == K::Int) attrs.push_back({p.name, v->i});
+      else if (v->k == K::Bool) attrs.push_back({p.name, v->b});
+      else if (v->k == K::Float) attrs.push_back({p.name, v->f});
+      else fail("the compile-time argument `" + p.name + "` of a kernel must be an int, a float or a bool, not a " + kindName(v), c->range);
+      cfg.dict.push_back({p.name, v});
+      continue;
+    }
+    if (!v) fail("the launch of `" + k.name + "` is missing the argument `" + p.name + "`", c->range);
+    if (v->k == K::Tensor) { args.push_back(v->t); continue; }
+    // A number for a scalar parameter: its annotation's dtype (`alpha: f32`), else the number's.
+    DType d = v->k == K::Float ? DType::F32 : v->k == K::Bool ? DType::Bool : DType::I64;
+    if (auto *n = p.annotation ? dyn_cast<Name>(p.annotation) : nullptr)
+      if (auto a = dtypeFromName(n->id)) d = *a;
+    if (v->k == K::Int) args.push_back(rt::Tensor::fromI64({}, d, std::vector<int64_t>{v->i}));
+    else if (v->k == K::Float) args.push_back(rt::Tensor::scalar(v->f, d));
+    else if (v->k == K::Bool) args.push_back(rt::Tensor::fromI64({}, d, std::vector<int64_t>{v->b}));
+    else fail("a " + kindName(v) + " cannot be passed to a kernel", c->range);
+  }
+  for (const char *knob : {"warps", "stages"}) {
+    bool present = false;
+    for (auto &[name, x] : cfg.dict) present |= name == knob;
+    if (!present) cfg.dict.push_back({knob, integer(std::string(knob) == "warps" ? 4 : 2)});
+  }
+  // The grid: ints, a tuple of ints, or a lambda of the configuration giving either.
+  ValueRef grid;
+  if (sub->indices.size() == 1) grid = expr(sub->indices[0], env);
+  else {
+    std::vector<ValueRef> es;
+    for (Expr *i : sub->indices) es.push_back(expr(i, env));
+    grid = seq(es, false);
+  }
+  if (grid->k == K::Lambda) grid = callValue(grid, {mk(cfg)}, {}, nullptr, env);
+  std::vector<int64_t> sizes;
+  auto size = [&](const ValueRef &x) {
+    if (x->k != K::Int) fail("a grid is made of ints, not a " + kindName(x), sub->range);
+    sizes.push_back(x->i);
+  };
+  if (grid->k == K::Tuple || grid->k == K::List) for (auto &x : grid->items) size(x);
+  else size(grid);
+  attrs.push_back({"grid", std::vector<Dim>(sizes.size(), Dim::unknown())});
+  try {
+    kernels->launch(k, attrs, args, sizes);
+  } catch (const exec::LaunchError &e) {
+    if (!e.construct.empty()) fail(e.construct + " cannot run yet", e.range.valid() ? e.range : c->range);
+    fail(e.what(), c->range);
+  } catch (const std::exception &e) {
+    fail("internal error: kernel `" + k.name + "`: " + e.what(), c->range, 70);
+  }
+  return none();
+}
+
+ValueRef Interpreter::Impl::call(Call *c, std::shared_ptr<Env> &env) {
+  if (auto *sub = dyn_cast<Subscript>(c->func); sub && (sub->value->kind == Kind::Name || sub->value->kind == Kind::Attribute)) {
+    ValueRef base = expr(sub->value, env);
+    if (base->k == K::Function && base->fn->kind == sema::FunctionKind::Kernel) return launchKernel(c, sub, *base->fn, env);
+  }
+  ValueRef callee = expr(c->func, env);
+  std::vector<ValueRef> args;
+  std::vector<std::pair<std::string, ValueRef>> kwargs;
+  for (const Arg &a : c->args) {
+    if (a.kind == ArgKind::Positional) args.push_back(expr(a.value, env));
+    else if (a.kind == ArgKind::Keyword) kwargs.push_back({a.name, expr(a.value, env)});
+    else if (a.kind == ArgKind::Star) for (auto &x : iterate(expr(a.value, env), a.value->range)) args.push_back(x);
+    else fail("`**` arguments cannot run yet", a.range);
+  }
+  return callValue(callee, args, kwargs, c, env);
+}
+
+ValueRef Interpreter::Impl::callValue(const ValueRef &callee, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                   Call *c, std::shared_ptr<Env> &env) {
+  SourceRange at = c ? c->range : SourceRange{};
+  switch (callee->k) {
+  case K::Function: return callFunction(*callee->fn, args, kwargs, at);
+  case K::Lambda: {
+    auto scope = std::make_shared<Env>();
+    scope->parent = callee->closure;
+    size_t i = 0;
+    for (const Param &p : callee->lambda->params) {
+      if (i < args.size()) scope->vars[p.name] = args[i++];
+      else if (p.defaultValue) scope->vars[p.name] = expr(p.defaultValue, callee->closure);
+      else fail("the lambda is missing the argument `" + p.name + "`", at);
+    }
+    return expr(callee->lambda->body, scope);
+  }
+  case K::Builtin: return builtin(*callee, args, kwargs, c, env);
+  case K::Transform: return callTransform(callee, args, kwargs, c, env);
+  case K::DType:
+    // A dtype whose name is also a builtin's (`bool`): calling it calls the builtin.
+    if (const sema::BuiltinInfo *b = callee->policies.empty() ? sema::findBuiltin(dtypeName(callee->dtype)) : nullptr) {
+      Value v;
+      v.k = K::Builtin;
+      v.builtin = b;
+      return builtin(v, args, kwargs, c, env);
+    }
+    fail("a " + kindName(callee) + " is not callable", at);
+  default: fail("a " + kindName(callee) + " is not callable", at);
+  }
+}
+
+ValueRef Interpreter::Impl::callTransform(const ValueRef &t, const std::vector<ValueRef> &args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                       Call *c, std::shared_ptr<Env> &env) {
+  SourceRange at = c ? c->range : SourceRange{};
+  std::vector<ValueRef> operands;
+  Expr *func = nullptr;
+  if (t->inner && t->inner->k == K::Lambda) {
+    if (t->transform == sema::Transform::Pullback) fail("vjp of a lambda cannot run yet; name the function", at);
+    // A lambda: the graph computes `transform(lambda CAPTURED..., PARAMS: BODY,
+    // argnums=...)(captured..., args...)`, so that the values the lambda captures from host
+    // code are the graph's inputs (and not differentiated: argnums move past them).
+    const Lambda *lam = t->inner->lambda;
+    std::vector<std::string> captured;
+    std::function<void(Node *)> walk = [&](Node *n) {
+      if (auto *nm = dyn_cast<Name>(n)) {
+        bool param = false;
+        for (const Param &p : lam->params) param |= p.name == nm->id;
+        bool seen = std::find(captured.begin(), captured.end(), nm->id) != captured.end();
+        if (!param && !seen)
+          for (Env *e = t->inner->closure.get(); e; e = e->parent.get())
+            if (e->vars.count(nm->id)) { captured.push_back(nm->id); break; }
+      }
+      forEachChild(n, walk);
+    };
+    walk(lam->body);
+    Value vb;
+    vb.k = K::Builtin;
+    vb.builtin = sema::findBuiltin(t->transform == sema::Transform::Grad ? "grad" : t->transform == sema::Transform::ValueAndGrad ? "value_and_grad" : "checkpoint");
+    operands.push_back(mk(vb));
+    auto *wrapped = synth.make<Lambda>(lam->range);
+    for (const std::string &name : captured) {
+      Param p;
+      p.name = name;
+      wrapped->params.push_back(p);
+      ValueRef v;
+      for (Env *e = t->inner->closure.get(); e && !v; e = e->parent.get())
+        if (auto it = e->vars.find(name); it != e->vars.end()) v = it->second;
+      operands.push_back(v);
+    }
+    for (const Param &p : lam->params) wrapped->params.push_back(p);
+    wrapped->body = lam->body;
+    auto *inner = synth.make<Call>(at, nameNode(0, at));
+    inner->args.push_back({ArgKind::Positional, "", wrapped, at});
+    if (t->transform != sema::Transform::Checkpoint) {
+      std::vector<int> nums = t->argnums.empty() ? std::vector<int>{0} : t->argnums;
+      Expr *an = nullptr;
+      if (t->argnumsTuple) {
+        auto *tup = synth.make<ast::Tuple>(at);
+        for (int n : nums) tup->elts.push_back(synth.make<IntLit>(at, n + static_cast<int64_t>(captured.size())));
+        an = tup;
+      } else {
+        an = synth.make<IntLit>(at, nums[0] + static_cast<int64_t>(captured.size()));
+      }
+      inner->args.push_back({ArgKind::Keyword, "argnums", an, at});
+    }
+    auto *node = synth.make<Call>(at, inner);
+    for (size_t i = 1; i < operands.size(); ++i) node->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
+    passArguments(node, operands, args, kwargs, at);
+    return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
+  }
+  if (t->transform == sema::Transform::Pullback) {
+    Value vb;
+    vb.k = K::Builtin;
+    vb.builtin = sema::findBuiltin("vjp");
+    operands.push_back(mk(vb));
+    operands.push_back(t->inner);
+    for (auto &p : t->items) operands.push_back(p);
+    auto *vc = synth.make<Call>(at, nameNode(0, at));
+    for (size_t i = 1; i < operands.size(); ++i) vc->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
+    auto *sub = synth.make<Subscript>(at, vc);
+    sub->indices.push_back(synth.make<IntLit>(at, 1));
+    func = sub;
+  } else {
+    operands.push_back(t);
+    func = nameNode(0, at);
+  }
+  auto *node = synth.make<Call>(at, func);
+  passArguments(node, operands, args, kwargs, at);
+  return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
+}
+
+ValueRef Interpreter::Impl::callFunction(const sema::FunctionInfo &fn, const std::vector<ValueRef> &args,
+                      const std::vector<std::pair<std::string, ValueRef>> &kwargs, SourceRange at) {
+  if (fn.kind == sema::FunctionKind::Kernel) fail("kernel `" + fn.name + "` must be launched with a grid", at);
+  // Bind arguments to parameters.
+  std::vector<std::pair<std::string, ValueRef>> bound;
+  size_t ai = 0;
+  for (const Param &p : fn.def->params) {
+    ValueRef v;
+    for (auto &[k, x] : kwargs) if (k == p.name) v = x;
+    if (!v && p.kind == ParamKind::Positional && ai < args.size()) v = args[ai++];
+    if (!v && p.defaultValue) {
+      auto scope = std::make_shared<Env>();
+      scope->module = fn.module;
+      v = expr(p.defaultValue, scope);
+    }
+    if (!v) fail("`" + fn.name + "` is missing the argument `" + p.name + "`", at);
+    bound.push_back({p.name, v});
+  }
+  if (fn.kind == sema::FunctionKind::Graph) return callGraph(fn, bound, at);
+  if (++depth > 500) fail("recursion deeper than 500 calls", at);
+  auto scope = std::make_shared<Env>();
+  scope->module = fn.module;
+  for (auto &[k, v] : bound) scope->vars[k] = v;
+  ValueRef result = none();
+  try {
+    block(fn.def->body, scope);
+  } catch (ReturnSignal &r) {
+    result = r.value;
+  }
+  --depth;
+  return result;
+}
+
+void Interpreter::Impl::guardCall(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+  std::map<std::string, std::pair<int64_t, std::string>> sizes; // symbol -> (size, argument)
+  for (auto &[n, v] : bound) {
+    const sema::ParamInfo *p = fn.param(n);
+    if (!p || !p->annotated || !p->annotated->is(TypeKind::Tensor) || v->k != K::Tensor) continue;
+    const TypeRef &want = p->annotated;
+    if (!want->rankKnown) continue;
+    const auto &shape = v->t.shape();
+    if (shape.size() != want->dims.size()) {
+      fail("argument `" + n + "` of `" + fn.name + "` has rank " + std::to_string(shape.size()) + ", but the parameter is " +
+               sema::typeStr(want),
+           at, 3);
+    }
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const Dim &d = want->dims[i];
+      if (auto c = d.constantValue()) {
+        if (*c != shape[i])
+          fail("argument `" + n + "` of `" + fn.name + "` has size " + std::to_string(shape[i]) + " in axis " + std::to_string(i) +
+                   ", but the parameter is " + sema::typeStr(want),
+               at, 3);
+        continue;
+      }
+      if (!d.isSymbol()) continue;
+      std::string sym = d.symbols()[0];
+      auto [it, fresh] = sizes.emplace(sym, std::make_pair(shape[i], n));
+      if (!fresh && it->second.first != shape[i])
+        fail("shape guard failed: symbol \"" + sym + "\" is bound to " + std::to_string(it->second.first) + " by `" + it->second.second +
+                 "` and to " + std::to_string(shape[i]) + " by `" + n + "` in this call of `" + fn.name + "`",
+             at, 3);
+    }
+  }
+}
+
+ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
+  guardCall(fn, bound, at);
+  std::vector<std::pair<std::string, TypeRef>> params;
+  std::string k = "fn:" + fn.module->name + "." + fn.name + "|";
+  // A float given to a positional parameter is a run-time value, a 0-d f32 input (spec 3:
+  // keyword-only parameters are the compile-time ones), so that a learning rate that changes
+  // every step reuses one compiled graph instead of compiling a graph per value.
+  auto runtimeFloat = [&](size_t i) {
+    return bound[i].second->k == K::Float && i < fn.def->params.size() && fn.def->params[i].kind == ParamKind::Positional;
+  };
+  for (size_t i = 0; i < bound.size(); ++i) {
+    const auto &[n, v] = bound[i];
+    TypeRef t = runtimeFloat(i) ? T::floating() : typeOf(v, at);
+    params.push_back({n, t});
+    k += n + "=" + key(t) + "|";
+  }
+  const ir::Graph *g = nullptr;
+  auto it = cache.find(k);
+  if (it != cache.end()) {
+    g = it->second;
+  } else {
+    try {
+      TypeRef structure;
+      ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()), &structure);
+      ir::runGraphPipeline(*lowered, true);
+      g = lowered;
+      cacheResult[k] = structure;
+    } catch (ir::CompileError &err) {
+      fail(compileMessage(err), err.range.valid() ? err.range : at);
+    } catch (ir::IRError &err) {
+      fail("internal error: " + err.message, at, 70);
+    }
+    cache[k] = g;
+  }
+  std::vector<rt::Tensor> ins;
+  for (size_t i = 0; i < bound.size(); ++i) {
+    if (runtimeFloat(i)) {
+      const double value[] = {bound[i].second->f};
+      ins.push_back(rt::Tensor::fromF64({}, DType::F32, value));
+    } else {
+      flatten(bound[i].second, ins);
+    }
+  }
+  std::vector<rt::Tensor> outs;
+  try {
+    outs = exec.run(graphs, *g, ins);
+  } catch (std::exception &err) {
+    fail(err.what(), at, 3);
+  }
+  // The result's structure, as lowering found it (pytrees of tensors, such as a train step's
+  // loss and gradients); a flat tuple of the outputs when it has none.
+  if (auto st = cacheResult.find(k); st != cacheResult.end() && st->second) {
+    size_t next = 0;
+    return rebuild(st->second, outs, next);
+  }
+  if (outs.size() == 1) return tensor(outs[0]);
+  std::vector<ValueRef> es;
+  for (auto &o : outs) es.push_back(tensor(o));
+  return seq(es, false);
+}
+
+ValueRef Interpreter::Impl::builtin(const Value &b, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
+                                   Call *c, std::shared_ptr<Env> &env) {
+  const sema::BuiltinInfo &e = *b.builtin;
+  SourceRange at = c ? c->range : SourceRange{};
+  HostCall call{*this, e, b.self, args, kwargs, c, env, at};
+  if (HostRule rule = e.host.given() ? findHostRule(e.host.rule) : nullptr)
+    if (ValueRef v = rule(call)) return v;
+  const std::string &name = e.name;
+  // Everything else with tensors is a graph: the call, with its arguments as parameters.
+  if (!(b.builtin->contexts & sema::InGraph)) fail("`" + name + "` cannot run yet", at);
+  std::vector<ValueRef> operands;
+  auto *node = synth.make<Call>(at, nullptr);
+  SourceRange calleeAt = c ? c->func->range : at;
+  if (b.self) {
+    // A method is called as one (`_0.reshape(3, 2)`): its rule reads the arguments after the
+    // receiver as a method's (x.reshape(3, 2) is reshape(x, (3, 2))).
+    operands.push_back(b.self);
+    node->func = synth.make<Attribute>(calleeAt, nameNode(0, calleeAt), name, calleeAt);
+  } else {
+    operands.push_back(mk(b));
+    node->func = nameNode(0, calleeAt);
+  }
+  passArguments(node, operands, args, kwargs, at);
+  return eager(node, operands, moduleOf(env), c);
+}
+
+} // namespace tsr::host
