@@ -1,5 +1,9 @@
 // Builds Tessera's AST from ANTLR's parse tree, and is the front end's entry point (parseModule).
 // ANTLR's types stay inside this folder.
+//
+// One room (over 1,000 lines): one visitor per grammar rule, each a few lines, that share the
+// builder's state (the arena, the offset map, the limits' depth count); splitting them would put
+// ANTLR's generated headers, the slowest to compile in the tree, into several files.
 #include "TesseraLexer.h"
 #include "TesseraParser.h"
 #include "antlr4-runtime.h"

@@ -1,4 +1,8 @@
 // Statements and expressions of function bodies and module top levels.
+//
+// One room (over 1,000 lines): FunctionChecker's statements and expressions are one flow-sensitive
+// walk (locals, joins at if/else, two passes over loops), whose cases call each other; calls,
+// subscripts and attributes are CheckCalls.cpp's, and modules and signatures Modules.cpp's.
 #include "sema/Checker.h"
 #include "sema/Decorators.h"
 

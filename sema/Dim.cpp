@@ -1,5 +1,9 @@
 // Symbolic dimensions: Laurent polynomials with exact rational coefficients (see Dim.h).
 //
+// One room (over 1,000 lines): the canonical form is one invariant that every operation here
+// keeps (sorted monomials, exact rationals, opaque atoms' tags), and the parser and printer of the
+// same form round-trip it; a split would scatter that invariant over files.
+//
 // Atoms are keyed by strings inside a monomial:
 //   - a named symbol is its identifier ("B");
 //   - an unknown is "?N";

@@ -1,3 +1,10 @@
+// The reference evaluator of Graph IR: every op of ir/Ops.def on CPU tensors, plainly, as the
+// numeric oracle of the compiled pipeline (docs/design.md).
+//
+// One room (over 1,000 lines): evalOp dispatches every op kind to one plain implementation each
+// (unary, binary, select, reduce, matmul, layout, creation, random, kernel calls), all over the
+// same helpers at the top (exact dim arithmetic, broadcasting, dtype rounding), so that a reader
+// checks an op against the compiled pipeline's in one place.
 #include "ir/eval/Evaluator.h"
 
 #include "runtime/Numeric.h"
