@@ -1,7 +1,8 @@
 // `tsr lsp`: the Tessera language server (Language Server Protocol 3.17 over stdin/stdout).
 // The pieces: lsp/JsonRpc (framing), lsp/Documents (open documents, incremental edits in UTF-16),
 // lsp/CheckWorker (the debounced checker thread), lsp/Features (hover, definition, symbols,
-// completion, signature help, diagnostics), and lsp/Server.cpp (lifecycle and dispatch).
+// diagnostics) and lsp/Completion (completion, signature help), and lsp/Server.cpp (lifecycle and
+// dispatch).
 #pragma once
 
 #include "sema/Program.h"

@@ -30,10 +30,11 @@ class CallSite;
 using BuiltinRule = std::function<TypeRef(CallSite &)>;
 
 /// How a stage after the checker implements a builtin: the name of a rule in that stage's table
-/// (graph code: ir/lower/builtins/; kernel code: ir/lower/kernel/; host code: exec/host/builtins/),
-/// and, for a rule that a family of builtins shares, the op it builds (a spelling of ir/Ops.def
-/// or ir/tile/TileOps.def) and the keyword arguments that become the op's string attributes, with
-/// their defaults (gelu's approximate="none"). An empty rule: the stage has none.
+/// (graph code: ir/lower/builtins/; kernel code: ir/lower/kernel/Builtins.cpp; host code:
+/// exec/host/HostBuiltins.cpp), and, for a rule that a family of builtins shares, the op it builds
+/// (a spelling of ir/Ops.def or ir/tile/TileOps.def) and the keyword arguments that become the
+/// op's string attributes, with their defaults (gelu's approximate="none"). An empty rule: the
+/// stage has none.
 struct StageRule {
   std::string rule;
   std::string op;
