@@ -26,7 +26,6 @@ using sema::FunctionKind;
 using sema::ModuleInfo;
 using TOp = tile::OpKind;
 
-
 // ---- values of a kernel body ------------------------------------------------------------------
 
 struct KV;
