@@ -73,7 +73,7 @@ std::optional<size_t> axisOf(int64_t a, size_t rank) {
 
 bool floatMath(OpKind k) {
   switch (k) {
-  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Sqrt:
+  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Exp2: case OpKind::Log2: case OpKind::Sqrt:
   case OpKind::Rsqrt: case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::Silu:
   case OpKind::Sin: case OpKind::Cos: case OpKind::Erf:
     return true;

@@ -301,6 +301,9 @@ std::map<OpKind, GradRule> buildTable() {
   t[OpKind::Log] = unaryRule([s](Emitter &E, Value *x, Value *, const Op &) { return E.div(s(E, 1, x), x); });
   t[OpKind::Log1p] = unaryRule([s](Emitter &E, Value *x, Value *, const Op &) { return E.div(s(E, 1, x), E.add(x, s(E, 1, x))); });
   t[OpKind::Expm1] = unaryRule([s](Emitter &E, Value *, Value *y, const Op &) { return E.add(y, s(E, 1, y)); });
+  // d/dx 2^x = ln 2 * 2^x; d/dx log2 x = 1 / (x ln 2).
+  t[OpKind::Exp2] = unaryRule([s](Emitter &E, Value *, Value *y, const Op &) { return E.mul(s(E, 0.6931471805599453, y), y); });
+  t[OpKind::Log2] = unaryRule([s](Emitter &E, Value *x, Value *, const Op &) { return E.div(s(E, 1.4426950408889634, x), x); });
   t[OpKind::Sqrt] = unaryRule([s](Emitter &E, Value *, Value *y, const Op &) { return E.div(s(E, 0.5, y), y); });
   // d/dx x^(-1/2) = -1/2 x^(-3/2) = -1/2 y^3.
   t[OpKind::Rsqrt] = unaryRule([s](Emitter &E, Value *, Value *y, const Op &) { return E.mul(s(E, -0.5, y), E.mul(y, E.mul(y, y))); });

@@ -380,6 +380,8 @@ double unaryF64(OpKind k, double x, bool tanhGelu) {
   case OpKind::Log: return std::log(x);
   case OpKind::Log1p: return std::log1p(x);
   case OpKind::Expm1: return std::expm1(x);
+  case OpKind::Exp2: return std::exp2(x);
+  case OpKind::Log2: return std::log2(x);
   case OpKind::Sqrt: return std::sqrt(x);
   case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
   case OpKind::Tanh: return std::tanh(x);

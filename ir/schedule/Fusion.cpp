@@ -69,7 +69,7 @@ std::vector<const Op *> coneOf(const Graph &g, const Value *root, bool includeRo
 
 bool transcendental(OpKind k) {
   switch (k) {
-  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Tanh:
+  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Exp2: case OpKind::Log2: case OpKind::Tanh:
   case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::Silu: case OpKind::Sin: case OpKind::Cos:
   case OpKind::Erf: case OpKind::Pow: return true;
   default: return false;

@@ -240,6 +240,8 @@ const std::vector<Unary> &unaryTable() {
       {"cos", true, [](double x) { return std::cos(x); }, OnNumber::Float, "cosine, elementwise"},
       {"log1p", true, [](double x) { return std::log1p(x); }, OnNumber::Float, "log(1 + x), accurate near 0, elementwise"},
       {"expm1", true, [](double x) { return std::expm1(x); }, OnNumber::Float, "exp(x) - 1, accurate near 0, elementwise"},
+      {"exp2", true, [](double x) { return std::exp2(x); }, OnNumber::Float, "2 raised to x, elementwise"},
+      {"log2", true, [](double x) { return std::log2(x); }, OnNumber::Float, "base-2 logarithm, elementwise"},
       {"erf", true, [](double x) { return std::erf(x); }, OnNumber::Float, "the error function, elementwise"},
       {"floor", false, [](double x) { return std::floor(x); }, OnNumber::ToInt, "round toward -inf (an int on numbers), elementwise", "", "", false},
       {"ceil", false, [](double x) { return std::ceil(x); }, OnNumber::ToInt, "round toward +inf (an int on numbers), elementwise", "", "", false},

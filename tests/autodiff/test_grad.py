@@ -92,6 +92,8 @@ CASES = [
     ("sin", [("x", (3, 4), "n")], "sin(x)", torch.sin),
     ("cos", [("x", (3, 4), "n")], "cos(x)", torch.cos),
     ("erf", [("x", (3, 4), "n")], "erf(x)", torch.erf),
+    ("exp2", [("x", (3, 4), "n")], "exp2(x)", torch.exp2),
+    ("log2", [("x", (3, 4), "p")], "log2(x)", torch.log2),
     ("softplus", [("x", (3, 4), "n")], "softplus(x)", F.softplus),
     ("softplus_beta", [("x", (3, 4), "n")], "softplus(x * 4.0, beta=2.0, threshold=5.0)",
      lambda x: F.softplus(x * 4.0, beta=2.0, threshold=5.0)),

@@ -100,7 +100,8 @@ def case(*args, **kw):
 # -- elementwise --
 
 UNARY = ["exp", "log(|x|+0.5)", "sqrt(|x|)", "rsqrt(|x|+0.1)", "tanh", "sigmoid", "relu", "sin", "cos", "abs", "neg",
-         "erf", "floor(3x)", "ceil(3x)", "round(3x)", "sign", "log1p(|x|)", "expm1", "silu", "gelu", "gelu tanh"]
+         "erf", "floor(3x)", "ceil(3x)", "round(3x)", "sign", "log1p(|x|)", "expm1", "silu", "gelu", "gelu tanh", "exp2",
+         "log2(|x|+0.5)"]
 
 
 def unary_ref(x, env):
@@ -108,7 +109,7 @@ def unary_ref(x, env):
     a = x.abs()
     return [x.exp(), (a + 0.5).log(), a.sqrt(), (a + 0.1).rsqrt(), x.tanh(), x.sigmoid(), F.relu(x), x.sin(), x.cos(), a,
             -x, torch.erf(x), (x * 3.0).floor(), (x * 3.0).ceil(), (x * 3.0).round(), x.sign(), a.log1p(), x.expm1(),
-            F.silu(x), F.gelu(x), F.gelu(x, approximate="tanh")]
+            F.silu(x), F.gelu(x), F.gelu(x, approximate="tanh"), x.exp2(), (a + 0.5).log2()]
 
 
 def unary_inputs(dtype):
