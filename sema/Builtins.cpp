@@ -291,6 +291,11 @@ BuiltinInfo &BuiltinInfo::onNumbers(double (*f)(double), NumberRule::Result resu
   return *this;
 }
 
+BuiltinInfo &BuiltinInfo::growsReceiver(Grows g) {
+  grows = g;
+  return *this;
+}
+
 BuiltinInfo &BuiltinInfo::example(std::string call, unsigned ctx) {
   examples.push_back({ctx & contexts, std::move(call)});
   return *this;

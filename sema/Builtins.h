@@ -82,6 +82,10 @@ struct BuiltinInfo {
   std::string composite; // graph.rule "composite": an expression of other builtins over the
                          // signature's parameters (softplus), lowered as if it were written inline
   std::optional<NumberRule> number; // math builtins: on a Python number
+  /// A method that adds to its receiver, a list: one element (its last argument: l.append) or
+  /// the elements of its last argument (l.extend). The checker widens a local list's type by them.
+  enum class Grows : uint8_t { No, Element, Elements };
+  Grows grows = Grows::No;
   std::vector<BuiltinExample> examples;
   /// Contexts whose stage does not implement the builtin yet, each with the reason (an issue);
   /// the completeness test lists them and fails on any other missing piece.
@@ -95,6 +99,7 @@ struct BuiltinInfo {
   BuiltinInfo &inHost(std::string rule);
   BuiltinInfo &composes(std::string body);
   BuiltinInfo &onNumbers(double (*f)(double), NumberRule::Result result);
+  BuiltinInfo &growsReceiver(Grows g);
   BuiltinInfo &example(std::string call, unsigned contexts = Anywhere);
   BuiltinInfo &notYet(unsigned contexts, std::string why);
   /// The reason `context` is pending, or null.

@@ -355,15 +355,18 @@ TypeRef FunctionChecker::call(Call *c) {
   SourceRange gridRange = gridRange_;
   TypeRef r = callValue(callee, args, c->range, c->func->range);
   gridRange_ = gridRange;
-  // xs.append(v) / xs.extend(vs) on a local list: its length is no longer known, and its
-  // elements may now be v's type too.
-  if (auto *at = dyn_cast<Attribute>(c->func); at && at->value->kind == Kind::Name && (at->attr == "append" || at->attr == "extend" || at->attr == "insert")) {
+  // A method that grows a local list (its entry says how: xs.append(v), xs.extend(vs)): the
+  // list's length is no longer known, and its elements may now be v's type too.
+  const BuiltinInfo *grower = callee->is(TypeKind::Builtin) && callee->builtin && callee->builtin->grows != BuiltinInfo::Grows::No
+                                  ? callee->builtin : nullptr;
+  if (auto *at = dyn_cast<Attribute>(c->func); grower && at && at->value->kind == Kind::Name) {
     if (Local *l = lookupLocal(static_cast<Name *>(at->value)->id); l && l->type->is(TypeKind::List)) {
       TypeRef elem = l->type->elem;
       for (auto &e : l->type->elems) elem = join(elem, e);
       if (!args.positional.empty()) {
         const TypeRef &v = args.positional.back().type;
-        if (at->attr == "extend") elem = join(elem, (v->is(TypeKind::List) || v->is(TypeKind::Tuple)) ? (v->elem ? v->elem : (v->elems.empty() ? nullptr : v->elems[0])) : T::unknown());
+        if (grower->grows == BuiltinInfo::Grows::Elements)
+          elem = join(elem, (v->is(TypeKind::List) || v->is(TypeKind::Tuple)) ? (v->elem ? v->elem : (v->elems.empty() ? nullptr : v->elems[0])) : T::unknown());
         else elem = join(elem, v);
       }
       l->type = T::listOf(elem ? elem : T::unknown());

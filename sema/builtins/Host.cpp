@@ -605,9 +605,9 @@ void addHostBuiltins(Registrar &r) {
   method(K::Dict, "get", HostAndGraph, ruleDictGet, "d.get(key, default=None) -> T", "the value of key, or default", false)
       .inGraph("dict_get").inHost("dict_get").example("d.get(\"w\")").example("d.get(\"nothing\", 1.0)");
   method(K::List, "append", InHost, ruleListAppend, "l.append(x) -> None", "add x at the end", false)
-      .inHost("list_append").example("[1, 2].append(3)");
+      .inHost("list_append").growsReceiver(BuiltinInfo::Grows::Element).example("[1, 2].append(3)");
   method(K::List, "extend", InHost, ruleListExtend, "l.extend(iterable) -> None", "add the elements of iterable at the end", false)
-      .inHost("list_extend").example("[1].extend((2, 3))");
+      .inHost("list_extend").growsReceiver(BuiltinInfo::Grows::Elements).example("[1].extend((2, 3))");
   method(K::List, "pop", InHost, ruleListPop, "l.pop(index=-1) -> T", "remove and return an element", false)
       .inHost("list_pop").example("[1, 2, 3].pop()").example("[1, 2, 3].pop(0)");
 }
