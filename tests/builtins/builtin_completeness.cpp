@@ -22,13 +22,8 @@
 // TSR_TEST_BUILTIN_BREAK=NAME:PIECE removes one piece of the entry NAME before the walk (graph,
 // host, kernel: the stage's rule; doc; example: its examples; diff: takes it out of the gradient
 // cases' view): the negative controls in tests/CMakeLists.txt require the walk then to fail.
-#include "exec/host/Interpreter.h"
-// cpuBackend(): exec/cpu/CpuBackend.h declares it where that header exists, else exec/StepBackend.h.
-#if __has_include("exec/cpu/CpuBackend.h")
 #include "exec/cpu/CpuBackend.h"
-#else
-#include "exec/StepBackend.h"
-#endif
+#include "exec/host/Interpreter.h"
 #include "frontend/Parser.h"
 #include "ir/autodiff/GradRules.h"
 #include "ir/lower/LowerGraph.h"
