@@ -20,6 +20,7 @@
 #include <limits>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace tsr::codegen::lower {
@@ -85,6 +86,8 @@ private:
   const tile::Block *curBlock = nullptr; // the block being lowered
   // load_box results left to the dot that reads them (deferToDot), by value.
   std::unordered_map<const TValue *, const TOp *> deferred;
+  // Ops a tensor-core loop lowered as its epilogue (the store of its result): skipped after it.
+  std::unordered_set<const TOp *> absorbed;
   // Threads of one program (TargetDesc::threadsPerProgram) and this thread's index (i64, made in
   // the entry block); loops entered so far; above 0, ops run redundantly in every thread.
   int threads = 1;

@@ -215,8 +215,9 @@ void Lowering::lowerOp(const tile::Block &b, size_t index) {
       deferred[op->result()] = op;
       return;
     }
-    // A zero tile that only starts a tensor-core loop's accumulators is never materialized.
-    if (zeroInitOfMmaLoop(b, index)) return;
+    // A zero tile that only starts a tensor-core loop's accumulators is never materialized, and
+    // the store of its result is done from its registers.
+    if (zeroInitOfMmaLoop(b, index) || absorbed.count(op)) return;
     // Reshape/expand_dims of a scalar into a [1] tile, or the reverse, change representation.
     if ((op->kind == OpKind::Reshape || op->kind == OpKind::ExpandDims) &&
         op->operands[0]->type.isScalar() != op->result()->type.isScalar()) {

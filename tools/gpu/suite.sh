@@ -15,6 +15,8 @@
 #   tile_kernels_gpu  the spec's and the stdlib's @kernels launched on the GPU, checked by their own
 #                     asserts against graph-level references
 #   examples_gpu      every examples/ program (the spec's examples) on the GPU and the CPU: same output
+#   mma_matmul        tensor-core matrix products (hand-written and graph; ragged, transposed,
+#                     batched) against the CUDA-core path
 #   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
 #   bundle_gpu        a cuda bundle runs from an empty folder on the GPU with its own PTX; a cpu-only
 #                     bundle is refused there (bundle_cpu_refused)
@@ -24,6 +26,7 @@
 #   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
 #   digits_vit        the main job on the GPU and on the CPU: accuracy and time side by side; a
 #                     second GPU run reads every program from the compilation cache (0 misses)
+#   gpu_ops_bench     tools/bench/gpu/ops.sh: GEMM, layer_norm, softmax against PyTorch (figures)
 #   launch_overhead   µs per one-op graph call against PyTorch eager's `x + 1` (a figure, no limit)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,6 +65,7 @@ if [[ $failed -ne 0 ]]; then echo "$passed passed, $failed failed"; exit 1; fi
 step run_programs "python3 tests/run/run_programs.py '$BIN/tsr' --device cuda"
 step tile_kernels_gpu "python3 tests/tile/run_kernels.py '$BIN/tsr' --device cuda examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr tests/tile/programs/stdlib_kernels.tsr tests/tile/programs/tile_ops.tsr"
 step examples_gpu "python3 tools/gpu/compare_examples.py '$BIN/tsr' examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr examples/train_regression.tsr examples/transformer_block.tsr"
+step mma_matmul "python3 tests/expect.py --exit 0 --has 'mma_matmul ok' -- '$BIN/tsr' run tests/gpu/mma_matmul.tsr --device cuda"
 step device_oom "python3 tests/expect.py --exit 3 --has 'out of memory' --has 'device_oom.tsr:6' -- '$BIN/tsr' run tests/gpu/device_oom.tsr --device cuda"
 # Bundles made where the compiler is (tools/gpu/pack.sh puts them in BIN_DIR): the cuda one runs
 # from an empty folder on the GPU with its own code; the cpu-only one is refused there with both
@@ -83,6 +87,8 @@ for d in cuda cuda_warm cpu; do
   [[ -f "$OUT/digits_vit_$d.log" ]] && echo "   digits_vit $d: $(grep -h 'final test accuracy' "$OUT/digits_vit_$d.log" | tail -n 1)"
 done
 
+step gpu_ops_bench "tools/bench/gpu/ops.sh '$BIN/tsr'"
+[[ -f "$OUT/gpu_ops_bench.log" ]] && sed 's/^/   /' "$OUT/gpu_ops_bench.log"
 step launch_overhead "'$BIN/tsr' run tools/bench/gpu/launch_overhead.tsr --device cuda --n 20000 && python3 tools/bench/gpu/launch_overhead.py 20000"
 [[ -f "$OUT/launch_overhead.log" ]] && grep -h "us per" "$OUT/launch_overhead.log" | sed 's/^/   /'
 echo "$passed passed, $failed failed"

@@ -14,6 +14,7 @@
 
 #include "llvm/IR/IntrinsicsNVPTX.h"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 
@@ -38,6 +39,18 @@ bool zeroConstant(const TValue *v) {
   if (auto *d = std::get_if<double>(a)) return *d == 0.0;
   if (auto *i = std::get_if<int64_t>(a)) return *i == 0;
   return false;
+}
+
+/// Whether `st` stores the whole of tile `v` (BM x BN) as an unmasked box of two tile axes,
+/// with nothing but the tile from the loop.
+bool storesTile(const TOp &st, const TValue *v, int64_t BM, int64_t BN) {
+  const auto *box = st.attrAs<std::vector<int64_t>>("box");
+  const bool *masked = st.attrAs<bool>("masked");
+  if (!box || (masked && *masked) || st.operands.size() != 2 + box->size() || st.operands[1 + box->size()] != v) return false;
+  std::vector<int64_t> ext;
+  for (int64_t e : *box)
+    if (e > 0) ext.push_back(e);
+  return ext == std::vector<int64_t>{BM, BN};
 }
 
 } // namespace
@@ -67,7 +80,26 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
 
   Value *lo = get(op.operands[0]), *hi = get(op.operands[1]);
   const TType &ct = op.result()->type;
-  Value *out = alloc(ct);
+  // The epilogue: when the loop's result is only stored (after a cast, perhaps) by the next ops,
+  // the registers are stored to the tensor; otherwise they go to a tile for the ops after.
+  const TOp *epiCast = nullptr, *epiStore = nullptr;
+  if (curBlock) {
+    const auto &ops = curBlock->ops;
+    auto at = std::find(ops.begin(), ops.end(), &op);
+    const TValue *v = op.result();
+    auto next = at == ops.end() ? ops.end() : at + 1;
+    if (next != ops.end() && (*next)->kind == OpKind::Cast && (*next)->operands[0] == v && uses[v] == 1 &&
+        (*next)->attrs.size() == 1) {
+      epiCast = *next;
+      v = epiCast->result();
+      ++next;
+    }
+    if (next != ops.end() && (*next)->kind == OpKind::StoreBox && uses[v] == 1 && storesTile(**next, v, p.BM, p.BN))
+      epiStore = *next;
+    else
+      epiCast = nullptr;
+  }
+  Value *out = epiStore ? nullptr : alloc(ct);
   Value *ring;
   {
     IRBuilder<> ab(entry, entry->getFirstInsertionPt());
@@ -282,13 +314,47 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   B.SetInsertPoint(exit);
   waitGroups(0);
   T.barrier(B);
+  T.releaseTileBuffer(ring);
+  if (epiStore) {
+    // Each element to its place in the tensor (converted as the cast says), inside its bounds.
+    const TOp &st = *epiStore;
+    TensorInfo &ti = tensor(st.operands[0]);
+    const DType to = st.operands[0]->type.dtype;
+    const auto &box = *st.attrAs<std::vector<int64_t>>("box");
+    Value *base = c64(0), *ok0 = B.getTrue();
+    int rowAxis = -1, colAxis = -1;
+    for (size_t d = 0; d < box.size(); ++d) {
+      Value *s0 = get(st.operands[1 + d]);
+      base = B.CreateAdd(base, B.CreateMul(s0, ti.strides[d]));
+      if (box[d] > 0) (rowAxis < 0 ? rowAxis : colAxis) = int(d);
+      else ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(s0, c64(0)), B.CreateICmpSLT(s0, ti.shape[d])));
+    }
+    Value *r0 = get(st.operands[1 + size_t(rowAxis)]), *c0 = get(st.operands[1 + size_t(colAxis)]);
+    const auto *dt = epiCast ? epiCast->attrAs<ir::DTypeAttr>("dtype") : nullptr;
+    for (int64_t i = 0; i < MT; ++i)
+      for (int64_t jn = 0; jn < NT; ++jn)
+        for (int q = 0; q < 4; ++q) {
+          Value *r = accRow(i, q), *c = accCol(jn, q);
+          Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
+          Value *ok = B.CreateAnd(ok0, B.CreateAnd(B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, ti.shape[size_t(rowAxis)])),
+                                                   B.CreateAnd(B.CreateICmpSGE(gc, c64(0)), B.CreateICmpSLT(gc, ti.shape[size_t(colAxis)]))));
+          Value *x = acc[size_t((i * NT + jn) * 4 + q)];
+          if (dt) x = convert(x, DType::F32, dt->dtype, dt->policies.saturate);
+          ifThen(ok, [&] {
+            Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, ti.strides[size_t(rowAxis)]), B.CreateMul(c, ti.strides[size_t(colAxis)])));
+            B.CreateStore(toMem(to, x), B.CreateInBoundsGEP(mtype(to), ti.data, off));
+          });
+        }
+    absorbed.insert(epiStore);
+    if (epiCast) absorbed.insert(epiCast);
+    return true;
+  }
   for (int64_t i = 0; i < MT; ++i)
     for (int64_t jn = 0; jn < NT; ++jn)
       for (int q = 0; q < 4; ++q)
         storeElem(out, DType::F32, B.CreateAdd(B.CreateMul(accRow(i, q), c64(p.BN)), accCol(jn, q)),
                   acc[size_t((i * NT + jn) * 4 + q)]);
   T.barrier(B);
-  T.releaseTileBuffer(ring);
   set(op.result(), out);
   return true;
 }
