@@ -119,7 +119,7 @@ std::optional<MmaPlan> planMmaLoop(const tile::Op &f, int warps, int smArch) {
   // The copy ring: the loop's `stages` (its schedule's), else 3; fewer while the ring would not
   // leave room for the rest of the program's tiles.
   p.stages = int(std::clamp<int64_t>(f.intAttr("stages", 3), 2, 4));
-  while (p.stages > 2 && p.sharedBytes() > 96 * 1024) --p.stages;
+  while (p.stages > 2 && p.sharedBytes() > 128 * 1024) --p.stages;
   return p;
 }
 

@@ -57,7 +57,7 @@ public:
   /// function's float type. The CPU calls the C library; NVPTX would map to libdevice.
   virtual llvm::Value *mathCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Value *x) const = 0;
   /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
-  /// from f64): `name` is one of the tsr_cg_* functions of codegen/cpu/HostJit.cpp.
+  /// from f64): `name` is one of the tsr_cg_* functions of runtime/CodegenHelpers.h.
   virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,
                                   llvm::ArrayRef<llvm::Value *> args) const = 0;
   /// The vector shape `dot`'s micro-kernel is blocked for: floats per vector register and the

@@ -2,7 +2,7 @@
 // codegen/llvm/TileToLLVM.h), as LLVM IR of the kernel's own module: the GPU has no host runtime
 // to call. Private to codegen/nvptx.
 //
-// They compute what the host's tsr_cg_* functions (codegen/cpu/HostJit.cpp) compute through
+// They compute what the host's tsr_cg_* functions (runtime/CodegenHelpers.h) compute through
 // runtime/Numeric.h, bit for bit: every narrowing rounds once from the exact input (an f32, an
 // f64 or an i64) to nearest-even, with Numeric.h's overflow (inf, or NaN for e4m3, which has no
 // inf) and saturation (the largest finite value) rules. The rounding is Numeric.cpp's

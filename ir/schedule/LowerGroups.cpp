@@ -669,7 +669,13 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
 // gemm benchmark (tools/bench/gemm_cpu.cpp) at 1024^3. GPU: dot splits its rows over the threads
 // in blocks of 4, so BM goes to 128 (32 threads busy), with BK 32; fitShared then halves them to
 // the budget (an f32 64x64x32 takes 48 KiB).
-std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t) {
+// Shared memory a matrix product's program may take on a GPU: a 128 x 128 x 64 bf16 tile's ring
+// of 3 stages (107 KiB; a k step of 64 halves the barriers per product against 32), within the
+// 227 KiB of a Hopper CTA.
+constexpr int64_t kMatMulSharedBytes = 160 * 1024;
+
+std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores) {
+  if (tensorCores) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64, 128}), bucket(mnk[2], {16, 32, 64})};
   if (t.gpuTarget()) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 32})};
   return {bucket(mnk[0], {16, 64}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64})};
 }
@@ -774,8 +780,17 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
 
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target) {
-  return fitShared(target, matmulTiles(mnk, target), [&](const std::vector<int64_t> &t) {
-    return lowerMatMulTiled(op, batchRank, a, b, result, name, target, t[0], t[1], t[2]);
+  // On a GPU, a product's tiles may take more shared memory than other programs' (its operand
+  // ring is what keeps the tensor cores fed, codegen/llvm/MmaPlan.h), and a 128 x 128 tile is
+  // split over 8 warps (64 x 32 accumulators each, which fit the registers without spilling).
+  // Only bf16 and f16 operands take the tensor cores; other products keep the v0 tiles.
+  const bool tensorCores = target.gpuTarget() && (a == DType::BF16 || a == DType::F16) && a == b;
+  TileTarget mt = target;
+  if (tensorCores) mt.sharedBytes = std::max<int64_t>(mt.sharedBytes, kMatMulSharedBytes);
+  return fitShared(mt, matmulTiles(mnk, mt, tensorCores), [&](const std::vector<int64_t> &t) {
+    TileTarget kt = mt;
+    if (tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
+    return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2]);
   });
 }
 

@@ -190,16 +190,27 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
               B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
                                 {dst, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
             } else {
-              Value *vec = PoisonValue::get(FixedVectorType::get(i16t, 8));
-              for (int e = 0; e < 8; ++e) {
-                Value *col = B.CreateAdd(gc, c64(e));
-                Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
-                Value *x = guardedValue(
-                    ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), cs)))); },
-                    B.getInt16(0));
-                vec = B.CreateInsertElement(vec, x, uint64_t(e));
-              }
-              B.CreateAlignedStore(vec, dst, Align(16));
+              // Element by element, in a rolled loop: unrolled, its addresses would be hoisted out
+              // of the main loop and hold a hundred registers through it.
+              BasicBlock *pre = B.GetInsertBlock();
+              BasicBlock *eBody = BasicBlock::Create(C, "mma.copy.elem", fn), *eEnd = BasicBlock::Create(C, "mma.copy.elem.end", fn);
+              B.CreateBr(eBody);
+              B.SetInsertPoint(eBody);
+              PHINode *e = B.CreatePHI(i64(), 2);
+              e->addIncoming(c64(0), pre);
+              Value *col = B.CreateAdd(gc, e);
+              Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
+              Value *x = guardedValue(
+                  ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, ti.data, B.CreateAdd(off, B.CreateMul(e, cs)))); },
+                  B.getInt16(0));
+              B.CreateStore(x, B.CreateInBoundsGEP(i16t, dst, e));
+              Value *en = B.CreateAdd(e, c64(1));
+              e->addIncoming(en, B.GetInsertBlock());
+              BranchInst *back = B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd);
+              MDNode *self = MDNode::getDistinct(C, {nullptr, MDNode::get(C, {MDString::get(C, "llvm.loop.unroll.disable")})});
+              self->replaceOperandWith(0, self);
+              back->setMetadata(LLVMContext::MD_loop, self);
+              B.SetInsertPoint(eEnd);
             }
           };
           if ((round + 1) * threads <= chunks) chunk();
