@@ -195,13 +195,15 @@ private:
     Value *next = B.CreateAdd(i, c64(split ? threads : 1), "", true, true);
     i->addIncoming(next, B.GetInsertBlock());
     BranchInst *back = B.CreateBr(head);
-    if (keepRolled) {
-      MDNode *self = MDNode::getDistinct(C, {nullptr, MDNode::get(C, {MDString::get(C, "llvm.loop.unroll.disable")})});
-      self->replaceOperandWith(0, self);
-      back->setMetadata(LLVMContext::MD_loop, self);
-    }
+    if (keepRolled) markRolled(back);
     B.SetInsertPoint(exit);
     if (split) T.barrier(B);
+  }
+  /// Marks the loop whose back edge is `back` llvm.loop.unroll.disable.
+  void markRolled(BranchInst *back) {
+    MDNode *self = MDNode::getDistinct(C, {nullptr, MDNode::get(C, {MDString::get(C, "llvm.loop.unroll.disable")})});
+    self->replaceOperandWith(0, self);
+    back->setMetadata(LLVMContext::MD_loop, self);
   }
   void loopN(int64_t n, const std::function<void(Value *)> &body, bool keepRolled = false) {
     loop(c64(0), c64(n), body, keepRolled);

@@ -38,6 +38,10 @@ bool plainBox(const tile::Op &load, const tile::Block &body) {
 
 } // namespace
 
+bool isZeroConstant(const tile::Value *v) {
+  return v->def && v->def->kind == OpKind::Constant && v->def->attr("value") && isZero(v->def->attr("value"));
+}
+
 std::optional<MmaPlan> planMmaLoop(const tile::Op &f, int warps, int smArch) {
   if (smArch < 80 || warps < 1 || f.kind != OpKind::For || f.regions.size() != 1 || f.operands.size() != 4 ||
       f.results.size() != 1)

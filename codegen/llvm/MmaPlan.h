@@ -54,4 +54,7 @@ struct MmaPlan {
 /// cores), or nothing when the loop is not the main loop above or does not fit the instruction.
 std::optional<MmaPlan> planMmaLoop(const tile::Op &forOp, int warps, int smArch);
 
+/// Whether `v` is a `constant` op's zero (0 or 0.0): an accumulator that starts at zero.
+bool isZeroConstant(const tile::Value *v);
+
 } // namespace tsr::codegen

@@ -32,15 +32,6 @@ struct Operand {
   Value *squeezedOk = nullptr; // the box's dropped axes index inside the tensor
 };
 
-bool zeroConstant(const TValue *v) {
-  if (!v->def || v->def->kind != OpKind::Constant) return false;
-  const ir::AttrValue *a = v->def->attr("value");
-  if (!a) return false;
-  if (auto *d = std::get_if<double>(a)) return *d == 0.0;
-  if (auto *i = std::get_if<int64_t>(a)) return *i == 0;
-  return false;
-}
-
 /// Whether `st` stores the whole of tile `v` (BM x BN) as an unmasked box of two tile axes,
 /// with nothing but the tile from the loop.
 bool storesTile(const TOp &st, const TValue *v, int64_t BM, int64_t BN) {
@@ -58,7 +49,7 @@ bool storesTile(const TOp &st, const TValue *v, int64_t BM, int64_t BN) {
 bool Lowering::zeroInitOfMmaLoop(const tile::Block &b, size_t index) {
   const TOp *c = b.ops[index];
   if (!shared() || threads % 32 != 0 || c->kind != OpKind::Constant || c->results.size() != 1 ||
-      !zeroConstant(c->result()) || uses[c->result()] != 1)
+      !isZeroConstant(c->result()) || uses[c->result()] != 1)
     return false;
   for (size_t j = index + 1; j < b.ops.size(); ++j)
     if (b.ops[j]->kind == OpKind::For && b.ops[j]->operands.size() == 4 && b.ops[j]->operands[3] == c->result())
@@ -206,10 +197,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
               B.CreateStore(x, B.CreateInBoundsGEP(i16t, dst, e));
               Value *en = B.CreateAdd(e, c64(1));
               e->addIncoming(en, B.GetInsertBlock());
-              BranchInst *back = B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd);
-              MDNode *self = MDNode::getDistinct(C, {nullptr, MDNode::get(C, {MDString::get(C, "llvm.loop.unroll.disable")})});
-              self->replaceOperandWith(0, self);
-              back->setMetadata(LLVMContext::MD_loop, self);
+              markRolled(B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd));
               B.SetInsertPoint(eEnd);
             }
           };
@@ -236,7 +224,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   // The accumulators' first values: the loop's initial tile (zeros need no reads).
   std::vector<Value *> acc0(size_t(MT * NT * 4));
   const TValue *init = op.operands[3];
-  if (zeroConstant(init)) {
+  if (isZeroConstant(init)) {
     for (Value *&a : acc0) a = cf(f32(), 0.0);
   } else {
     T.barrier(B);
