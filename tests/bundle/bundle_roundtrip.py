@@ -33,6 +33,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from testlib import run, summary  # noqa: E402
+from bundlerun import COUNT, TIME, broken_module_folders, files_in  # noqa: E402
 
 # Flags of the examples whose defaults are too long for a test (`{root}`: the source tree). Files
 # they write are named relative to the run's folder, so both runs print the same line.
@@ -43,8 +44,6 @@ FLAGS = {
 STATIC = {"gemm": [], "transformer_block": []}
 # Bundles whose cpu code is for an x86-64 level rather than this machine's CPU (tsrc --cpu).
 PORTABLE = {"transformer_block": "x86-64-v3", "train_regression": "x86-64"}
-COUNT = re.compile(r"^tsr: bundle: (\d+) programs from the bundle, (\d+) compiled here$", re.M)
-TIME = re.compile(r"\d+(\.\d+)?s\b")
 
 passed = failed = 0
 
@@ -57,23 +56,6 @@ def report(ok, name, why=""):
     else:
         failed += 1
         print(f"FAIL {name}: {why}")
-
-
-def broken_module_folders(base):
-    """A stdlib and a TESSERA_PATH folder whose every module fails to parse."""
-    folders = []
-    for name in ("stdlib", "path"):
-        d = os.path.join(base, name)
-        os.makedirs(os.path.join(d, "optim"), exist_ok=True)
-        for m in ("nn", "kernels", "plot", "optim/adamw", "optim/sgd", "optim/adam", "optim/momentum"):
-            with open(os.path.join(d, m + ".tsr"), "w") as f:
-                f.write("def broken(:\n")
-        folders.append(d)
-    return folders
-
-
-def files_in(folder):
-    return sorted(os.path.relpath(p, folder) for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if os.path.isfile(p))
 
 
 def roundtrip(tsrc, tsr, root, work, name, flags_t, trace, cpu=None):

@@ -30,12 +30,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from testlib import run, summary  # noqa: E402
+from bundlerun import COUNT, TIME, broken_module_folders, files_in  # noqa: E402
 
 # The examples' flags for a short run (digits_vit is left to bundle_roundtrip: a minute of trace).
 FLAGS = {"train_regression": ["--steps", "100"]}
 SKIP_EXAMPLES = {"digits_vit"}
-COUNT = re.compile(r"^tsr: bundle: (\d+) programs from the bundle, (\d+) compiled here$", re.M)
-TIME = re.compile(r"\d+(\.\d+)?s\b")
 COMPILER_LIBS = ("tsr_codegen", "tsr_nvptx", "tsr_exec_backend", "tsr_cuda_exec", "libLLVM", "/llvm-19/")
 
 passed = failed = 0
@@ -94,22 +93,6 @@ def check_links(runner, tsr, build):
     control = llvm_in(tsr, build)
     report(any("symbols of llvm::" in f for f in control) and any("link line names" in f for f in control),
            "control: the same checks find LLVM in tsr", f"found only {control}")
-
-
-def broken_module_folders(base):
-    folders = []
-    for name in ("stdlib", "path"):
-        d = os.path.join(base, name)
-        os.makedirs(os.path.join(d, "optim"), exist_ok=True)
-        for m in ("nn", "kernels", "plot", "optim/adamw", "optim/sgd", "optim/adam", "optim/momentum"):
-            with open(os.path.join(d, m + ".tsr"), "w") as f:
-                f.write("def broken(:\n")
-        folders.append(d)
-    return folders
-
-
-def files_in(folder):
-    return sorted(os.path.relpath(p, folder) for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True) if os.path.isfile(p))
 
 
 def run_programs_flags(path, root):
