@@ -128,9 +128,15 @@ Schedule planFusion(const Graph &g) {
       else if (isFusedReduction(op->kind) && !op->operands.empty())
         count(coneOf(g, op->operands[0], false, materialized), nullptr);
     }
-    bool changed = false;
+    // In graph order: each value materialized shortens the cones of those after it, so the
+    // order decides the schedule, and the map's (address-hashed) order would differ per run.
+    std::vector<const Value *> shared;
     for (auto &[v, n] : readers)
-      if (n >= 3 && !alwaysRecomputed(v) && costlyToRecompute(g, v, materialized) && materialized.insert(v).second) changed = true;
+      if (n >= 3) shared.push_back(v);
+    std::sort(shared.begin(), shared.end(), [&](const Value *a, const Value *b) { return g.opIndex(a->def) < g.opIndex(b->def); });
+    bool changed = false;
+    for (const Value *v : shared)
+      if (!alwaysRecomputed(v) && costlyToRecompute(g, v, materialized) && materialized.insert(v).second) changed = true;
     if (!changed) break;
   }
 

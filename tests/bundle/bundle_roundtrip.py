@@ -18,7 +18,8 @@ ran: `tsr: bundle: N programs from the bundle, 0 compiled here` with N >= 1. Bot
 TSR_JIT_THRESHOLD=0 (every step compiled) so that their numerics are the same code's.
 Then two bundles made without --trace (the programs known before run time) must still serve at
 least one program each, two with --cpu x86-64-v3 and x86-64 (code for another CPU than this one)
-must run the same, and the command line's errors are checked (exit 2 for usage, 1 for a failed
+must run the same, digits_vit's traced bundle made twice must be the same file (a bundle for
+another CPU must not: the comparison's control), and the command line's errors are checked (exit 2 for usage, 1 for a failed
 trace run or an unwritable output).
 
 TSR_BUNDLE_TEST_IGNORE_CODE=1 (the runner's test-only switch: compile everything) makes this
@@ -108,6 +109,36 @@ def roundtrip(tsrc, tsr, root, work, name, flags_t, trace, cpu=None):
     report(not problems, label, "\n".join(problems))
 
 
+def first_difference(a, b):
+    """None when the files are byte for byte the same, else where they first differ."""
+    x, y = open(a, "rb").read(), open(b, "rb").read()
+    if x == y:
+        return None
+    at = next((i for i in range(min(len(x), len(y))) if x[i] != y[i]), min(len(x), len(y)))
+    return f"sizes {len(x)} and {len(y)}, first difference at byte {at}"
+
+
+def reproducible(tsrc, root, work, name):
+    """The traced bundle made again from the same source and flags is the same file (its fusion
+    schedules and programs do not depend on where objects happened to be allocated). Control: the
+    same comparison sees a bundle made for another CPU level as different."""
+    src = os.path.join(root, "examples", name + ".tsr")
+    flags = " ".join(a.format(root=root) for a in FLAGS.get(name, []))
+    made = []
+    for extra in ([], [], ["--cpu", "x86-64"]):
+        out = os.path.join(work, f"again-{len(made)}.bundle")
+        r = run([tsrc, src, "-o", out, "--target", "cpu", "--trace", flags] + extra,
+                cwd=tempfile.mkdtemp(dir=work, prefix="again-"), timeout=1200)
+        if r.returncode != 0 or r.crash:
+            report(False, f"{name}: the same bundle twice", f"tsrc -o: {r.crash or 'exit ' + str(r.returncode)}\n{r.stderr[-2000:]}")
+            return
+        made.append(out)
+    diff = first_difference(made[0], made[1])
+    report(diff is None, f"{name}: the same bundle twice", f"two bundles of one source and flags differ: {diff}")
+    report(first_difference(made[0], made[2]) is not None, f"{name}: the same bundle twice (control: another --cpu differs)",
+           "a bundle for x86-64 compared equal to one for this CPU: the comparison cannot fail")
+
+
 def cli_checks(tsrc, root, work):
     ex = os.path.join(root, "examples", "saxpy.tsr")
     cases = [
@@ -149,11 +180,13 @@ def main():
             roundtrip(tsrc, tsr, root, work, name, flags, False)
         for name, cpu in PORTABLE.items():
             roundtrip(tsrc, tsr, root, work, name, FLAGS.get(name, []), True, cpu)
+        reproducible(tsrc, root, work, "digits_vit")
         cli_checks(tsrc, root, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    # Every example, the static and portable bundles, the twelve command-line checks; six examples at least.
-    return summary(passed, failed, minimum=max(len(names), 6) + len(STATIC) + len(PORTABLE) + 12)
+    # Every example, the static and portable bundles, reproducibility and its control, the twelve
+    # command-line checks; six examples at least.
+    return summary(passed, failed, minimum=max(len(names), 6) + len(STATIC) + len(PORTABLE) + 2 + 12)
 
 
 if __name__ == "__main__":
