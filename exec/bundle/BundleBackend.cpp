@@ -167,13 +167,12 @@ std::shared_ptr<BundleBackend> bundleBackend(std::shared_ptr<exec::StepBackend> 
 }
 
 std::function<int64_t(const tile::Function &)> bundleSharedMeasure(std::shared_ptr<const rt::bundle::Bundle> bundle,
-                                                                   std::function<int64_t(const tile::Function &)> fallback,
-                                                                   int64_t budget) {
-  return [bundle = std::move(bundle), fallback = std::move(fallback), budget](const tile::Function &fn) -> int64_t {
+                                                                   std::function<int64_t(const tile::Function &)> fallback) {
+  return [bundle = std::move(bundle), fallback = std::move(fallback)](const tile::Function &fn) -> int64_t {
     const std::string text = tile::toString(fn);
     if (const rb::Program *p = findProgram(*bundle, "cuda", text, rb::programKey(text)); p && !p->cuda.empty())
       return int64_t(p->cuda.begin()->second.sharedBytes); // the same for every arch (codegen/nvptx)
-    return fallback ? fallback(fn) : budget + 1;
+    return fallback ? fallback(fn) : ir::schedule::TileTarget::kUnavailable;
   };
 }
 

@@ -59,12 +59,11 @@ public:
 
 /// The GPU tile policy's shared-memory measure (TileTarget::measureShared) answered from the
 /// bundle: a program whose text the bundle has for cuda takes the shared memory recorded for it;
-/// another is measured by `fallback` (codegen/nvptx's measure) or, without one, counts as more
-/// than `budget` bytes. The compiler that made the bundle kept the first tiles, largest first,
+/// another is measured by `fallback` (codegen/nvptx's measure) or, without one, is
+/// TileTarget::kUnavailable. The compiler that made the bundle kept the first tiles, largest first,
 /// whose program fits, so without a measure of its own a runner passes over larger candidates
 /// (not in the bundle) until it reaches the bundle's program.
 std::function<int64_t(const tile::Function &)> bundleSharedMeasure(std::shared_ptr<const rt::bundle::Bundle> bundle,
-                                                                   std::function<int64_t(const tile::Function &)> fallback,
-                                                                   int64_t budget);
+                                                                   std::function<int64_t(const tile::Function &)> fallback);
 
 } // namespace tsr::bundle

@@ -162,7 +162,10 @@ int runBundleCommand(const std::vector<std::string> &args, const Compilers &comp
       try {
         // Shared memory from the bundle for its programs; from the compiler, if any, for others.
         exec::PtxSource source = compilers.cuda ? *compilers.cuda : exec::PtxSource{};
-        source.measureShared = bundleSharedMeasure(bundle, source.measureShared, ir::schedule::TileTarget{}.sharedBytes);
+        source.measureShared = bundleSharedMeasure(bundle, source.measureShared);
+        if (!compilers.cuda)
+          source.unavailable = "is not in the bundle for " + dev.name +
+                               ", and this runner compiles nothing: make the bundle with --trace and the flags of this run";
         inner = exec::cudaBackend(device, std::move(source));
         const auto &info = rt::cuda::Context::get(dev.name).info();
         dev.ccMajor = info.ccMajor;

@@ -61,7 +61,9 @@ class Backend final : public CudaBackend {
 public:
   Backend(Device &d, PtxSource source)
       : dev_(d), arch_(d.ctx.info().ccMajor >= 9 ? "sm_90" : "sm_80"), source_(std::move(source)),
-        target_(ir::schedule::TileTarget::gpu(source_.measureShared)) {}
+        target_(ir::schedule::TileTarget::gpu(source_.measureShared)) {
+    if (!source_.unavailable.empty()) target_.unavailable = source_.unavailable;
+  }
 
   std::string name() const override { return dev_.name(); }
   const ir::schedule::TileTarget &tileTarget() const override { return target_; }

@@ -51,6 +51,9 @@ struct PtxSource {
   /// The dynamic shared memory a program takes (the GPU tile policy's measure,
   /// TileTarget::measureShared). Required.
   std::function<int64_t(const tile::Function &fn)> measureShared;
+  /// Why a program that measureShared answers TileTarget::kUnavailable for cannot be had (the
+  /// tile policy's error completes "program NAME (tiles ...) "); empty: the target's default.
+  std::string unavailable;
   /// The PTX of a program for an arch ("sm_80", "sm_90"). Empty: this backend compiles nothing,
   /// and compile() throws std::runtime_error naming the program.
   std::function<CompiledPtx(const tile::Function &fn, const std::string &arch)> compile;

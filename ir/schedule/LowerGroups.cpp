@@ -365,20 +365,31 @@ Kernel newKernel(const std::string &name, const TileTarget &t) {
   return k;
 }
 
+std::string joinInts(const std::vector<int64_t> &v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
 // Lowers with `tiles` (build(tiles)); on a GPU target, while the program's shared memory exceeds
 // the budget, halves the largest tile extent (the last of equals: callers list the extents whose
 // shrinking costs least last) and lowers again.
 Kernel fitShared(const TileTarget &t, std::vector<int64_t> tiles,
                  const std::function<Kernel(const std::vector<int64_t> &)> &build) {
   if (t.gpuTarget() && !t.measureShared) throw tile::TileError{"a GPU TileTarget without measureShared"};
+  std::string first;        // the first candidate, named in an error
+  bool anyAvailable = false; // whether some candidate measured a size (not kUnavailable)
   for (;;) {
     Kernel k = build(tiles);
     if (!t.gpuTarget()) return k;
     const int64_t bytes = t.measureShared(*k.fn);
     if (bytes <= t.sharedBytes) return k;
+    if (first.empty()) first = k.fn->name + " (tiles " + joinInts(tiles) + ")";
+    anyAvailable = anyAvailable || bytes != TileTarget::kUnavailable;
     auto big = tiles.end();
     for (auto it = tiles.begin(); it != tiles.end(); ++it)
       if (*it > 1 && (big == tiles.end() || *it >= *big)) big = it;
+    if (big == tiles.end() && !anyAvailable) throw tile::TileError{"program " + first + " " + t.unavailable};
     if (big == tiles.end())
       throw tile::TileError{"program " + k.fn->name + " needs " + std::to_string(bytes) +
                             " bytes of shared memory with 1-element tiles; the budget is " + std::to_string(t.sharedBytes)};

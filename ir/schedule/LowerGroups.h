@@ -91,6 +91,12 @@ struct TileTarget {
   /// layout codegen really makes). Required for a GPU target; it may throw (codegen's
   /// CodegenError for a construct with no GPU lowering), and the lowering functions pass that on.
   std::function<int64_t(const tile::Function &fn)> measureShared;
+  /// What measureShared returns for a program this target cannot have at any size (a runner
+  /// without a compiler asked for a program its bundle lacks): the tile search passes over it to
+  /// smaller tiles, and when no candidate can be had its error says `unavailable`, not a size.
+  static constexpr int64_t kUnavailable = INT64_MAX;
+  /// Why a program measured kUnavailable cannot be had, completing "program NAME (tiles ...) ...".
+  std::string unavailable = "cannot be compiled for this target";
 
   static TileTarget cpu() { return {}; }
   /// A GPU target of `warps` warps per program and a budget of `sharedBytes`, measured by `measure`.
