@@ -102,6 +102,18 @@ std::optional<MmaPlan> planMmaLoop(const tile::Op &f, int warps, int smArch) {
   if (bs[0] != p.BK || ct.shape[0] != p.BM || ct.shape[1] != p.BN) return std::nullopt;
   if (p.BM % 16 || p.BN % 16 || p.BK % 16) return std::nullopt;
 
+  // Hopper: whole warpgroups of 64 rows, each over the whole BN (wgmma's n is at most 256; the
+  // swizzle's chunks are 64 columns); four stages fit the 160 KiB a tensor-core product may take.
+  if (smArch >= 90 && p.BM % 64 == 0 && p.BN % 64 == 0 && p.BN <= 256 && p.BK % 64 == 0 && warps == 4 * (p.BM / 64)) {
+    p.wgmma = true;
+    p.warpsM = warps;
+    p.warpsN = 1;
+    p.warpM = 16;
+    p.warpN = p.BN;
+    p.stages = int(std::clamp<int64_t>(f.intAttr("stages", 4), 3, 4));
+    while (p.stages > 3 && p.sharedBytes() > 144 * 1024) --p.stages;
+    return p;
+  }
   // The warp grid: the squarest warp tiles (most reuse of each fragment), multiples of 16, at
   // most 128 accumulators per thread (above that they spill).
   bool found = false;

@@ -141,9 +141,10 @@ std::unique_ptr<TargetMachine> makeMachine(const std::string &arch) {
   std::string triple = "nvptx64-nvidia-cuda", err;
   const Target *t = TargetRegistry::lookupTarget(triple, err);
   if (!t) throw CodegenError("NVPTX: LLVM has no NVPTX target: " + err);
-  // PTX ISA 7.8 is the newest LLVM 19 writes; sm_90 needs 7.8, sm_80 7.0.
+  // sm_90a needs PTX ISA 8.0 (LLVM 19 writes up to 8.5); sm_80 keeps 7.8, which older drivers JIT.
   TargetOptions to;
-  auto *tm = t->createTargetMachine(triple, arch, "+ptx78", to, Reloc::PIC_, std::nullopt, CodeGenOptLevel::Aggressive);
+  auto *tm = t->createTargetMachine(triple, ptxTarget(arch), arch == "sm_90" ? "+ptx80" : "+ptx78", to, Reloc::PIC_,
+                                    std::nullopt, CodeGenOptLevel::Aggressive);
   if (!tm) throw CodegenError("NVPTX: cannot create a target machine for " + arch);
   return std::unique_ptr<TargetMachine>(tm);
 }
@@ -334,11 +335,17 @@ PtxModule compileToPtx(const std::vector<const tile::Function *> &fns, const Ptx
 }
 
 int64_t sharedBytesOf(const tile::Function &fn) {
-  // The shared layout is made while lowering, the same for sm_80 and sm_90.
-  auto tm = makeMachine("sm_90");
-  LLVMContext ctx;
-  return build({&fn}, ctx, *tm).kernels.at(0).sharedBytes;
+  // The shared layout is made while lowering; only a tensor-core loop's differs between archs.
+  int64_t most = 0;
+  for (const char *arch : {"sm_80", "sm_90"}) {
+    auto tm = makeMachine(arch);
+    LLVMContext ctx;
+    most = std::max(most, build({&fn}, ctx, *tm).kernels.at(0).sharedBytes);
+  }
+  return most;
 }
+
+std::string ptxTarget(const std::string &arch) { return arch == "sm_90" ? "sm_90a" : arch; }
 
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts) {
   auto tm = makeMachine(opts.arch);

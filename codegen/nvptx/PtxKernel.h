@@ -1,4 +1,4 @@
-// Tile IR -> PTX for NVIDIA GPUs (sm_80, sm_90) through LLVM's NVPTX backend. LLVM-free interface.
+// Tile IR -> PTX for NVIDIA GPUs (sm_80, sm_90 as sm_90a) through LLVM's NVPTX backend. LLVM-free interface.
 //
 // Execution model (v0, correct first; README.md here says more): one program is one CTA of
 // warps*32 threads (the function's `warps` config, default 4). program_id(axis)/num_programs(axis)
@@ -49,10 +49,15 @@ PtxModule compileToPtx(const std::vector<const tile::Function *> &fns, const Ptx
 /// The optimized NVPTX LLVM IR of the same module (for reading the generated code).
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts);
 
-/// The dynamic shared memory, in bytes, that `fn` (verified) takes as a kernel: the
-/// PtxKernel::sharedBytes compileToPtx would report, from the lowering alone (no optimization or
-/// PTX emission, so cheap enough to call per tile candidate: ir/schedule's TileTarget::measureShared).
-/// The same for every arch. Throws CodegenError as compileToPtx does.
+/// The dynamic shared memory, in bytes, that `fn` (verified) takes as a kernel: the most
+/// PtxKernel::sharedBytes compileToPtx reports for any arch (a tensor-core loop's layout differs
+/// between sm_80's mma.sync and sm_90a's wgmma), from the lowering alone (no optimization or PTX
+/// emission, so cheap enough to call per tile candidate: ir/schedule's TileTarget::measureShared).
+/// Throws CodegenError as compileToPtx does.
 int64_t sharedBytesOf(const tile::Function &fn);
+
+/// The PTX target (and ptxas -arch) of an arch: "sm_90" code is made for sm_90a, Hopper's
+/// architecture-specific features (wgmma), which run on compute capability 9.0; "sm_80" for sm_80.
+std::string ptxTarget(const std::string &arch);
 
 } // namespace tsr::codegen::nvptx

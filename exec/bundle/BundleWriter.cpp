@@ -228,6 +228,7 @@ const char *executorName(sched::StepKind k) {
   case sched::StepKind::Reduce: return "reduce";
   case sched::StepKind::MatMul: return "matmul";
   case sched::StepKind::Concat: return "copy";
+  case sched::StepKind::Row: return "row";
   default: return "";
   }
 }
@@ -659,7 +660,7 @@ json cudaTarget(const std::vector<Lowered> &programs, std::vector<json> &entries
       if (ptxas) {
         const std::string base = tmp + "/" + arch + "_" + std::to_string(i);
         writeFile(base + ".ptx", mod.ptx);
-        assemble.push_back({{ptxasTool, "-arch=" + arch, "-o", base + ".cubin", base + ".ptx"}, base + ".log"});
+        assemble.push_back({{ptxasTool, "-arch=" + codegen::nvptx::ptxTarget(arch), "-o", base + ".cubin", base + ".ptx"}, base + ".log"});
       }
     }
     json a = {{"arch", arch}, {"ptx", w.add(rb::SectionKind::Ptx, "ptx " + arch, ptxAll)}};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ptxas_kernels: every kernel that `tsrc FILE --emit=ptx` compiles — the hand-written kernels that
-# FILE launches and the kernel steps of its graph functions' schedules — for sm_80 and sm_90,
-# assembled by the CUDA toolkit's ptxas. FILE: examples/*.tsr, stdlib/**/*.tsr, tests/golden/ok,
+# FILE launches and the kernel steps of its graph functions' schedules — for sm_80 and sm_90
+# (PTX for sm_90a), assembled by the CUDA toolkit's ptxas. FILE: examples/*.tsr, stdlib/**/*.tsr, tests/golden/ok,
 # tests/ir/programs and tests/ptx (stdlib_kernels.tsr launches every kernel of stdlib/kernels.tsr,
 # which launches none itself; the test checks that each of them is assembled).
 #
@@ -15,7 +15,8 @@
 #   file that lowers or is not among the files: the list must be updated either way;
 # - a ptxas error, a `// kernel` header without its .entry, or a graph's kernel above the 48 KiB
 #   of dynamic shared memory its tiles are chosen for (ir/schedule/LowerGroups.h; 160 KiB for a
-#   matrix product on the tensor cores, whose PTX has mma.sync);
+#   matrix product on the tensor cores, whose PTX has mma.sync or wgmma);
+# - no sm_90 kernel that multiplies with wgmma (the Hopper path not taken), or an sm_80 one that does;
 # - fewer than MIN_KERNELS kernels assembled in all (both archs), so that it cannot pass vacuously.
 # Without ptxas it exits 77 (ctest's SKIP_RETURN_CODE), or 1 when TSR_REQUIRE_PREREQS=1 (CI).
 # Usage: ptxas_kernels.sh TSRC PTXAS SOURCE_DIR MIN_KERNELS
@@ -103,7 +104,9 @@ for f in "${files[@]}"; do
     if [[ $n -eq 0 ]]; then problem="no kernel: no kernel launch or graph kernel step lowers"; break; fi
     headers=$(grep -c '^// kernel ' "$out") || headers=0
     if [[ $headers -ne $n ]]; then fail "$rel $arch: $headers '// kernel' headers for $n .entry kernels"; fi
-    if ! "$ptxas" -v -arch="$arch" "$out" -o "$work/$key.$arch.cubin" >"$log" 2>&1; then
+    # sm_90 code is made for sm_90a (Hopper's wgmma; codegen/nvptx/PtxKernel.h, ptxTarget).
+    ptxArch=$arch; [[ $arch == sm_90 ]] && ptxArch=sm_90a
+    if ! "$ptxas" -v -arch="$ptxArch" "$out" -o "$work/$key.$arch.cubin" >"$log" 2>&1; then
       fail "$rel $arch: ptxas:"
       cat "$log"
       continue
@@ -120,16 +123,17 @@ for f in "${files[@]}"; do
           graph[k] = index($0, "; @") > 0
         }
         if ($0 ~ /^\.visible \.entry /) { cur = $3; sub(/\(.*/, "", cur) }
-        if (index($0, "mma.sync")) tc[cur] = 1
+        if (index($0, "mma.sync") || index($0, "wgmma.mma_async")) tc[cur] = 1
+        if (index($0, "wgmma.mma_async")) wg[cur] = 1
         next
       }
       /Compiling entry function/ { k = $7; gsub(/\047/, "", k) }
       /bytes spill stores/ { spill[k] = $5 }
       /Used [0-9]+ registers/ {
         regs = $5
-        printf "%s %s %s: %s registers, %s bytes spill stores, %s bytes dynamic shared%s\n", file, arch, k, regs,
-               spill[k], shared[k], graph[k] ? " (graph step)" : ""
-        print regs, spill[k], shared[k], graph[k] >> stats
+        printf "%s %s %s: %s registers, %s bytes spill stores, %s bytes dynamic shared%s%s\n", file, arch, k, regs,
+               spill[k], shared[k], graph[k] ? " (graph step)" : "", wg[k] ? " (wgmma)" : (tc[k] ? " (mma.sync)" : "")
+        print regs, spill[k], shared[k], graph[k], arch, wg[k] ? 1 : 0 >> stats
         if (!graph[k] && shared[k] > archMax)
           printf "note: %s %s %s: %s bytes of dynamic shared memory, above %s'"'"'s %s: it cannot be launched there\n",
                  file, arch, k, shared[k], arch, archMax
@@ -182,6 +186,12 @@ if [[ -s "$stats" ]]; then
              rmin, rmax, smin, smax, gmin, gmax, sp }' "$stats"
 fi
 echo "ptxas_kernels: $all kernels assembled (sm_80 ${total[sm_80]}, sm_90 ${total[sm_90]}) from ${#files[@]} files"
+# The Hopper matrix path is taken: some sm_90 kernels multiply with wgmma, and no sm_80 kernel does.
+wgmma90=$(awk '$5 == "sm_90" && $6 == 1' "$stats" | wc -l)
+wgmma80=$(awk '$5 == "sm_80" && $6 == 1' "$stats" | wc -l)
+echo "wgmma kernels: sm_90 $wgmma90, sm_80 $wgmma80"
+[[ $wgmma90 -ge 1 ]] || fail "ptxas_kernels: no sm_90 kernel multiplies with wgmma (codegen/llvm/MmaPlan.h's Hopper path is not taken)"
+[[ $wgmma80 -eq 0 ]] || fail "ptxas_kernels: $wgmma80 sm_80 kernels have wgmma, an sm_90a instruction"
 if [[ $all -lt $min ]]; then
   fail "ptxas_kernels: $all kernels assembled, fewer than the $min expected (tests/CMakeLists.txt)"
 fi

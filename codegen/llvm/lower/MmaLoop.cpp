@@ -9,9 +9,16 @@
 // One ldmatrix.x4 gives a whole A fragment when lanes 0-15 point at rows 0-15 of its k 0-7 half
 // and lanes 16-31 at the same rows' k 8-15; ldmatrix.x4.trans of the k-major B tile gives the B
 // fragments of two n-blocks of 8 with the same lane addressing (k = lane % 16, n + 8 * (lane / 16)).
+//
+// On sm_90a (MmaPlan::wgmma) the operands are stored in the 128-byte swizzle and multiplied by
+// wgmma.mma_async from shared-memory descriptors; each warp's accumulators are laid out as the
+// C fragments of mma.sync's m16n8 blocks above, side by side over the whole BN (PTX ISA
+// §9.7.15.5.1.1), so the accumulator rows and columns (accRow, accCol) and the epilogue are
+// shared. LLVM 19 has no intrinsics for wgmma: it is inline PTX (as MLIR's NVVM dialect emits it).
 #include "codegen/llvm/Lowering.h"
 #include "codegen/llvm/MmaPlan.h"
 
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 
 #include <algorithm>
@@ -42,6 +49,41 @@ bool storesTile(const TOp &st, const TValue *v, int64_t BM, int64_t BN) {
   for (int64_t e : *box)
     if (e > 0) ext.push_back(e);
   return ext == std::vector<int64_t>{BM, BN};
+}
+
+/// Inline PTX with no operands (a fence, a barrier of the asynchronous proxy).
+void ptx(IRBuilder<> &B, const std::string &text) {
+  B.CreateCall(InlineAsm::get(FunctionType::get(B.getVoidTy(), false), text, "~{memory}", true), {});
+}
+
+/// Inline PTX that reads and writes the f32 accumulators `acc` ("+f"), with `extra` operands
+/// after them (`extraConstraints`, e.g. "l,l,r"); `text` names the accumulators $0..$(n-1) and
+/// the extra operands from $(2n). Returns the accumulators as the instruction leaves them. Tying
+/// them through the asm keeps LLVM from reading them before a wgmma.wait_group says they are final.
+std::vector<Value *> ptxOnAccumulators(IRBuilder<> &B, const std::string &text, const std::vector<Value *> &acc,
+                                       const std::vector<Value *> &extra, const std::string &extraConstraints) {
+  const size_t n = acc.size();
+  std::string cons;
+  for (size_t i = 0; i < n; ++i) cons += (i ? ",=f" : "=f");
+  for (size_t i = 0; i < n; ++i) cons += "," + std::to_string(i);
+  if (!extraConstraints.empty()) cons += "," + extraConstraints;
+  cons += ",~{memory}";
+  std::vector<Type *> outs(n, B.getFloatTy()), ins(n, B.getFloatTy());
+  for (Value *e : extra) ins.push_back(e->getType());
+  std::vector<Value *> args(acc);
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto *fty = FunctionType::get(StructType::get(B.getContext(), outs), ins, false);
+  Value *r = B.CreateCall(InlineAsm::get(fty, text, cons, true), args);
+  std::vector<Value *> res(n);
+  for (size_t i = 0; i < n; ++i) res[i] = B.CreateExtractValue(r, unsigned(i));
+  return res;
+}
+
+/// `{$first, $first+1, ..., $first+n-1}`: a PTX vector of inline-asm operands.
+std::string operandList(size_t first, size_t n) {
+  std::string s = "{";
+  for (size_t i = 0; i < n; ++i) s += (i ? ", $" : "$") + std::to_string(first + i);
+  return s + "}";
 }
 
 } // namespace
@@ -98,6 +140,12 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   }
   if (!ring) fail(F, "a tensor-core loop without shared memory");
   Value *ringS = B.CreateAddrSpaceCast(ring, sharedPtr);
+  if (p.wgmma) {
+    // The swizzle is a function of address bits 4-9: the ring starts on a 1024-byte boundary
+    // (MmaPlan::sharedBytes has the slack).
+    Value *addr = B.CreatePtrToInt(ringS, i64());
+    ringS = B.CreateInBoundsGEP(i8(), ringS, B.CreateAnd(B.CreateNeg(addr), c64(MmaPlan::kSwizzleAtom - 1)));
+  }
 
   // ---- operands ----
   Operand ops[2];
@@ -168,7 +216,16 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
           Value *c = B.CreateAdd(tid, c64(round * threads));
           auto chunk = [&] {
             Value *r = B.CreateUDiv(c, c64(perRow)), *c8 = B.CreateMul(B.CreateURem(c, c64(perRow)), c64(8));
-            Value *dst = B.CreateInBoundsGEP(i8(), dstStage, B.CreateMul(B.CreateAdd(B.CreateMul(r, c64(o.pitch)), c8), c64(2)));
+            Value *dstOff;
+            if (p.wgmma) {
+              // MmaPlan::swizzledOffset(rows, r, c8)
+              Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(c8, c64(64)), c64(3)), B.CreateURem(r, c64(8)));
+              dstOff = B.CreateAdd(B.CreateMul(B.CreateUDiv(c8, c64(64)), c64(o.rows * 128)),
+                                   B.CreateAdd(B.CreateMul(r, c64(128)), B.CreateMul(unit, c64(16))));
+            } else {
+              dstOff = B.CreateMul(B.CreateAdd(B.CreateMul(r, c64(o.pitch)), c8), c64(2));
+            }
+            Value *dst = B.CreateInBoundsGEP(i8(), dstStage, dstOff);
             Value *gr = B.CreateAdd(start[size_t(o.rowAxis)], r), *gc = B.CreateAdd(start[size_t(o.colAxis)], c8);
             Value *rowOk = B.CreateAnd(o.squeezedOk, B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, nRows)));
             Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, rs), B.CreateMul(c8, cs)));
@@ -240,7 +297,8 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   Value *span = B.CreateSub(hi, lo);
   Value *n = B.CreateSelect(B.CreateICmpSGT(span, c64(0)), B.CreateSDiv(B.CreateAdd(span, c64(step - 1)), c64(step)), c64(0));
   T.barrier(B); // the ring may reuse memory that earlier ops' threads still read
-  for (int s = 0; s < S - 1; ++s) {
+  const int D = p.prefetch();
+  for (int s = 0; s < D; ++s) {
     ifThen(B.CreateICmpSLT(c64(s), n), [&] { issue(c64(s), c64(s)); });
     commit();
   }
@@ -260,11 +318,14 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   }
   B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
   B.SetInsertPoint(bodyBB);
-  // Tile j has landed (at most stages-2 later groups pending) and every warp is done with tile
-  // j-1, whose stage the next copy overwrites.
-  waitGroups(S - 2);
+  // Tile j has landed (at most D-1 later groups pending), and every warp is done with the tile
+  // whose stage the next copy overwrites: mma.sync, tile j-1 (its products ran before this
+  // barrier); wgmma, tile j-2 (each warpgroup waited for all but its last group, tile j-1's).
+  waitGroups(D - 1);
+  // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
+  if (p.wgmma) ptx(B, "fence.proxy.async.shared::cta;");
   T.barrier(B);
-  Value *nextJ = B.CreateAdd(j, c64(S - 1));
+  Value *nextJ = B.CreateAdd(j, c64(D));
   ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S))); });
   commit();
   Value *stage = B.CreateURem(j, c64(S));
@@ -274,7 +335,34 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   std::vector<Value *> cur(acc.begin(), acc.end());
   const bool bf16 = p.dtype == DType::BF16;
   Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
-  for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
+  if (p.wgmma) {
+    // Matrix descriptors (PTX ISA §9.7.15.5.1.2.3): start address >> 4 in bits 0-13, leading
+    // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, the 128-byte swizzle (1) in
+    // bits 62-63. A, K-major: 8-row groups 1024 bytes apart (the leading offset is unused); a k
+    // step of 16 is 32 bytes into the 128-byte rows, a 64-column chunk BM * 128 bytes further.
+    // B, N-major: 8 k rows 1024 bytes apart, 64-column chunks of n BK * 128 bytes apart; a k step
+    // of 16 is 16 rows of 128 bytes.
+    auto desc = [&](Value *at, int64_t lead, int64_t stride) {
+      Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, i64()), c64(0x3FFFF)), c64(4));
+      return B.CreateOr(a, c64(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62)));
+    };
+    Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(64 * 128)); // this warpgroup's 64 rows of A
+    const size_t nAcc = cur.size();
+    const std::string shape = "m64n" + std::to_string(p.BN) + "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16");
+    // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (1).
+    const std::string mma = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) + ", 0;\nwgmma.mma_async.sync.aligned." +
+                            shape + " " + operandList(0, nAcc) + ", $" + std::to_string(2 * nAcc) + ", $" +
+                            std::to_string(2 * nAcc + 1) + ", p, 1, 1, 0, 1;\n}";
+    cur = ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
+    for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
+      Value *aAt = B.CreateInBoundsGEP(i8(), aBase, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32)));
+      Value *bAt = B.CreateInBoundsGEP(i8(), bBase, c64(kk * 16 * 128));
+      cur = ptxOnAccumulators(B, mma, cur, {desc(aAt, 16, 1024), desc(bAt, p.BK * 128, 1024), B.getInt32(1)}, "l,l,r");
+    }
+    ptx(B, "wgmma.commit_group.sync.aligned;");
+    cur = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 1;", cur, {}, "");
+  }
+  for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
     std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
     std::vector<std::array<Value *, 2>> bfr(static_cast<size_t>(NT));
     for (int64_t i = 0; i < MT; ++i) {
@@ -311,6 +399,8 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
 
   // ---- the result: the accumulators into the loop's result tile ----
   B.SetInsertPoint(exit);
+  std::vector<Value *> fin(acc.begin(), acc.end());
+  if (p.wgmma) fin = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", fin, {}, "");
   waitGroups(0);
   T.barrier(B);
   T.releaseTileBuffer(ring);
@@ -337,7 +427,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
           Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
           Value *ok = B.CreateAnd(ok0, B.CreateAnd(B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, ti.shape[size_t(rowAxis)])),
                                                    B.CreateAnd(B.CreateICmpSGE(gc, c64(0)), B.CreateICmpSLT(gc, ti.shape[size_t(colAxis)]))));
-          Value *x = acc[size_t((i * NT + jn) * 4 + q)];
+          Value *x = fin[size_t((i * NT + jn) * 4 + q)];
           if (dt) x = convert(x, DType::F32, dt->dtype, dt->policies.saturate);
           ifThen(ok, [&] {
             Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, ti.strides[size_t(rowAxis)]), B.CreateMul(c, ti.strides[size_t(colAxis)])));
@@ -352,7 +442,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     for (int64_t jn = 0; jn < NT; ++jn)
       for (int q = 0; q < 4; ++q)
         storeElem(out, DType::F32, B.CreateAdd(B.CreateMul(accRow(i, q), c64(p.BN)), accCol(jn, q)),
-                  acc[size_t((i * NT + jn) * 4 + q)]);
+                  fin[size_t((i * NT + jn) * 4 + q)]);
   T.barrier(B);
   set(op.result(), out);
   return true;
