@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Packs what tools/gpu/suite.sh needs: the binaries (tsr, tsrc, tsr-eval, schedule_check from
-# build/) stripped and xz-compressed, and two bundles of examples/train_regression.tsr, into DIR (default .gpu-bin, which .gitignore keeps out of the
+# Packs what tools/gpu/suite.sh needs: the binaries (tsr, tsrc, tsr-eval, schedule_check and
+# tsr-run-bundle from build/) stripped and xz-compressed, and three bundles of
+# examples/train_regression.tsr, into DIR (default .gpu-bin, which .gitignore keeps out of the
 # repository), for a GPU host that has no LLVM to build them. They need only libz, libzstd and
 # libstdc++ there (LLVM and ANTLR are linked statically).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DIR=${1:-.gpu-bin}
 mkdir -p "$DIR"
-for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check; do
+for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check \
+         build/tools/tsr-run-bundle/tsr-run-bundle; do
   n=$(basename "$b")
   strip -o "$DIR/$n" "$b"
   xz -T0 -6 -f "$DIR/$n"
@@ -18,3 +20,7 @@ for t in cuda cpu; do
   build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.$t.bundle" --target "$t"
   echo "packed $DIR/train_regression.$t.bundle ($(du -h "$DIR/train_regression.$t.bundle" | cut -f1))"
 done
+# A cuda bundle with every program of a `--steps 50` run (--trace), for tsr-run-bundle, which
+# compiles nothing.
+build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.traced.cuda.bundle" --target cuda --trace "--steps 50"
+echo "packed $DIR/train_regression.traced.cuda.bundle ($(du -h "$DIR/train_regression.traced.cuda.bundle" | cut -f1))"

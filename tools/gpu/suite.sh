@@ -4,7 +4,7 @@
 #
 #   tools/gpu/suite.sh BIN_DIR [OUT_DIR]
 #
-# BIN_DIR holds tsr, tsrc, tsr-eval and schedule_check built for this machine's processor (or
+# BIN_DIR holds tsr, tsrc, tsr-eval, schedule_check and tsr-run-bundle built for this machine's processor (or
 # their .xz), and bundles of examples/train_regression.tsr for the cuda and cpu targets: a GPU
 # host without LLVM gets them made elsewhere (tools/gpu/pack.sh). OUT_DIR
 # (default: a temporary folder) receives each step's log. Needs python3 with torch and numpy.
@@ -20,6 +20,8 @@
 #   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
 #   bundle_gpu        a cuda bundle runs from an empty folder on the GPU with its own PTX; a cpu-only
 #                     bundle is refused there (bundle_cpu_refused)
+#   bundle_runner_gpu tsr-run-bundle (no compiler linked) runs a traced cuda bundle on the GPU
+#   hgmma_sass        the Hopper tensor-core products' machine code has HGMMA (wgmma); sm_80's none
 #   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
 #                     against the reference evaluator
@@ -34,7 +36,7 @@ BIN=${1:?usage: tools/gpu/suite.sh BIN_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
 mkdir -p "$OUT"
 BIN=$(cd "$BIN" && pwd)
-for b in tsr tsrc tsr-eval schedule_check; do
+for b in tsr tsrc tsr-eval schedule_check tsr-run-bundle; do
   if [[ ! -x "$BIN/$b" && -f "$BIN/$b.xz" ]]; then xz -dc "$BIN/$b.xz" >"$BIN/$b" && chmod +x "$BIN/$b"; fi
   [[ -x "$BIN/$b" ]] || { echo "suite: $BIN/$b is missing"; echo "0 passed, 1 failed"; exit 1; }
 done
@@ -73,7 +75,12 @@ step device_oom "python3 tests/expect.py --exit 3 --has 'out of memory' --has 'd
 B=$(mktemp -d)
 cp "$BIN"/*.bundle "$B"/ 2>/dev/null
 step bundle_gpu "cd '$B' && TSR_BUNDLE_VERBOSE=1 python3 '$PWD/tests/expect.py' --exit 0 --has 'final loss' --has 'tsr: bundle: [1-9][0-9]* programs from the bundle' -- '$BIN/tsr' run train_regression.cuda.bundle --device cuda"
+# The runner without a compiler (no LLVM in the binary): every program from the traced bundle.
+step bundle_runner_gpu "cd '$B' && TSR_BUNDLE_VERBOSE=1 python3 '$PWD/tests/expect.py' --exit 0 --has 'final loss' --has 'tsr: bundle: [1-9][0-9]* programs from the bundle, 0 compiled here' -- '$BIN/tsr-run-bundle' train_regression.traced.cuda.bundle --device cuda --steps 50"
 step bundle_cpu_refused "cd '$B' && python3 '$PWD/tests/expect.py' --exit 3 --has 'the bundle has code for the cpu only; the device is cuda:0' -- '$BIN/tsr' run train_regression.cpu.bundle --device cuda"
+# Hopper's matrix instructions in the machine code: the sm_90 (sm_90a) PTX of the tensor-core
+# products assembled, and cuobjdump's SASS of them has HGMMA (wgmma); the sm_80 PTX has none.
+step hgmma_sass "set -e; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch sm_90 > '$OUT/mma90.ptx'; ptxas -arch=sm_90a '$OUT/mma90.ptx' -o '$OUT/mma90.cubin'; n=\$(cuobjdump -sass '$OUT/mma90.cubin' | grep -c HGMMA); echo \"HGMMA instructions: \$n\"; test \$n -gt 0; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch sm_80 > '$OUT/mma80.ptx'; ptxas -arch=sm_80 '$OUT/mma80.ptx' -o '$OUT/mma80.cubin'; m=\$(cuobjdump -sass '$OUT/mma80.cubin' | grep -c HGMMA || true); echo \"sm_80 HGMMA: \$m\"; test \$m -eq 0"
 step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
