@@ -240,8 +240,15 @@ void describeBuiltin(Doc &doc, const BuiltinInfo &b) {
   }
   doc.code(b.signature.empty() ? b.name : b.signature);
   doc.para(b.doc);
-  doc.para(doc.md ? "*builtin*, usable in " + contextsText(b.contexts) + " code"
-                  : "builtin, usable in " + contextsText(b.contexts) + " code");
+  // Where the checker accepts it: its contexts but those still pending, which the hover names
+  // with the reason the checker's E0131 gives.
+  unsigned usable = b.contexts;
+  for (auto &[ctx, why] : b.pending) usable &= ~ctx;
+  if (usable)
+    doc.para(doc.md ? "*builtin*, usable in " + contextsText(usable) + " code" : "builtin, usable in " + contextsText(usable) + " code");
+  for (unsigned ctx : {unsigned(InHost), unsigned(InGraph), unsigned(InKernel)})
+    if (const std::string *why = (b.contexts & ctx) ? b.pendingIn(ctx) : nullptr)
+      doc.para(std::string("not implemented in ") + contextPhrase(ctx) + " yet: " + *why);
 }
 
 void describeModule(Doc &doc, const ModuleInfo &m) {

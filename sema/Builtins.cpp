@@ -306,6 +306,15 @@ BuiltinInfo &BuiltinInfo::notYet(unsigned ctx, std::string why) {
   return *this;
 }
 
+BuiltinInfo &BuiltinInfo::asValue() {
+  isValue = true;
+  return *this;
+}
+
+const char *contextPhrase(unsigned context) {
+  return context == InGraph ? "graph functions" : context == InKernel ? "kernels" : "host code";
+}
+
 const std::string *BuiltinInfo::pendingIn(unsigned context) const {
   for (auto &[ctx, why] : pending)
     if (ctx & context) return &why;

@@ -52,7 +52,9 @@ struct NumberRule {
 };
 
 /// A call of the builtin that the completeness test (tests/builtins/) runs in `contexts` (those of
-/// the builtin's contexts it is written for). Examples name the operands every context provides:
+/// the builtin's contexts it is written for; in a pending one, the checker must refuse it with
+/// E0131: for a method, at its receiver where no value of that kind can exist, as a Schedule in
+/// a function). Examples name the operands every context provides:
 /// in host and graph code x, y (Tensor[2, 3, f32], positive), v (Tensor[3, f32]), m (Tensor[3, 4,
 /// f32]), i (Tensor[2, 3, i64], values in [0, 3)), c (Tensor[2, 3, bool]), key (a Key), d (a dict
 /// {"w": x, "b": v}) and n (the int 3); in kernel code x, y (f32 tiles [16]), a, b (f32 tiles
@@ -74,6 +76,10 @@ struct BuiltinInfo {
   std::string signature; // "exp(x) -> Tensor"
   std::string doc;       // one line
   bool isNamespace = false; // `tile`, `random`, `dist`: only their members are callable
+  /// A builtin that programs use as a value, not by calling it (gpu, indexed as gpu[i]): the name
+  /// has the type the typing rule gives for no arguments, and the checker refuses the name where
+  /// the entry is pending, as it refuses calls.
+  bool isValue = false;
   bool differentiable = true; // in graph code: autodiff differentiates through its ops
 
   StageRule graph;       // a call in graph code -> Graph IR: an op, or a composite of them
@@ -87,8 +93,10 @@ struct BuiltinInfo {
   enum class Grows : uint8_t { No, Element, Elements };
   Grows grows = Grows::No;
   std::vector<BuiltinExample> examples;
-  /// Contexts whose stage does not implement the builtin yet, each with the reason (an issue);
-  /// the completeness test lists them and fails on any other missing piece.
+  /// Contexts whose stage does not implement the builtin yet, each with the reason, which the
+  /// user reads: the checker refuses a call there (E0131, at the call, with the reason), so that
+  /// no program type-checks and then fails in a later stage. The completeness test requires the
+  /// refusal, and a rule in every other context the builtin may be called in.
   std::vector<std::pair<unsigned, std::string>> pending;
 
   // Builders for the registration lines of sema/builtins/*.cpp, read as one declaration:
@@ -102,6 +110,7 @@ struct BuiltinInfo {
   BuiltinInfo &growsReceiver(Grows g);
   BuiltinInfo &example(std::string call, unsigned contexts = Anywhere);
   BuiltinInfo &notYet(unsigned contexts, std::string why);
+  BuiltinInfo &asValue();
   /// The reason `context` is pending, or null.
   const std::string *pendingIn(unsigned context) const;
 };
@@ -171,6 +180,8 @@ const BuiltinInfo *findMethod(TypeKind receiver, std::string_view name);
 const std::vector<BuiltinInfo> &allBuiltins();
 /// All methods, with their receiver kinds.
 const std::vector<std::pair<TypeKind, BuiltinInfo>> &allMethods();
+/// How a message names a context: "host code", "graph functions", "kernels".
+const char *contextPhrase(unsigned context);
 /// Names of the builtin namespaces available without import: tile, random, dist.
 bool isBuiltinNamespace(std::string_view name);
 /// Appends the kernel-side tile operations (sema/builtins/Tile.cpp) to the registry.

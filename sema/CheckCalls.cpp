@@ -300,7 +300,7 @@ TypeRef FunctionChecker::attribute(Attribute *a) {
       if (const BuiltinInfo *b = findBuiltin(base->builtin->name + "." + at)) return T::builtin(b);
       // A namespace of kernel operations (tile) named outside a kernel.
       if (!(base->builtin->contexts & InHost) && ctx_ != BodyContext::Kernel) {
-        D.report(DiagKind::TileOutsideKernel, a->range, {at});
+        D.report(DiagKind::TileOutsideKernel, a->range, {base->builtin->name + "." + at});
         return T::unknown();
       }
       return noSuch();
@@ -445,6 +445,48 @@ bool FunctionChecker::allowedHere(const FunctionInfo *callee, SourceRange at) {
   return true;
 }
 
+// A builtin whose entry is pending in this context (BuiltinInfo::pending) is refused here, with
+// the entry's reason, rather than type-checked and left to fail in lowering or at run time.
+// Module-level code is exempt: the checker itself computes module constants (a Schedule for
+// @kernel.schedule), and a function that uses such a constant is refused at the name.
+bool FunctionChecker::refusedAsPending(const BuiltinInfo &b, SourceRange at) {
+  if (ctx_ == BodyContext::Module) {
+    if (!b.pending.empty() && !modulePending_) modulePending_ = &b;
+    return false;
+  }
+  unsigned bit = contextBit(ctx_);
+  const std::string *why = b.pendingIn(bit);
+  if (!why) return false;
+  pc_.P.diags.report(DiagKind::NotImplementedYet, at, {"`" + b.name + "`", contextPhrase(bit), *why});
+  return true;
+}
+
+bool FunctionChecker::refusedModuleConstant(const std::string &name, const BuiltinInfo &b, SourceRange at) {
+  if (ctx_ == BodyContext::Module) {
+    if (!modulePending_) modulePending_ = &b;
+    return false;
+  }
+  unsigned bit = contextBit(ctx_);
+  const std::string *why = b.pendingIn(bit);
+  if (!why && (b.contexts & bit)) return false;
+  // Not callable here at all (a mesh in a graph function): the reason the entry gives elsewhere.
+  if (!why) why = &b.pending.front().second;
+  pc_.P.diags.report(DiagKind::NotImplementedYet, at, {"the module constant `" + name + "` (made by `" + b.name + "`)", contextPhrase(bit), *why});
+  return true;
+}
+
+TypeRef FunctionChecker::builtinValue(const BuiltinInfo &b, SourceRange at) {
+  if (refusedAsPending(b, at)) return T::unknown();
+  CallSite site;
+  site.name = b.name;
+  site.range = site.calleeRange = at;
+  site.context = contextBit(ctx_);
+  site.diags = &pc_.P.diags;
+  site.enclosing = fn_;
+  TypeRef t = b.rule(site);
+  return t ? t : T::unknown();
+}
+
 TypeRef FunctionChecker::callBuiltin(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange) {
   DiagnosticEngine &D = pc_.P.diags;
   const BuiltinInfo *b = callee->builtin;
@@ -454,15 +496,17 @@ TypeRef FunctionChecker::callBuiltin(const TypeRef &callee, Args &args, SourceRa
     return T::unknown();
   }
   unsigned bit = contextBit(ctx_);
-  bool isTile = b->name.rfind("tile.", 0) == 0;
+  // The tile operations are the builtins of kernels alone.
+  bool kernelOnly = b->contexts == InKernel;
   if (!(b->contexts & bit)) {
-    if (isTile) D.report(DiagKind::TileOutsideKernel, calleeRange, {b->name.substr(5)});
+    if (kernelOnly) D.report(DiagKind::TileOutsideKernel, calleeRange, {b->name});
     else if (ctx_ == BodyContext::Graph) D.report(DiagKind::NotInGraph, calleeRange, {"`" + b->name + "`", "call it from host code"});
     else if (ctx_ == BodyContext::Kernel) D.report(DiagKind::NotInKernel, calleeRange, {"`" + b->name + "`", "kernels use tile operations (tile.load, tile.dot, ...) on tiles"});
     else D.report(DiagKind::Unsupported, calleeRange, {"`" + b->name + "` outside a function"});
     return T::unknown();
   }
-  if (ctx_ == BodyContext::Kernel && !isTile) {
+  if (refusedAsPending(*b, calleeRange)) return T::unknown();
+  if (ctx_ == BodyContext::Kernel && !kernelOnly) {
     auto whole = [](const TypeRef &t) { return t->is(TypeKind::Tensor) && !t->isScalarTensor(); };
     bool any = callee->self && whole(callee->self);
     for (auto &a : args.positional) any |= whole(a.type);

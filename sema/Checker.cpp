@@ -339,7 +339,7 @@ void FunctionChecker::checkFor(For *s) {
   if (ctx_ == BodyContext::Kernel && !(it->is(TypeKind::Range) || it->is(TypeKind::Unknown) || it->is(TypeKind::Tuple) || it->is(TypeKind::List)))
     D.report(DiagKind::NotInKernel, s->iter->range, {"a `for` loop over " + typeStr(it), "kernel loops run over tile.range(start, end, step)"});
   if (it->is(TypeKind::Range) && it->kernelRange && ctx_ != BodyContext::Kernel)
-    D.report(DiagKind::TileOutsideKernel, s->iter->range, {"range"});
+    D.report(DiagKind::TileOutsideKernel, s->iter->range, {"tile.range"});
   // Graph functions unroll loops over tuples of known length: each element is checked with its
   // own type, so symbolic sizes stay exact (`for s in x.shape: n = n * s`).
   if ((ctx_ == BodyContext::Graph || (fn_ && fn_->kind == FunctionKind::Inline)) && it->is(TypeKind::Tuple) &&
@@ -422,6 +422,7 @@ void FunctionChecker::bind(const std::string &n, const TypeRef &t, SourceRange a
     sym.kind = Symbol::Kind::Constant;
     sym.type = t;
     sym.decl = at;
+    sym.pendingBuiltin = modulePending_;
     mod_.globals[n] = sym;
     record(at, n, t);
     return;
@@ -559,6 +560,7 @@ bool FunctionChecker::redefinesFunction(const std::string &name, SourceRange imp
 
 void FunctionChecker::checkModuleStmt(Stmt *s) {
   DiagnosticEngine &D = pc_.P.diags;
+  modulePending_ = nullptr; // what this statement's constants need
   switch (s->kind) {
   case Kind::FunctionDef: return; // collected before
   case Kind::Import: {
@@ -857,13 +859,13 @@ TypeRef FunctionChecker::name(Name *n) {
     g->second.used = true;
     if (record_) pc_.P.definitions[n] = g->second.decl;
     if (g->second.kind == Symbol::Kind::Function) return T::function(g->second.fn);
+    if (g->second.pendingBuiltin && refusedModuleConstant(id, *g->second.pendingBuiltin, n->range)) return T::unknown();
     return g->second.type ? g->second.type : T::unknown();
   }
   if (auto d = dtypeFromName(id)) return T::dtypeVal(*d);
   if (id == "INF") return T::floating(INFINITY);
   if (id == "NAN") return T::floating(NAN);
-  if (id == "gpu") return T::opaque("gpu list");
-  if (const BuiltinInfo *b = findBuiltin(id)) return T::builtin(b);
+  if (const BuiltinInfo *b = findBuiltin(id)) return b->isValue ? builtinValue(*b, n->range) : T::builtin(b);
   if (id == "Tensor") return T::opaque("Tensor");
   D.report(DiagKind::UndefinedName, n->range, {id});
   // One report per name and function: later uses resolve to Unknown silently.

@@ -92,6 +92,13 @@ private:
   };
   TypeRef callValue(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
   TypeRef callBuiltin(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
+  /// Reports E0131 and returns true when the builtin's entry is pending in this context.
+  bool refusedAsPending(const BuiltinInfo &b, SourceRange at);
+  /// The value of a builtin used by its name (BuiltinInfo::isValue: gpu).
+  TypeRef builtinValue(const BuiltinInfo &b, SourceRange at);
+  /// Reports E0131 and returns true when a function uses the module constant `name`, whose value
+  /// needs the builtin `b`, where `b` is pending or cannot be called.
+  bool refusedModuleConstant(const std::string &name, const BuiltinInfo &b, SourceRange at);
   TypeRef callFunction(const FunctionInfo *fn, Args &args, SourceRange at, SourceRange calleeRange, const TypeRef &grid);
   TypeRef callTransform(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
   void checkGrid(const FunctionInfo *kernel, const TypeRef &grid, SourceRange at);
@@ -116,6 +123,9 @@ private:
   bool sawReturn_ = false;
   int loopDepth_ = 0;
   int prepassDepth_ = 0;
+  /// At module level: a builtin pending in some context that the current statement uses (its
+  /// constants remember it: Symbol::pendingBuiltin).
+  const BuiltinInfo *modulePending_ = nullptr;
   bool inLambda_ = false;
   bool specializing_ = false;
   bool noRecord_ = false; // inside the second and later copies of an unrolled loop

@@ -80,6 +80,10 @@ struct Symbol {
   const FunctionInfo *fn = nullptr;
   bool imported = false;      // bound by an import statement
   mutable bool used = false;  // referred to by the module's code
+  /// A module constant made with a builtin that some stage does not implement yet (a Schedule,
+  /// a mesh): the checker computes it for decorators, and refuses functions that use it where
+  /// that builtin is pending (BuiltinInfo::pending).
+  const BuiltinInfo *pendingBuiltin = nullptr;
 };
 
 struct ModuleInfo {

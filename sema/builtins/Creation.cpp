@@ -397,12 +397,12 @@ void addCreationBuiltins(Registrar &r) {
   // random_normal, random_uniform and key_split; host code draws keys and permutations directly.
   add("random.key", HostAndGraph, ruleRandomKey, "random.key(seed) -> Key", "a random key from an int seed", false)
       .inHost("random_key").example("random.key(7)")
-      .notYet(InGraph, "graph functions take keys as arguments: Graph IR has no op that makes a key from a seed");
+      .notYet(InGraph, "Graph IR has no op that makes a key from a seed; make the key in host code and pass it in");
   add("random.split", HostAndGraph, ruleRandomSplit, "random.split(key, num=2) -> tuple[Key, ...]", "num new independent keys", false)
       .inGraph("random_split", "key_split").inHost("random_split").example("random.split(key)").example("random.split(key, 3)");
   add("random.fold_in", HostAndGraph, ruleRandomFoldIn, "random.fold_in(key, data) -> Key", "a key derived from key and an int", false)
       .inHost("random_fold_in").example("random.fold_in(key, 5)")
-      .notYet(InGraph, "Graph IR has no op that derives a key from an int (key_split derives keys by index only)");
+      .notYet(InGraph, "Graph IR has no op that derives a key from an int; use random.split, or derive the key in host code");
   add("random.normal", HostAndGraph, ruleRandomFloat(false), "random.normal(key, shape=(), dtype=f32) -> Tensor",
       "standard normal samples", false)
       .inGraph("random_draw", "random_normal").example("random.normal(key, (2, 3))").example("random.normal(key, dtype=f64)");
@@ -413,11 +413,11 @@ void addCreationBuiltins(Registrar &r) {
   add("random.randint", HostAndGraph, ruleRandint, "random.randint(key, shape, minval, maxval, dtype=i32) -> Tensor",
       "uniform integers in [minval, maxval)", false)
       .inHost("random_randint").example("random.randint(key, (2, 3), 0, 10)")
-      .notYet(InGraph, "the runtime draws an integer from two Philox words; Graph IR's random_bits gives one");
+      .notYet(InGraph, "an integer draw takes two random words per element and Graph IR draws one; draw in host code and pass the tensor in");
   add("random.permutation", HostAndGraph, rulePermutation, "random.permutation(key, n) -> Tensor[n, i32]",
       "a random permutation of range(n) (or of a tensor's rows)", false)
       .inHost("random_permutation").example("random.permutation(key, 5)").example("random.permutation(key, x)")
-      .notYet(InGraph, "a permutation in graph code needs a sort, which Graph IR does not have");
+      .notYet(InGraph, "a permutation needs a sort, which Graph IR does not have; permute in host code");
   add("random.bernoulli", HostAndGraph, ruleBernoulli, "random.bernoulli(key, p=0.5, shape=None) -> Tensor[bool]",
       "True with probability p", false)
       .inGraph("random_bernoulli", "random_uniform").example("random.bernoulli(key, 0.3, (2, 3))").example("random.bernoulli(key, x / 4.0)");

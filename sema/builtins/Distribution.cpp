@@ -127,7 +127,8 @@ TypeRef ruleDevice(CallSite &s) {
   return T::opaque("device");
 }
 
-// gpu: the devices `tsr run` was given, indexed as gpu[i]. Calling it gives the list itself.
+// gpu: the devices `tsr run` was given, indexed as gpu[i]; a value (the entry's isValue), whose
+// type this rule gives.
 TypeRef ruleGpu(CallSite &s) {
   if (!s.expect({}, 0)) return T::unknown();
   return T::opaque("gpu list");
@@ -139,8 +140,11 @@ void addDistributionBuiltins(Registrar &r) {
   auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  // Issue 15 implements the distribution builtins; until then only the checker knows them.
-  const char *why = "issue 15 (collectives): only the checker implements the distribution builtins yet";
+  // Issue 15 implements the distribution builtins; until then only the checker knows them, and
+  // it refuses their calls in functions with this reason (E0131). Module-level meshes stay, for
+  // @distribute(mesh=...).
+  const char *why = "meshes, sharded tensors and collectives do not run yet; a program runs on one device";
+  const char *placement = "placement does not run yet; `tsr run --device` chooses the one device a program runs on";
   add("dist.mesh", InHost, ruleMesh, "dist.mesh(axes, shape) -> Mesh", "a device mesh with named axes", false)
       .example("dist.mesh((\"data\",), (1,))").notYet(InHost, why);
   add("dist.tensor", InHost, ruleDistTensor, "dist.tensor(x, layout=None, mesh=None) -> Tensor", "x distributed over a mesh", false)
@@ -164,9 +168,9 @@ void addDistributionBuiltins(Registrar &r) {
       "how a tensor's axes map to mesh axes", false)
       .example("ShardSpec()").notYet(InHost, why);
   add("device", HostAndGraph, ruleDevice, "device(spec) -> device", "a placement for `with device(...)`", false)
-      .example("device(\"cpu\")").notYet(HostAndGraph, why);
+      .example("device(\"cpu\")").notYet(HostAndGraph, placement);
   add("gpu", HostAndGraph, ruleGpu, "gpu[i] -> device", "the GPUs that `tsr run` was given", false)
-      .example("gpu()").notYet(HostAndGraph, why);
+      .asValue().example("gpu[0]").notYet(HostAndGraph, placement);
 }
 
 } // namespace tsr::sema::builtins

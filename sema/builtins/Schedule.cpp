@@ -122,9 +122,9 @@ void addScheduleBuiltins(Registrar &r) {
   auto method = [&](TypeKind k, std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.method(k, std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  // The checker reads schedules where they matter, in @kernel.schedule(...) and launches; no stage
-  // after it computes with a Schedule value yet.
-  const char *why = "a Schedule is read by the checker from @kernel.schedule(...); a schedule value at run time is not implemented";
+  // The checker reads schedules where they matter, in @kernel.schedule(...) at module level; no
+  // stage after it computes with a Schedule value yet, so the checker refuses one in functions.
+  const char *why = "a schedule is read at compile time, by @kernel.schedule(...) at module level; in a kernel, tile.context() gives its knobs";
   add("Schedule", Anywhere, ruleSchedule, "Schedule(block=(BM, BN), k=BK, warps=4, stages=2, *, vector=None) -> Schedule",
       "a kernel schedule: tile sizes, warps and pipeline stages", false)
       .example("Schedule(block=(64, 64), k=32)").notYet(Anywhere, why);
