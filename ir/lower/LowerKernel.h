@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tsr::ir {
@@ -56,5 +57,9 @@ std::vector<std::string> kernelWrittenParams(const sema::FunctionInfo &k);
 /// The kernel a kernel_call's `callee` attribute names ("kernels.gemm", or "saxpy" in the main
 /// module); null when the program has none.
 const sema::FunctionInfo *findKernel(const sema::Program &p, const std::string &callee);
+
+/// Whether kernel lowering has the rule that a registry entry names (sema::BuiltinInfo::kernel.rule):
+/// what the completeness test of the registry asks (tests/builtins).
+bool hasKernelBuiltinRule(std::string_view rule);
 
 } // namespace tsr::ir

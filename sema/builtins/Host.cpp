@@ -558,9 +558,9 @@ void addHostBuiltins(Registrar &r) {
   add("zip", HostAndGraph, ruleZip, "zip(*iterables) -> list[tuple]", "tuples of corresponding elements", false)
       .inGraph("zip").inHost("zip").example("zip((x, y), (1, 2))");
   add("int", Anywhere, ruleInt, "int(x=0) -> int", "x as an int (truncated toward zero)", false)
-      .inGraph("int").inKernel("convert", "int").inHost("int").example("int(2.7)").example("int(n)").example("int(sum(i))", InHost);
+      .inGraph("int").inKernel("convert", "i64").inHost("int").example("int(2.7)").example("int(n)").example("int(sum(i))", InHost);
   add("float", Anywhere, ruleFloat, "float(x=0.0) -> float", "x as a float (float(\"inf\") is infinity)", false)
-      .inGraph("float").inKernel("convert", "float").inHost("float").example("float(n)").example("float(\"inf\")", InHost)
+      .inGraph("float").inKernel("convert", "f32").inHost("float").example("float(n)").example("float(\"inf\")", InHost)
       .example("float(sum(x))", InHost);
   add("bool", Anywhere, ruleBool, "bool(x=False) -> bool", "the truth value of x", false)
       .inGraph("bool").inKernel("convert", "bool").inHost("bool").example("bool(n)").example("bool(())", HostAndGraph);

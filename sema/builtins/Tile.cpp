@@ -891,10 +891,10 @@ void registerTileBuiltins(std::vector<BuiltinInfo> &out) {
       .inKernel("softmax_online").example("tile.softmax_online(a, tile.row_max(a), tile.row_sum(a))");
   add(out, "row_index", "tile.row_index() -> Tile", "the row index of each element of the tile it is combined with",
       rowIndexRule)
-      .inKernel("index", "row").example("tile.row_index() + a");
+      .inKernel("row_index").example("tile.row_index() + a");
   add(out, "col_index", "tile.col_index(col0) -> Tile",
       "col0 plus the column index of each element of the tile it is combined with", colIndexRule)
-      .inKernel("index", "col").example("tile.col_index(0) + a");
+      .inKernel("col_index").example("tile.col_index(0) + a");
   // configuration
   add(out, "context", "tile.context() -> Config",
       "the chosen configuration of this kernel (ctx.BM, ctx.warps, ...)", contextRule)

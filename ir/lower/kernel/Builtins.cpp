@@ -45,11 +45,11 @@ KVRef KernelLowering::unary(const sema::BuiltinInfo &b, const KVRef &x, const Ar
 
 // The rules that entries name (`kernel.rule`); a rule that a family shares reads the op it builds
 // from the entry (`kernel.op`: program_id or num_programs, store or atomic_add, ...).
-KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a) {
-  using Rule = KVRef (*)(KernelLowering &L, const sema::BuiltinInfo &b, Call *c, const Args &a, SourceRange at);
+const std::unordered_map<std::string_view, KernelLowering::BuiltinRule> &KernelLowering::builtinRules() {
+  using Rule = BuiltinRule;
   static const std::unordered_map<std::string_view, Rule> rules = {
       {"program_id", [](KernelLowering &L, const sema::BuiltinInfo &b, Call *, const Args &a, SourceRange at) -> KVRef {
-         TOp k = b.kernel.op == "program_id" ? TOp::ProgramId : TOp::NumPrograms;
+         TOp k = kernelOp(b, at);
          int64_t axis = L.constInt(L.need(a, 0, "axis", at), "axis", at);
          if (axis < 0 || axis > 2) L.unsupported("a grid axis outside 0..2", at);
          if (k == TOp::ProgramId) L.f_.gridRank = std::max<uint32_t>(L.f_.gridRank, static_cast<uint32_t>(axis + 1));
@@ -87,8 +87,8 @@ KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a
          return L.load(L.need(a, 0, "view", at), a.get(1, "other"), a.get(2, "mask"), at);
        }},
       {"store", [](KernelLowering &L, const sema::BuiltinInfo &b, Call *, const Args &a, SourceRange at) -> KVRef {
-         bool atomic = b.kernel.op == "atomic_add";
-         L.store(atomic ? TOp::AtomicAddBox : TOp::StoreBox, atomic ? TOp::AtomicAdd : TOp::Store, L.need(a, 0, "view", at),
+         TOp k = kernelOp(b, at);
+         L.store(k == TOp::AtomicAdd ? TOp::AtomicAddBox : TOp::StoreBox, k, L.need(a, 0, "view", at),
                  L.need(a, 1, "value", at), a.get(2, "mask"), at);
          return none();
        }},
@@ -157,7 +157,7 @@ KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a
       // maximum/minimum of two operands, and Python's max/min of two or more (of numbers: the
       // number; else elementwise).
       {"minmax", [](KernelLowering &L, const sema::BuiltinInfo &b, Call *, const Args &a, SourceRange at) -> KVRef {
-         bool isMax = b.kernel.op == "max";
+         bool isMax = kernelOp(b, at) == TOp::Max;
          if (a.pos.size() < 2 && !a.get(1, "b")) L.unsupported("`" + b.name + "` of one iterable in a kernel", at);
          KVRef acc = L.need(a, 0, "a", at);
          for (size_t i = 1; i < std::max<size_t>(a.pos.size(), 2); ++i) {
@@ -186,11 +186,17 @@ KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a
       {"softmax_online", [](KernelLowering &L, const sema::BuiltinInfo &, Call *, const Args &a, SourceRange at) -> KVRef {
          return L.softmaxOnline(L.need(a, 0, "S", at), L.need(a, 1, "m", at), L.need(a, 2, "l", at), at);
        }},
-      {"index", [](KernelLowering &L, const sema::BuiltinInfo &b, Call *, const Args &a, SourceRange at) -> KVRef {
+      // tile.row_index() and tile.col_index(col0): indices that combine with the tile they meet.
+      {"row_index", [](KernelLowering &, const sema::BuiltinInfo &, Call *, const Args &, SourceRange) -> KVRef {
          KV v;
          v.kind = KV::K::Index;
-         v.b = b.kernel.op == "row";
-         if (!v.b) v.elems.push_back(L.need(a, 0, "col0", at));
+         v.b = true;
+         return mk(v);
+       }},
+      {"col_index", [](KernelLowering &L, const sema::BuiltinInfo &, Call *, const Args &a, SourceRange at) -> KVRef {
+         KV v;
+         v.kind = KV::K::Index;
+         v.elems.push_back(L.need(a, 0, "col0", at));
          return mk(v);
        }},
       {"context", [](KernelLowering &L, const sema::BuiltinInfo &, Call *, const Args &, SourceRange) -> KVRef {
@@ -209,17 +215,19 @@ KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a
          put("stages", integer(2));
          return mk(cfg);
        }},
-      // int(x), float(x), bool(x): Python's on numbers; a scalar tile converted (a weak result).
+      // int(x), float(x), bool(x): Python's on numbers; a scalar tile converted (a weak result)
+      // to the dtype the entry names (`kernel.op`: i64, f32, bool).
       {"convert", [](KernelLowering &L, const sema::BuiltinInfo &b, Call *, const Args &a, SourceRange at) -> KVRef {
-         const std::string &to = b.kernel.op;
+         auto to = dtypeFromName(b.kernel.op);
+         if (!to) throw CompileError{"internal: the builtin `" + b.name + "` names no dtype `" + b.kernel.op + "`", at};
+         DType d = *to;
          KVRef x = L.need(a, 0, "x", at);
          if (isNumber(x)) {
            double v = x->kind == KV::K::Float ? x->f : x->kind == KV::K::Int ? double(x->i) : double(x->b);
-           if (to == "float") return floating(v);
-           if (to == "bool") return boolean(v != 0);
+           if (isFloat(d)) return floating(v);
+           if (d == DType::Bool) return boolean(v != 0);
            return integer(x->kind == KV::K::Int ? x->i : static_cast<int64_t>(v));
          }
-         DType d = to == "float" ? DType::F32 : to == "int" ? DType::I64 : DType::Bool;
          tile::Value *v = L.value(x, at);
          if (!v->type.isScalar()) L.unsupported(b.name + "() of a tile", at);
          if (d == DType::Bool) return tileOf(L.op(TOp::Ne, {v, L.constant(integer(0), v->type.dtype, {}, at)}, {}, at), true);
@@ -231,9 +239,22 @@ KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a
          return L.binary(BinOp::FloorDiv, sum, y, at);
        }},
   };
+  return rules;
+}
+
+bool KernelLowering::hasBuiltinRule(std::string_view rule) { return builtinRules().count(rule) != 0; }
+
+KVRef KernelLowering::builtin(const sema::BuiltinInfo &b, Call *c, const Args &a) {
+  const auto &rules = builtinRules();
   auto it = b.kernel.given() ? rules.find(b.kernel.rule) : rules.end();
   if (it == rules.end()) unsupported("`" + b.name + "` in a kernel", c->func->range);
   return it->second(*this, b, c, a, c->range);
 }
 
 } // namespace tsr::ir::kernel_lowering
+
+namespace tsr::ir {
+
+bool hasKernelBuiltinRule(std::string_view rule) { return kernel_lowering::KernelLowering::hasBuiltinRule(rule); }
+
+} // namespace tsr::ir

@@ -17,6 +17,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 namespace tsr::ir::kernel_lowering {
 
@@ -112,6 +114,8 @@ public:
   KernelLowering(tile::Module &m, const sema::Program &p, tile::Function &f) : m_(m), p_(p), f_(f) {}
 
   void run(const FunctionInfo &k, const std::vector<Type> &operandTypes, const std::vector<Attr> &attrs);
+  /// Whether kernel lowering has the rule that a registry entry names (BuiltinInfo::kernel.rule).
+  static bool hasBuiltinRule(std::string_view rule);
 
 private:
   struct Frame {
@@ -263,6 +267,9 @@ private:
   KVRef unary(const sema::BuiltinInfo &b, const KVRef &x, const Args &a, SourceRange at);
 
   KVRef builtin(const sema::BuiltinInfo &b, Call *c, const Args &a);
+  using BuiltinRule = KVRef (*)(KernelLowering &L, const sema::BuiltinInfo &b, Call *c, const Args &a, SourceRange at);
+  /// The kernel rules that registry entries name (`kernel.rule`), by name.
+  static const std::unordered_map<std::string_view, BuiltinRule> &builtinRules();
 
   // ---- expressions --------------------------------------------------------------------------
 

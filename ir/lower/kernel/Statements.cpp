@@ -141,9 +141,14 @@ void KernelLowering::forStmt(For *s) {
   }
   if (it->kind != KV::K::Range) unsupported("a loop over a " + kindName(it) + " in a kernel", s->iter->range);
   const KVRef &lo = it->elems[0], &hi = it->elems[1], &st = it->elems[2];
+  // A loop written over a call of the builtin whose kernel rule is "range" (tile.range) stays a
+  // loop; over a range value bound earlier, compile-time bounds unroll it.
   bool isTileRange = false;
   if (auto *c = dyn_cast<Call>(s->iter)) {
-    if (auto *a = dyn_cast<Attribute>(c->func)) isTileRange = a->attr == "range";
+    auto *at = dyn_cast<Attribute>(c->func);
+    auto *ns = at ? dyn_cast<Name>(at->value) : nullptr;
+    const sema::BuiltinInfo *b = ns && sema::isBuiltinNamespace(ns->id) ? sema::findBuiltin(ns->id + "." + at->attr) : nullptr;
+    isTileRange = b && b->kernel.rule == "range";
   }
   if (!isTileRange && lo->kind == KV::K::Int && hi->kind == KV::K::Int && st->kind == KV::K::Int) {
     // range() over compile-time bounds unrolls.
