@@ -8,20 +8,26 @@
 //
 // For every entry (functions and methods; namespaces have only members):
 // - hover: a signature that names it and a one-line doc;
-// - each context the entry may be called in (host, graph, kernel) either is pending with a reason
-//   (BuiltinInfo::pending, listed in the output) or has the stage's rule: graph code's is a rule
-//   of ir/lower/builtins (a composite has its body), host code's a rule of exec/host, kernel
-//   code's is named; and the entry has an example for that context;
-// - every example runs where it is written for: in host code it is evaluated by the interpreter
-//   of `tsr run` (on the reference evaluator), in a graph function it is lowered to Graph IR (and
-//   the pipeline run on it), in a kernel it is lowered to Tile IR;
+// - each context the entry may be called in (host, graph, kernel) has the stage's rule: graph
+//   code's is a rule of ir/lower/builtins (a composite has its body), host code's a rule of
+//   exec/host (the rule "graph", a one-call graph, needs a graph rule), kernel code's a rule of
+//   ir/lower/kernel; or the context is pending with a reason (BuiltinInfo::pending, listed in the
+//   output), and then the checker must refuse the entry's examples there with E0131 and that
+//   reason, so that no program type-checks and then fails in a later stage;
+// - the entry has an example for each context, and every example runs where it is written for:
+//   in host code it is evaluated by the interpreter of `tsr run` (on the reference evaluator), in
+//   a graph function it is lowered to Graph IR (and the pipeline run on it), in a kernel it is
+//   lowered to Tile IR;
 // - a differentiable entry of graph code whose rule builds an op has that op's gradient rule
 //   (ir/autodiff), and is called in the expressions of the finite-difference checks
 //   (GRAD_EXPRESSIONS), which compare its gradients with torch's and with differences.
 //
 // TSR_TEST_BUILTIN_BREAK=NAME:PIECE removes one piece of the entry NAME before the walk (graph,
-// host, kernel: the stage's rule; doc; example: its examples; diff: takes it out of the gradient
-// cases' view): the negative controls in tests/CMakeLists.txt require the walk then to fail.
+// host, kernel: the stage's rule; kernel-misnamed: a kernel rule that kernel lowering lacks; doc;
+// example: its examples; diff: takes it out of the gradient cases' view; pending: its pending
+// contexts, which then lack rules; refusal: its pending contexts as the checker sees them, while
+// the walk still expects them refused): the negative controls in tests/CMakeLists.txt require
+// the walk then to fail.
 #include "exec/cpu/CpuBackend.h"
 #include "exec/host/Interpreter.h"
 #include "frontend/Parser.h"
@@ -35,6 +41,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -153,6 +160,30 @@ std::string runStage(unsigned ctx, const fs::path &file, const std::string &text
   return {};
 }
 
+/// Checks the program of a pending context's examples: the checker must refuse each call with
+/// E0131 naming `name` (for a method: or its receiver, when no value of the receiver's kind can
+/// exist there, as a Schedule) and giving the entry's reason, and report nothing else. The empty
+/// string when it did.
+std::string refusedByChecker(const fs::path &file, const std::string &text, size_t calls, const std::string &name, bool method,
+                             const std::string &why) {
+  { std::ofstream(file) << text; }
+  SourceManager sm;
+  DiagnosticEngine diags(sm);
+  sema::checkProgram(sm, diags, file.string(), sema::defaultCheckOptions(TSR_SOURCE_STDLIB));
+  std::string out = rendered(diags);
+  size_t refused = 0, others = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("error[E0131]") != std::string::npos && line.find(why) != std::string::npos &&
+        (method || line.find("`" + name + "` is not implemented") != std::string::npos))
+      ++refused;
+    else if (line.find("error[") != std::string::npos || line.find("internal error") != std::string::npos) ++others;
+  }
+  if (refused >= calls && others == 0) return {};
+  return "the checker does not refuse it with E0131 and the reason (\"" + why + "\"), so a program type-checks and then fails:\n" +
+         (out.empty() ? std::string("(no diagnostics)\n") : out);
+}
+
 std::string readFile(const std::string &path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -166,6 +197,22 @@ bool calledIn(const std::string &text, const std::string &name, bool method) {
   return std::regex_search(text, std::regex(pat));
 }
 
+// The pending contexts the walk expects: the entry's, except for an entry broken with
+// `refusal`, whose pending contexts the checker no longer sees but the walk still expects.
+std::map<std::string, std::vector<std::pair<unsigned, std::string>>> expectedPending;
+
+const std::string *pendingIn(const std::string &label, const BuiltinInfo &b, unsigned ctx) {
+  auto it = expectedPending.find(label);
+  for (auto &[c, why] : it == expectedPending.end() ? b.pending : it->second)
+    if (c & ctx) return &why;
+  return nullptr;
+}
+
+bool graphRuleGiven(const BuiltinInfo &b) {
+  if (!b.graph.given()) return false;
+  return b.graph.rule == "composite" ? !b.composite.empty() : ir::hasGraphBuiltinRule(b.graph.rule);
+}
+
 void walk(const std::string &label, const BuiltinInfo &b, bool method, const std::string &gradCases, const fs::path &dir) {
   std::string shortName = b.name.substr(b.name.rfind('.') == std::string::npos ? 0 : b.name.rfind('.') + 1);
   if (b.signature.empty() || b.signature.find(shortName) == std::string::npos)
@@ -174,18 +221,19 @@ void walk(const std::string &label, const BuiltinInfo &b, bool method, const std
 
   for (unsigned ctx : {unsigned(sema::InHost), unsigned(sema::InGraph), unsigned(sema::InKernel)}) {
     if (!(b.contexts & ctx)) continue;
-    if (const std::string *why = b.pendingIn(ctx)) {
-      std::cout << "pending " << label << " in " << contextWord(ctx) << " code: " << *why << "\n";
-      continue;
-    }
+    const std::string *pending = pendingIn(label, b, ctx);
+    if (pending) std::cout << "pending " << label << " in " << contextWord(ctx) << " code: " << *pending << "\n";
     bool rule = true;
-    if (ctx == sema::InGraph) {
-      if (!b.graph.given()) rule = false;
-      else if (b.graph.rule == "composite" ? b.composite.empty() : !ir::hasGraphBuiltinRule(b.graph.rule)) rule = false;
+    if (pending) {
+    } else if (ctx == sema::InGraph) {
+      rule = graphRuleGiven(b);
     } else if (ctx == sema::InHost) {
       rule = b.host.given() && host::hasHostBuiltinRule(b.host.rule);
+      // The rule "graph" runs the call as a graph of the one call: graph code must lower it.
+      if (rule && b.host.rule == "graph" && (!(b.contexts & sema::InGraph) || pendingIn(label, b, sema::InGraph) || !graphRuleGiven(b)))
+        fail(label, "callable in host code, which runs it as a one-call graph, and graph code has no rule for it");
     } else {
-      rule = b.kernel.given();
+      rule = b.kernel.given() && ir::hasKernelBuiltinRule(b.kernel.rule);
     }
     if (!rule)
       fail(label, std::string("callable in ") + contextWord(ctx) + " code, and " + contextWord(ctx) +
@@ -202,13 +250,14 @@ void walk(const std::string &label, const BuiltinInfo &b, bool method, const std
     std::string file = label;
     for (char &ch : file) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
     std::string text = programFor(ctx, calls);
-    std::string why = runStage(ctx, dir / (file + "_" + contextWord(ctx) + ".tsr"), text);
+    fs::path path = dir / (file + "_" + contextWord(ctx) + ".tsr");
+    std::string why = pending ? refusedByChecker(path, text, calls.size(), b.name, method, *pending) : runStage(ctx, path, text);
     if (!why.empty()) fail(label, std::string("in ") + contextWord(ctx) + " code: " + why + "the program:\n" + text);
   }
 
   // Gradients: a differentiable entry of graph code that builds an op has the op's rule, and the
   // finite-difference checks call it.
-  if ((b.contexts & sema::InGraph) && b.differentiable && !b.pendingIn(sema::InGraph) && !b.isNamespace &&
+  if ((b.contexts & sema::InGraph) && b.differentiable && !pendingIn(label, b, sema::InGraph) && !b.isNamespace &&
       (!b.graph.op.empty() || b.graph.rule == "composite")) {
     if (!b.graph.op.empty()) {
       auto k = ir::opFromSpelling(b.graph.op);
@@ -245,6 +294,16 @@ int main(int argc, char **argv) {
       if (breakPiece == "graph") b.graph = {};
       else if (breakPiece == "host") b.host = {};
       else if (breakPiece == "kernel") b.kernel = {};
+      else if (breakPiece == "kernel-misnamed") b.kernel.rule = "no_such_rule";
+      else if (breakPiece == "pending") b.pending.clear();
+      else if (breakPiece == "refusal") {
+        if (b.pending.empty()) {
+          std::cerr << "builtin_completeness: TSR_TEST_BUILTIN_BREAK: `" << breakName << "` is pending nowhere\n";
+          std::exit(2);
+        }
+        expectedPending[breakName] = b.pending;
+        b.pending.clear();
+      }
       else if (breakPiece == "doc") b.doc.clear();
       else if (breakPiece == "example") b.examples.clear();
       else if (breakPiece == "diff") {} // below: the gradient cases without its calls
