@@ -3,7 +3,10 @@
 #include "runtime/Numeric.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <unordered_map>
@@ -680,13 +683,23 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
 // gemm benchmark (tools/bench/gemm_cpu.cpp) at 1024^3. GPU: dot splits its rows over the threads
 // in blocks of 4, so BM goes to 128 (32 threads busy), with BK 32; fitShared then halves them to
 // the budget (an f32 64x64x32 takes 48 KiB).
-// Shared memory a matrix product's program may take on a GPU: a 128 x 128 x 64 bf16 tile's ring
-// of 3 stages (107 KiB; a k step of 64 halves the barriers per product against 32), within the
-// 227 KiB of a Hopper CTA.
+// Shared memory a matrix product's program may take on a GPU: a 128 x 256 x 64 bf16 tile's ring
+// of 3 stages in wgmma's layout (145 KiB; sm_80's padded mma.sync layout fits 2 stages in 104
+// KiB), within an A100 CTA's 163 KiB and a Hopper CTA's 227 KiB. A k step of 64 halves the
+// barriers per product against 32.
 constexpr int64_t kMatMulSharedBytes = 160 * 1024;
 
 std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores) {
-  if (tensorCores) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64, 128}), bucket(mnk[2], {16, 32, 64})};
+  if (tensorCores) {
+    // TSR_MATMUL_TILES=BMxBNxBK: other first tiles, for measuring (fitShared still applies).
+    if (const char *e = std::getenv("TSR_MATMUL_TILES")) {
+      int64_t m = 0, n = 0, k = 0;
+      if (std::sscanf(e, "%" SCNd64 "x%" SCNd64 "x%" SCNd64, &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0) return {m, n, k};
+    }
+    // 128 x 256: each k step's operands (48 KiB) feed twice the products of a 128 x 128 tile's
+    // (32 KiB), which is what keeps Hopper's tensor cores ahead of the copies.
+    return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64, 128, 256}), bucket(mnk[2], {16, 32, 64})};
+  }
   if (t.gpuTarget()) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 32})};
   return {bucket(mnk[0], {16, 64}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64})};
 }
@@ -792,8 +805,9 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target) {
   // On a GPU, a product's tiles may take more shared memory than other programs' (its operand
-  // ring is what keeps the tensor cores fed, codegen/llvm/MmaPlan.h), and a 128 x 128 tile is
-  // split over 8 warps (64 x 32 accumulators each, which fit the registers without spilling).
+  // ring is what keeps the tensor cores fed, codegen/llvm/MmaPlan.h), and a tile of 128 x 128 or
+  // more is split over 8 warps (two warpgroups for wgmma; 64 x 64 accumulators per warp for
+  // mma.sync at 128 x 256).
   // Only bf16 and f16 operands take the tensor cores; other products keep the v0 tiles.
   const bool tensorCores = target.gpuTarget() && (a == DType::BF16 || a == DType::F16) && a == b;
   TileTarget mt = target;

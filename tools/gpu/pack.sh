@@ -20,7 +20,7 @@ for t in cuda cpu; do
   build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.$t.bundle" --target "$t"
   echo "packed $DIR/train_regression.$t.bundle ($(du -h "$DIR/train_regression.$t.bundle" | cut -f1))"
 done
-# A cuda bundle with every program of a `--steps 50` run (--trace), for tsr-run-bundle, which
+# A cuda bundle with every program of a run with the default flags (--trace ""), for tsr-run-bundle, which
 # compiles nothing.
-build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.traced.cuda.bundle" --target cuda --trace "--steps 50"
+build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.traced.cuda.bundle" --target cuda --trace ""
 echo "packed $DIR/train_regression.traced.cuda.bundle ($(du -h "$DIR/train_regression.traced.cuda.bundle" | cut -f1))"
