@@ -372,7 +372,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     try {
       // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).
       if (st.kind == sched::StepKind::Elementwise || st.kind == sched::StepKind::Reduce ||
-          st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat) {
+          st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat || st.kind == sched::StepKind::Row) {
         int64_t work = 0;
         Shape in;
         bool known = true; // a type with an unknown dim (`?`) leaves the step to the evaluator
@@ -388,7 +388,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         if (!known || !I.compileNow(key + shapeKey(in), work)) {
           ++(known ? I.stats.interpretedSteps : I.stats.unknownDimSteps);
           std::vector<const Op *> ops = st.cone;
-          if (st.kind != sched::StepKind::Elementwise) ops.push_back(&op);
+          if (st.kind != sched::StepKind::Elementwise && st.kind != sched::StepKind::Row) ops.push_back(&op);
           interpret(op, ops, st.inputs, st.outputs, key);
           for (const Value *v : st.inputs) {
             auto lu = lastUse.find(v);
@@ -411,6 +411,23 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         I.launch(c, args, S);
         checks.raise(m, g);
         views[root] = whole(out);
+        break;
+      }
+      case sched::StepKind::Row: {
+        // One program per block of whole rows: the root, then the row statistics later steps read.
+        const Shape S = shapeOf(st.outputs[0]);
+        std::vector<Tensor> outs;
+        std::vector<rt::KernelArg> args;
+        for (size_t i = 0; i < st.outputs.size(); ++i) {
+          Shape os = S;
+          if (i > 0) os.back() = 1;
+          outs.push_back(I.allocate(os, st.outputs[i]->type.dtype));
+          args.push_back(I.arg(whole(outs.back()), true));
+        }
+        for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
+        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerRow(st, S, "row", I.tiles()); });
+        I.launch(c, args, S);
+        for (size_t i = 0; i < st.outputs.size(); ++i) views[st.outputs[i]] = whole(outs[i].reshape(shapeOf(st.outputs[i])));
         break;
       }
       case sched::StepKind::Reduce: {

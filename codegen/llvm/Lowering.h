@@ -308,6 +308,16 @@ private:
   void lowerBroadcast(const TOp &op);
   void lowerTranspose(const TOp &op);
   void lowerDot(const TOp &op);
+  /// A reduction along the contiguous axis whose outputs are fewer than the threads, shared by
+  /// groups of threads (warp shuffles, shared memory across warps); false (nothing emitted)
+  /// where it does not apply. `combine` and `identity` are the reduction's.
+  bool cooperativeReduce(const TOp &op, int64_t outer, int64_t R, const std::function<Value *()> &identity,
+                         const std::function<Value *(Value *, Value *)> &combine);
+  /// x (any scalar register type) from the lane this lane's index xor `laneMask` names.
+  Value *shuffleXor(Value *x, int laneMask);
+  /// A box of fewer rows than threads split over the threads by element (16-byte vectors where
+  /// aligned); false where it does not apply.
+  bool flatBox(const TOp &op);
   void dotF32Blocked(Value *out, Value *a, Value *lda, Value *b, Value *ldb, int64_t M, int64_t K, int64_t N);
   void microKernel(Value *out, Value *a, Value *lda, Value *b, Value *ldb, int64_t K, int64_t N, int64_t row0,
                    int64_t rowBlocks, int64_t MR, int64_t col0, int64_t colBlocks, int64_t NV, int64_t W);

@@ -83,6 +83,17 @@ public:
   /// tileBuffer may return memory overlapping it. The lowering calls it only between ops, and every
   /// op writes tile memory only after a barrier(), so the reuse does not race with earlier reads.
   virtual void releaseTileBuffer(llvm::Value *buf) const { (void)buf; }
+  /// Whether shuffleXor exists: threads of a warp exchange registers (NVPTX: 32 lanes). Where it
+  /// does, a reduction with fewer outputs than threads splits each output's elements over a group
+  /// of threads (codegen/llvm/lower/Shape.cpp).
+  virtual bool warpShuffles() const { return false; }
+  /// The value `x` (i32 or f32) of the lane whose index is this lane's xor `laneMask`, in a warp
+  /// of 32 whose lanes all execute it (NVVM's llvm.nvvm.shfl.sync.bfly). Only called when
+  /// warpShuffles().
+  virtual llvm::Value *shuffleXor(llvm::IRBuilderBase &b, llvm::Value *x, int laneMask) const {
+    (void)b; (void)laneMask;
+    return x;
+  }
   /// The tensor-core generation of a GPU target as its compute capability (80: mma.sync, ldmatrix
   /// and cp.async; 90: also wgmma), 0 where there are none: matrix main loops then take the
   /// general lowering (MmaPlan.h).

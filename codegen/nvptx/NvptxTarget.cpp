@@ -76,6 +76,14 @@ public:
     return b.CreateZExt(b.CreateIntrinsic(Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {}), b.getInt64Ty());
   }
   void barrier(IRBuilderBase &b) const override { b.CreateIntrinsic(Intrinsic::nvvm_barrier0, {}, {}); }
+  bool warpShuffles() const override { return true; }
+  /// shfl.sync.bfly.b32 over the whole warp (PTX ISA §9.7.8.6): membermask all lanes, c = 0x1f
+  /// (no segments, clamp at lane 31).
+  Value *shuffleXor(IRBuilderBase &b, Value *x, int laneMask) const override {
+    const bool f = x->getType()->isFloatTy();
+    return b.CreateIntrinsic(f ? Intrinsic::nvvm_shfl_sync_bfly_f32 : Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                             {b.getInt32(0xffffffffu), x, b.getInt32(uint32_t(laneMask)), b.getInt32(0x1f)});
+  }
   /// First fit among released ranges, else the end of the array; 16-byte aligned slices.
   Value *tileBuffer(IRBuilderBase &b, uint64_t bytes) const override {
     bytes = (bytes + 15) / 16 * 16;

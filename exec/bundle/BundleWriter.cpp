@@ -228,6 +228,7 @@ const char *executorName(sched::StepKind k) {
   case sched::StepKind::Reduce: return "reduce";
   case sched::StepKind::MatMul: return "matmul";
   case sched::StepKind::Concat: return "copy";
+  case sched::StepKind::Row: return "row";
   default: return "";
   }
 }

@@ -17,6 +17,7 @@ std::string_view stepKindName(StepKind k) {
   case StepKind::View: return "view";
   case StepKind::Concat: return "concat";
   case StepKind::Library: return "library";
+  case StepKind::Row: return "row";
   }
   return "?";
 }
@@ -163,6 +164,7 @@ Schedule planFusion(const Graph &g) {
     for (const Value *r : op->results) st.outputs.push_back(r);
     s.steps.push_back(std::move(st));
   }
+  fuseRows(g, s);
   return s;
 }
 

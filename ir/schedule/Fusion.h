@@ -18,6 +18,14 @@
 //   decides, since contiguity depends on sizes).
 // - concat: one copy program per operand into its slice of the output (a view), converting to
 //   the result dtype.
+// - row: a normalization over the last axis as one pass over each row (ir/schedule/RowFusion.cpp):
+//   the reductions over the last axis (sum, max, min, prod, keepdims) of an elementwise step's
+//   inputs, with their prologue cones, fused into that step, when the row length is static and at
+//   most kMaxRowElems. layer_norm (mean, x - mean, variance, rsqrt, scale and shift), rms_norm
+//   and softmax (max, exp(x - max), sum, divide) are one row step each: a program loads a block
+//   of whole rows once, reduces them in the program, and stores the epilogue's result once.
+//   Statistics that later steps read (the mean and variance kept for a backward pass) are
+//   further outputs of the step. Longer or symbolic rows keep the reduce and elementwise steps.
 // - library: ops that runtime code executes rather than a tile program: argmax/argmin,
 //   gather, take, random_bits/normal/uniform, key_split, dim_value (a size as a scalar), and
 //   kernel_call (a hand-written kernel, run by the executor's KernelRunner). These are either
@@ -43,7 +51,7 @@
 
 namespace tsr::ir::schedule {
 
-enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library };
+enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library, Row };
 std::string_view stepKindName(StepKind k);
 
 /// Whether fusion treats the op as elementwise / as a view (no kernel) / as a library step.
@@ -58,12 +66,14 @@ struct Step {
   const Op *anchor = nullptr;
   /// The elementwise ops computed inside the step, in graph order: for an elementwise step its
   /// root's cone (the anchor last); for a reduction its operand's cone (empty when the operand
-  /// is materialized).
+  /// is materialized); for a row step the elementwise ops and the row reductions of the whole
+  /// row, the anchor (the root's op) last.
   std::vector<const Op *> cone;
   /// Values read from memory, in first-use order: parameters, materialized results of earlier
   /// steps, or views of them.
   std::vector<const Value *> inputs;
-  /// The values the step produces (one).
+  /// The values the step produces: one; a row step's root first, then the row statistics that
+  /// later steps or the graph's outputs read (shape [..., 1]).
   std::vector<const Value *> outputs;
 };
 
@@ -71,9 +81,31 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
-/// Partitions `g`'s ops into steps by the rules above. Never fails: an op that fits no fused
-/// form is a library step.
+/// Partitions `g`'s ops into steps by the rules above (then fuseRows). Never fails: an op that
+/// fits no fused form is a library step.
 Schedule planFusion(const Graph &g);
+
+/// The longest row (elements of the last axis) that a row step takes. The GPU program of a row
+/// step keeps a block of whole rows in shared memory (codegen/nvptx's tiles; a bf16 layer_norm
+/// row of 8192 elements takes about 100 KiB there, within the 227 KiB of a Hopper CTA and the
+/// 163 KiB of an A100's, see LowerGroups.h's kRowSharedBytes), and the CPU program keeps them
+/// on its stack: both fit up to this length; longer rows keep the multi-step plan.
+constexpr int64_t kMaxRowElems = 8192;
+/// The most bytes of row tiles a row program may keep live at once, as RowFusion.cpp counts them
+/// on the cone (an overestimate of the shared memory its GPU program takes: layer_norm bf16 at
+/// 4096 counts 80 KiB and takes 64 KiB, f32 at 8192 counts 128 KiB and takes 96 KiB): LowerGroups.h's
+/// kRowSharedBytes, 160 KiB. A cone that counts more keeps the multi-step plan.
+constexpr int64_t kMaxRowBytes = 160 * 1024;
+
+/// Merges, in `s` (planFusion's steps of `g`), each elementwise step whose root is [..., N]
+/// with N static and 1 <= N <= kMaxRowElems with the reduce steps over the last axis that it
+/// reads (directly or through other such reductions) into one row step, placed where the
+/// elementwise step was. A reduction joins only when its operand has the root's shape, it
+/// reduces the last axis alone with keepdims, its operand is a float, its cone has no op that
+/// can fail at run time, and no step between it and the root reads it (later readers and graph
+/// outputs make it an output of the row step). Algorithm: ours; the one-pass row program is
+/// that of Triton's layer-norm and fused-softmax tutorials and Apex's persistent layer norm.
+void fuseRows(const Graph &g, Schedule &s);
 
 /// The text form of a schedule, for `tsrc --emit=schedule` and golden tests:
 ///   step 2 reduce %7 = reduce_sum <"B", 1> from <"B", "D">

@@ -219,6 +219,12 @@ class ConeLowering {
 public:
   ConeLowering(Builder &b, const Coords &c, std::function<TV *(const Value *)> load)
       : b_(b), c_(c), load_(std::move(load)) {}
+  /// A row program's cone (lowerRowTiled): each value at the tile shape `shapeOf` gives (a block
+  /// of whole rows, or one element per row for row statistics), operands broadcast to their
+  /// op's, and reductions over the last axis as tile reductions.
+  ConeLowering(Builder &b, const Coords &c, std::function<TV *(const Value *)> load,
+               std::function<std::vector<int64_t>(const Value *)> shapeOf)
+      : b_(b), c_(c), load_(std::move(load)), shapeOf_(std::move(shapeOf)) {}
 
   TV *get(const Value *v) {
     auto it = vals_.find(v);
@@ -239,14 +245,34 @@ public:
 private:
   TV *operandAs(const Op &op, size_t i, DType to, const Policies &p = {}) {
     const Value *v = op.operands[i];
-    return convert(b_, get(v), v->type.dtype, to, p);
+    TV *x = convert(b_, get(v), v->type.dtype, to, p);
+    return shapeOf_ ? b_.broadcast(x, shapeOf_(op.result())) : x;
+  }
+
+  // A reduction over the last axis inside a row program, with the numerics of a reduce step's
+  // last stage (lowerReduceStageTiled): elements converted exactly to the accumulator, one
+  // rounding into the result dtype.
+  TV *reduceRow(const Op &op) {
+    const Value *x = op.operands[0];
+    const DType acc = reductionCarryDType(op);
+    const bool extreme = op.kind == OpKind::ReduceMax || op.kind == OpKind::ReduceMin;
+    TV *val = get(x);
+    if (extreme) val = b_.cast(val, acc);
+    else val = isFloat(x->type.dtype) ? b_.cast(b_.cast(val, reprOf(x->type.dtype)), acc) : b_.cast(val, DType::I64);
+    const int64_t axis = int64_t(val->type.shape.size()) - 1;
+    TK rk = op.kind == OpKind::ReduceSum ? TK::ReduceSum : op.kind == OpKind::ReduceProd ? TK::ReduceProd
+            : op.kind == OpKind::ReduceMax ? TK::ReduceMax : TK::ReduceMin;
+    TV *r = b_.op(rk, {val}, {{"axis", axis}});
+    r = b_.op(TK::ExpandDims, {r}, {{"axis", axis}});
+    return b_.cast(r, op.result()->type.dtype, op.result()->type.policies);
   }
 
   TV *lower(const Op &op) {
     const Type &ty = op.result()->type;
     const DType T = ty.dtype;
     const Policies &pol = ty.policies;
-    const std::vector<int64_t> shape = c_.tileShape();
+    const std::vector<int64_t> shape = shapeOf_ ? shapeOf_(op.result()) : c_.tileShape();
+    if (shapeOf_ && isFusedReduction(op.kind)) return reduceRow(op);
     switch (op.kind) {
     case OpKind::Constant: return constant(op, T, shape);
     case OpKind::Iota: {
@@ -326,6 +352,7 @@ private:
   Builder &b_;
   const Coords &c_;
   std::function<TV *(const Value *)> load_;
+  std::function<std::vector<int64_t>(const Value *)> shapeOf_; // row programs only
   std::unordered_map<const Value *, TV *> vals_;
   std::vector<TV *> checks_;
 };
@@ -777,6 +804,85 @@ Kernel lowerCopyTiled(size_t rank, DType from, DType to, const Policies &policie
   return k;
 }
 
+// A row step (Fusion.h, fuseRows) over iteration shape `shape` = [lead.., rows, N]: each program
+// takes BR whole rows (tile [BR, N]; [N] for rank 1), program_id(0) over cdiv(rows, BR) and
+// program_id(1) over the product of the leading axes. Every value of the cone is a tile of the
+// block (values with N along the last axis) or of its rows' statistics ([BR, 1]: the
+// reductions, and values whose last dim is 1); a statistic is broadcast where it meets a row.
+// Each input is loaded once, each output stored once. Parameters: the root, the statistics the
+// step outputs (rank n, last extent 1), the inputs (rank n, read through broadcasting views).
+Kernel lowerRowTiled(const Step &st, const std::vector<int64_t> &shape, const std::string &name,
+                     const TileTarget &target, int64_t BR) {
+  Kernel k = newKernel(name, target);
+  tile::Function &f = *k.fn;
+  f.loc = st.anchor ? st.anchor->loc : Loc{};
+  const size_t n = shape.size();
+  if (n == 0) throw tile::TileError{"a row step over a 0-d shape"};
+  const int64_t N = shape.back();
+  std::vector<TV *> outs;
+  for (size_t i = 0; i < st.outputs.size(); ++i)
+    outs.push_back(f.addParam(i == 0 ? "out" : "stat" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.outputs[i]->type.dtype)));
+  std::unordered_map<const Value *, TV *> params;
+  for (size_t i = 0; i < st.inputs.size(); ++i)
+    params[st.inputs[i]] = f.addParam("in" + std::to_string(i), tile::Type::tensor(uint32_t(n), st.inputs[i]->type.dtype));
+
+  Builder b{f, f.body, f.loc};
+  Coords c;
+  c.start.assign(n, nullptr);
+  c.block.assign(n, 0);
+  c.block[n - 1] = N;
+  c.start[n - 1] = b.i64(0);
+  if (n >= 2) {
+    c.block[n - 2] = BR;
+    c.start[n - 2] = b.bin(TK::Mul, b.pid(0), b.i64(BR));
+    k.grid[0] = {{int(n - 2)}, BR};
+  }
+  if (n >= 3) {
+    std::vector<int> lead;
+    for (size_t d = 0; d + 2 < n; ++d) lead.push_back(int(d));
+    k.grid[1] = {lead, 1};
+    decompose(b, b.pid(1), lead, outs[0], c.start);
+  }
+  setGrid(f, k.grid);
+  k.tiles = (n >= 2 ? "BR=" + std::to_string(BR) + " " : std::string()) + "N=" + std::to_string(N);
+  Coords sc = c; // the rows' statistics: one element per row
+  sc.block[n - 1] = 1;
+  const std::vector<int64_t> full = c.tileShape(), stat = sc.tileShape();
+  auto statistic = [&](const Value *v) {
+    if (v->type.rank() == 0) return true;
+    auto last = v->type.dims.back().constantValue();
+    return last && *last == 1;
+  };
+  auto shapeOf = [&](const Value *v) { return statistic(v) ? stat : full; };
+
+  ConeLowering cone(b, c, [&](const Value *v) -> TV * {
+    auto it = params.find(v);
+    if (it == params.end()) throw tile::TileError{"an operand that is neither computed nor an input"};
+    TV *t = loadBroadcast(b, it->second, statistic(v) ? sc : c, broadcastAxes(v, shape));
+    return b.cast(t, reprOf(v->type.dtype));
+  }, shapeOf);
+  cone.run(st.cone);
+  b.loc = f.loc;
+  for (size_t i = 0; i < st.outputs.size(); ++i) {
+    const Value *v = st.outputs[i];
+    TV *val = b.broadcast(b.cast(cone.get(v), v->type.dtype), i == 0 ? full : stat);
+    storeBox(b, outs[i], i == 0 ? c : sc, val);
+  }
+  return k;
+}
+
+// The rows of a row program: as many as fill a tile of about kTileElems elements on the CPU and
+// 8 per thread on a GPU (whole rows, at least one), a power of two, at most 64, and one when
+// there is a single row.
+int64_t rowTileRows(const std::vector<int64_t> &shape, const TileTarget &t) {
+  const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+  if (rows <= 1) return 1;
+  const int64_t budget = (t.gpuTarget() ? gpuTileElems(t) : kTileElems) / std::max<int64_t>(1, shape.back());
+  int64_t br = 1;
+  while (br * 2 <= std::min<int64_t>(budget, 64) && br < rows) br *= 2;
+  return br;
+}
+
 } // namespace
 
 TileTarget TileTarget::gpu(std::function<int64_t(const tile::Function &)> measure, int warps, int64_t sharedBytes) {
@@ -816,6 +922,14 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type 
     TileTarget kt = mt;
     if (tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
     return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2]);
+  });
+}
+
+Kernel lowerRow(const Step &st, const std::vector<int64_t> &shape, const std::string &name, const TileTarget &target) {
+  TileTarget rt = target;
+  if (rt.gpuTarget()) rt.sharedBytes = std::max<int64_t>(rt.sharedBytes, kRowSharedBytes);
+  return fitShared(rt, {rowTileRows(shape, target)}, [&](const std::vector<int64_t> &t) {
+    return lowerRowTiled(st, shape, name, rt, t[0]);
   });
 }
 
@@ -887,6 +1001,9 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
     }
     break;
   }
+  case StepKind::Row:
+    out.push_back({lowerRow(st, shapeOf(st.outputs.at(0)), name, target), ""});
+    break;
   case StepKind::View:
   case StepKind::Library: break;
   }

@@ -133,6 +133,21 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
 Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
                         const std::string &name, const TileTarget &target = {});
 
+/// Shared memory a row program (lowerRow) may take on a GPU: a block of whole rows stays in the
+/// program's tiles (codegen/nvptx's v0 model keeps tiles in shared memory), so a long row needs
+/// more than the 48 KiB of other programs. 160 KiB fits an A100's 163 KiB and a Hopper CTA's
+/// 227 KiB (launched with the opt-in); Fusion.h's kMaxRowElems and kMaxRowBytes keep row steps within it.
+constexpr int64_t kRowSharedBytes = 160 * 1024;
+
+/// A row step (Fusion.h, fuseRows) over the concrete iteration shape `shape` (its root's, the
+/// last extent the static row length N): tiles of BR whole rows, one program per block of rows;
+/// the row reductions are tile reductions inside the program and the epilogue is stored once.
+/// Parameters: the root (rank n, its dtype), then the statistics in `st.outputs` (rank n, last
+/// extent 1), then `st.inputs` (rank n each, broadcasting views of the iteration shape).
+/// Errors as lowerElementwise's (on a GPU, against kRowSharedBytes).
+Kernel lowerRow(const Step &st, const std::vector<int64_t> &shape, const std::string &name,
+                const TileTarget &target = {});
+
 /// A matmul step with `batchRank` batch axes over operands of dtypes `a` and `b` (1-d operands
 /// are passed as [1, K] and [K, 1] views), result dtype and policies of `result`; `mnk` (the
 /// concrete sizes, in the order M, N, K) chooses the tiles. Parameters: the output
@@ -154,7 +169,7 @@ struct StepProgram {
 };
 
 /// Every program that the kernel step `st` runs, as an executor runs it for the concrete shapes
-/// that `shapeOf` gives its values: an elementwise program; one program per reduced axis of a
+/// that `shapeOf` gives its values: an elementwise program; a row program; one program per reduced axis of a
 /// reduction, innermost first (one rounding stage over a leading 1 when no axis is reduced); a
 /// matmul (1-d operands as [1, K] and [K, 1]); a copy per operand of a concat, into the result
 /// dtype. Names are `name`, with ".stage<s>" or ".operand<i>" for steps of several programs.

@@ -69,9 +69,11 @@ class Case:
     not fit; `xfail(env)` gives the reason a shape is expected to fail, or None; `given` names the
     symbols passed with --size (those no input determines)."""
 
-    def __init__(self, program, graph, shapes, make, ref, names, tol=None, xfail=None, given=()):
+    def __init__(self, program, graph, shapes, make, ref, names, tol=None, xfail=None, given=(), launches=None):
         self.program, self.graph, self.shapes, self.make, self.ref = program, graph, shapes, make, ref
         self.names, self.tol, self.xfail, self.given = names, tol or {}, xfail or (lambda env: None), given
+        # Run compiled, the number of programs launched (the schedule's shape: a fused step is one).
+        self.launches = launches
 
 
 def randn(gen, *shape, dtype=torch.float32, scale=1.0):
@@ -365,6 +367,32 @@ case("layout", "creation", [{"N": 3, "D": 4}, {"N": 1, "D": 9}],
      ["zeros", "ones bf16", "full", "arange(D)", "arange(2, N+2)", "zeros_like", "ones_like i32", "x/sqrt(D)"])
 
 # -- nn --
+
+
+# Row normalizations with a static row length (tests/ir/programs/row_norms.tsr): each output is
+# one row step, one program launch, when compiled (ir/schedule/RowFusion.cpp); rows of 16384 are
+# above the limit and keep the multi-step plan: ten launches (the negative control).
+# The reference computes in f64 (a row of one element normalizes to exactly 0, which PyTorch's
+# f32 layer_norm misses by 6e-5); f32 rows accumulate their sums in f32 (the evaluator's and the
+# compiled programs' @accum), 4095 terms of which are off by up to 1e-5 of the row's scale.
+def rows_ref(x, w, b, env):
+    D = x.shape[-1]
+    xf, wf, bf_ = x.double(), w.double(), b.double()
+    rms = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * wf
+    outs = [F.layer_norm(xf, (D,), wf, bf_, eps=1e-5), F.layer_norm(xf, (D,), eps=1e-5), rms, F.softmax(xf, -1),
+            F.log_softmax(xf, -1)]
+    return [o.to(x.dtype) for o in outs]
+
+
+ROWS = ["layer_norm(w, b)", "layer_norm", "rms_norm(w)", "softmax", "log_softmax"]
+for n, rows in [(1, 37), (7, 37), (33, 37), (4095, 3), (4096, 3), (16384, 2)]:
+    for dt in ([torch.float32, torch.bfloat16] if n != 16384 else [torch.bfloat16]):
+        tag = "f32" if dt == torch.float32 else "bf16"
+        case("row_norms", f"rows_{n}_{tag}", [{"B": rows}],
+             lambda env, gen, n=n, dt=dt: [(randn(gen, env["B"], n, scale=3.0) + 1.0).to(dt), randn(gen, n, dtype=dt),
+                                           randn(gen, n, dtype=dt)],
+             rows_ref, ROWS, launches=5 if n <= 8192 else 10,
+             tol={name: (1e-4, 2e-5) for name in ROWS} if dt == torch.float32 else None)
 
 
 def norms_ref(x, w, b, env):
@@ -682,6 +710,11 @@ def main():
                     results.append((ok, name, msg))
             if COMPILED and p.returncode == 0:
                 results.append(compiled_ran(p.stderr))
+                if c.launches is not None:
+                    m = re.search(r"^compiled: (\d+) launches", p.stderr, re.M)
+                    got = int(m.group(1)) if m else -1
+                    results.append((got == c.launches, "(launches)",
+                                    f"{got} program launches, expected {c.launches} (the schedule's kernel steps)"))
             for ok, name, msg in results:
                 if reason:
                     tag = "XPASS" if ok else "XFAIL"

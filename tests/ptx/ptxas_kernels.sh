@@ -15,7 +15,8 @@
 #   file that lowers or is not among the files: the list must be updated either way;
 # - a ptxas error, a `// kernel` header without its .entry, or a graph's kernel above the 48 KiB
 #   of dynamic shared memory its tiles are chosen for (ir/schedule/LowerGroups.h; 160 KiB for a
-#   matrix product on the tensor cores, whose PTX has mma.sync or wgmma);
+#   matrix product on the tensor cores, whose PTX has mma.sync or wgmma, and for a row step's
+#   program, kRowSharedBytes, which keeps a block of whole rows);
 # - no sm_90 kernel that multiplies with wgmma (the Hopper path not taken), or an sm_80 one that does;
 # - fewer than MIN_KERNELS kernels assembled in all (both archs), so that it cannot pass vacuously.
 # Without ptxas it exits 77 (ctest's SKIP_RETURN_CODE), or 1 when TSR_REQUIRE_PREREQS=1 (CI).
@@ -39,6 +40,7 @@ trap 'rm -rf "$work"' EXIT
 list="$src/tests/ptx/not_lowered.txt"
 graphShared=49152  # TileTarget::gpu's default budget
 matmulShared=163840  # a bf16/f16 matrix product's (kMatMulSharedBytes, ir/schedule/LowerGroups.cpp)
+rowShared=163840  # a row step's (kRowSharedBytes, ir/schedule/LowerGroups.h)
 # The most dynamic shared memory a CTA may opt into: 163 KiB on sm_80, 227 KiB on sm_90 (CUDA C++
 # Programming Guide, compute capabilities table). Hand-written kernels above it are noted.
 declare -A sharedMax=([sm_80]=166912 [sm_90]=232448)
@@ -115,7 +117,7 @@ for f in "${files[@]}"; do
     counts+="${counts:+, }$arch $n kernels"
     # One line per kernel: the headers give the shared memory (and, after "; @", a graph's step),
     # ptxas -v the registers and spills.
-    report=$(awk -v file="$rel" -v arch="$arch" -v limit="$graphShared" -v mmLimit="$matmulShared" -v archMax="${sharedMax[$arch]}" -v stats="$stats" '
+    report=$(awk -v file="$rel" -v arch="$arch" -v limit="$graphShared" -v mmLimit="$matmulShared" -v rowLimit="$rowShared" -v archMax="${sharedMax[$arch]}" -v stats="$stats" '
       FNR == NR {
         if ($0 ~ /^\/\/ kernel /) {
           k = $3; sub(/:$/, "", k)
@@ -137,7 +139,7 @@ for f in "${files[@]}"; do
         if (!graph[k] && shared[k] > archMax)
           printf "note: %s %s %s: %s bytes of dynamic shared memory, above %s'"'"'s %s: it cannot be launched there\n",
                  file, arch, k, shared[k], arch, archMax
-        lim = (k ~ /_matmul$/ && tc[k]) ? mmLimit : limit
+        lim = (k ~ /_matmul$/ && tc[k]) ? mmLimit : (k ~ /_row$/) ? rowLimit : limit
         if (graph[k] && shared[k] > lim)
           printf "FAIL %s %s %s: a graph kernel with %s bytes of dynamic shared memory, above the %s its tiles are chosen for\n",
                  file, arch, k, shared[k], lim

@@ -102,6 +102,25 @@ def main():
             continue
         checked += n
         print(f"ok   {path}: {n} function(s)")
+    # The programs of graphs' kernel steps (row steps among them: tests/schedule/rows.tsr) print
+    # and parse back the same way.
+    rows = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schedule", "rows.tsr")
+    p = run([tsrc, rows, "--emit=tile", "--graph-kernels"], timeout=120)
+    n = p.stdout.count("\ntile @") + p.stdout.startswith("tile @")
+    q = None
+    if p.ok and n:
+        with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
+            t.write(p.stdout)
+        try:
+            q = run([tsrc, t.name, "--read-tile"], timeout=60)
+        finally:
+            os.unlink(t.name)
+    if q is None or not q.ok or q.stdout != p.stdout or "_row(" not in p.stdout.replace(".row(", "_row("):
+        failed += 1
+        print(f"FAIL {rows} --graph-kernels: {p.crash or p.stderr.strip()[-500:] or 'no row program, or read back differs'}")
+    else:
+        checked += n
+        print(f"ok   {rows} --graph-kernels: {n} function(s)")
     failed += malformed(tsrc)
     failed += exp.finish(names)
     print(f"{checked} functions round-tripped, {failed} failures")

@@ -55,6 +55,7 @@ void Lowering::atomicAdd(DType d, Value *ptr, Value *x) {
 // box axis has stride 1; otherwise each element is tested against the tensor's bounds (and the
 // mask) and out-of-bounds loads read `other`.
 void Lowering::lowerBox(const TOp &op) {
+  if (flatBox(op)) return;
   const TValue *tv = op.operands[0];
   TensorInfo &ti = tensor(tv);
   uint32_t rank = tv->type.rank;
@@ -191,6 +192,144 @@ void Lowering::lowerBox(const TOp &op) {
   B.CreateBr(endBB);
   B.SetInsertPoint(endBB);
   if (isLoad) set(op.result(), out);
+}
+
+// On a GPU, the rows of a box are what its loop splits over the threads; a box of fewer rows
+// than threads (a row program's block of whole rows, a 1-d tile) is split by element instead:
+// thread t takes elements t, t + T, ... of the tile, so that a warp touches consecutive
+// addresses. Where the box is inside the tensor, contiguous, not masked, and its rows start on
+// 16-byte boundaries, thread t takes 16-byte vectors t, t + T, ... (ld/st.global.v4.b32: 8 bf16
+// or 4 f32 per access, as Triton's and PyTorch's row kernels do); otherwise element by element,
+// each tested against the tensor's bounds and the mask.
+bool Lowering::flatBox(const TOp &op) {
+  if (!shared()) return false;
+  const TValue *tv = op.operands[0];
+  const uint32_t rank = tv->type.rank;
+  const DType d = tv->type.dtype;
+  const auto &box = *op.attrAs<std::vector<int64_t>>("box");
+  const bool isLoad = op.kind == OpKind::LoadBox, isAtomic = op.kind == OpKind::AtomicAddBox;
+  const bool *maskedAttr = op.attrAs<bool>("masked");
+  const bool masked = maskedAttr && *maskedAttr;
+  const size_t base = 1 + rank;
+  const TValue *valueV = isLoad ? nullptr : op.operands[base];
+  const TType tt = isLoad ? op.result()->type : valueV->type;
+  if (tt.isScalar() || tt.shape.size() > 2) return false;
+  std::vector<uint32_t> tileAxes;
+  for (uint32_t i = 0; i < rank; ++i)
+    if (box[i] > 0) tileAxes.push_back(i);
+  if (tileAxes.size() != tt.shape.size()) return false;
+  const int64_t innerN = tt.shape.back(), rows = tt.shape.size() == 2 ? tt.shape[0] : 1;
+  if (rows >= threads) return false;
+
+  TensorInfo &ti = tensor(tv);
+  std::vector<Value *> starts;
+  for (uint32_t i = 0; i < rank; ++i) starts.push_back(get(op.operands[1 + i]));
+  const TValue *maskV = masked ? op.operands[base + (isLoad ? 0 : 1)] : nullptr;
+  Value *valBuf = valueV ? get(valueV) : nullptr;
+  Value *maskBuf = maskV ? get(maskV) : nullptr;
+  Value *out = isLoad ? alloc(tt) : nullptr;
+  Value *other = isLoad ? (op.attr("other") ? constantOf(d, *op.attr("other")) : constantOf(d, int64_t(0))) : nullptr;
+  Type *mt = mtype(d);
+  const uint32_t lastAxis = tileAxes.back();
+  const bool twoD = tileAxes.size() == 2;
+  Value *rowStride = twoD ? ti.strides[tileAxes[0]] : c64(0);
+  Value *colStride = ti.strides[lastAxis];
+  const int64_t total = tt.numElements();
+  Value *baseOff = c64(0);
+  for (uint32_t i = 0; i < rank; ++i) baseOff = B.CreateAdd(baseOff, B.CreateMul(starts[i], ti.strides[i]));
+
+  Value *inside = B.getTrue();
+  for (uint32_t i = 0; i < rank; ++i) {
+    int64_t ext = box[i] > 0 ? box[i] : 1;
+    inside = B.CreateAnd(inside, B.CreateAnd(B.CreateICmpSGE(starts[i], c64(0)),
+                                             B.CreateICmpSLE(B.CreateAdd(starts[i], c64(ext)), ti.shape[i])));
+  }
+  Value *fast = masked ? B.getFalse() : B.CreateAnd(inside, B.CreateICmpEQ(colStride, c64(1)));
+  const uint64_t esz = std::max<uint64_t>(1, mt->getPrimitiveSizeInBits() / 8);
+  const int64_t V = int64_t(16 / esz);
+  const bool vectors = !masked && !isAtomic && d != DType::Bool && V > 1 && innerN % V == 0;
+  Value *vecOk = B.getFalse();
+  if (vectors) {
+    Value *addr = B.CreatePtrToInt(B.CreateGEP(mt, ti.data, baseOff), i64());
+    Value *aligned = B.CreateICmpEQ(B.CreateAnd(addr, c64(15)), c64(0));
+    if (twoD) aligned = B.CreateAnd(aligned, B.CreateICmpEQ(B.CreateAnd(B.CreateMul(rowStride, c64(int64_t(esz))), c64(15)), c64(0)));
+    vecOk = B.CreateAnd(fast, aligned);
+  }
+  // Tile element e is row e / innerN, column e % innerN.
+  auto rowCol = [&](Value *e) {
+    Value *q = B.CreateUDiv(e, c64(innerN));
+    return std::make_pair(q, B.CreateSub(e, B.CreateMul(q, c64(innerN))));
+  };
+  BasicBlock *vecBB = BasicBlock::Create(C, "fbox.vec", fn);
+  BasicBlock *fastBB = BasicBlock::Create(C, "fbox.fast", fn);
+  BasicBlock *slowBB = BasicBlock::Create(C, "fbox.slow", fn);
+  BasicBlock *scalarBB = BasicBlock::Create(C, "fbox.scalar", fn);
+  BasicBlock *endBB = BasicBlock::Create(C, "fbox.end", fn);
+  B.CreateCondBr(vecOk, vecBB, scalarBB);
+  B.SetInsertPoint(scalarBB);
+  B.CreateCondBr(fast, fastBB, slowBB);
+
+  B.SetInsertPoint(vecBB);
+  if (vectors) {
+    auto *vt = FixedVectorType::get(mt, unsigned(V));
+    loopN(total / V, [&](Value *c) {
+      Value *e = B.CreateMul(c, c64(V));
+      auto [q, j] = rowCol(e);
+      Value *ptr = B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(baseOff, B.CreateAdd(B.CreateMul(q, rowStride), j)));
+      if (isLoad) {
+        Value *v = B.CreateAlignedLoad(vt, ptr, Align(16));
+        for (int64_t k = 0; k < V; ++k)
+          storeElem(out, d, B.CreateAdd(e, c64(k)), fromMem(d, B.CreateExtractElement(v, uint64_t(k))));
+      } else {
+        Value *v = PoisonValue::get(vt);
+        for (int64_t k = 0; k < V; ++k)
+          v = B.CreateInsertElement(v, toMem(d, loadElem(valBuf, d, B.CreateAdd(e, c64(k)))), uint64_t(k));
+        B.CreateAlignedStore(v, ptr, Align(16));
+      }
+    });
+  }
+  B.CreateBr(endBB);
+
+  B.SetInsertPoint(fastBB);
+  loopN(total, [&](Value *e) {
+    auto [q, j] = rowCol(e);
+    Value *ptr = B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(baseOff, B.CreateAdd(B.CreateMul(q, rowStride), j)));
+    if (isLoad) storeElem(out, d, e, fromMem(d, B.CreateLoad(mt, ptr)));
+    else if (isAtomic) atomicAdd(d, ptr, loadElem(valBuf, d, e));
+    else B.CreateStore(toMem(d, loadElem(valBuf, d, e)), ptr);
+  });
+  B.CreateBr(endBB);
+
+  B.SetInsertPoint(slowBB);
+  Value *dropsOk = B.getTrue(); // axes indexed by their start alone
+  for (uint32_t ax = 0; ax < rank; ++ax)
+    if (box[ax] == 0)
+      dropsOk = B.CreateAnd(dropsOk, B.CreateAnd(B.CreateICmpSGE(starts[ax], c64(0)), B.CreateICmpSLT(starts[ax], ti.shape[ax])));
+  loopN(total, [&](Value *e) {
+    auto [q, j] = rowCol(e);
+    Value *ok = dropsOk;
+    auto within = [&](uint32_t ax, Value *idx) {
+      Value *pos = B.CreateAdd(starts[ax], idx);
+      return B.CreateAnd(B.CreateICmpSGE(pos, c64(0)), B.CreateICmpSLT(pos, ti.shape[ax]));
+    };
+    if (twoD) ok = B.CreateAnd(ok, within(tileAxes[0], q));
+    ok = B.CreateAnd(ok, within(lastAxis, j));
+    if (maskBuf) ok = B.CreateAnd(ok, loadElem(maskBuf, DType::Bool, e));
+    Value *ptr = B.CreateGEP(mt, ti.data, B.CreateAdd(baseOff, B.CreateAdd(B.CreateMul(q, rowStride), B.CreateMul(j, colStride))));
+    if (isLoad) {
+      storeElem(out, d, e, guardedValue(ok, [&] { return fromMem(d, B.CreateLoad(mt, ptr)); }, other));
+    } else {
+      ifThen(ok, [&] {
+        Value *x = loadElem(valBuf, d, e);
+        if (isAtomic) atomicAdd(d, ptr, x);
+        else B.CreateStore(toMem(d, x), ptr);
+      });
+    }
+  });
+  B.CreateBr(endBB);
+  B.SetInsertPoint(endBB);
+  if (isLoad) set(op.result(), out);
+  return true;
 }
 
 // load / store / atomic_add by element offsets (gathers and scatters).

@@ -70,6 +70,95 @@ void Lowering::lowerTranspose(const TOp &op) {
 
 // ---- reductions ----
 
+Value *Lowering::shuffleXor(Value *x, int laneMask) {
+  Type *t = x->getType();
+  if (t->isFloatTy() || t->isIntegerTy(32)) return T.shuffleXor(B, x, laneMask);
+  if (t->isIntegerTy(1) || t->isIntegerTy(8)) return B.CreateTrunc(T.shuffleXor(B, B.CreateZExt(x, i32()), laneMask), t);
+  // 64 bits: the two halves.
+  Value *bits = t->isDoubleTy() ? B.CreateBitCast(x, i64()) : x;
+  Value *lo = T.shuffleXor(B, B.CreateTrunc(bits, i32()), laneMask);
+  Value *hi = T.shuffleXor(B, B.CreateTrunc(B.CreateLShr(bits, 32), i32()), laneMask);
+  Value *r = B.CreateOr(B.CreateZExt(lo, i64()), B.CreateShl(B.CreateZExt(hi, i64()), 32));
+  return t->isDoubleTy() ? B.CreateBitCast(r, t) : r;
+}
+
+// With T threads and `outer` outputs of R contiguous elements each, G threads (a power of two
+// dividing T, at most T / outer and no more than R needs) share an output: lane l of a group
+// combines elements l, l + G, ... (consecutive lanes read consecutive shared-memory words, no bank
+// conflicts), the lanes of a warp combine by butterfly shuffles (log2(min(G, 32)) steps), and
+// when a group spans W > 1 warps, each warp's lane 0 writes its partial to shared memory and
+// every thread of the group combines the W partials. Passes over the outputs repeat until all
+// are done; the pass count is the same in every thread, so every thread reaches each shuffle and
+// barrier. The order of combination differs from the CPU's (sums agree to rounding). This is the
+// block reduction of CUB's BlockReduce (warp-shuffle variant) and of the persistent layer norms
+// of Apex and PyTorch.
+bool Lowering::cooperativeReduce(const TOp &op, int64_t outer, int64_t R, const std::function<Value *()> &identity,
+                                 const std::function<Value *(Value *, Value *)> &combine) {
+  if (!shared() || !T.warpShuffles() || outer < 1 || R < 2) return false;
+  const int64_t Tn = threads;
+  int64_t G = 1;
+  while (G * 2 <= Tn / outer && G < R && Tn % (G * 2) == 0) G *= 2;
+  if (G < 2) return false;
+  const TType &rt = op.result()->type;
+  const DType d = op.operands[0]->type.dtype;
+  Type *ct = ctype(d);
+  const bool scalarOut = rt.isScalar();
+  Value *src = get(op.operands[0]);
+  Value *out = alloc(scalarOut ? TType::tile({1}, rt.dtype) : rt);
+  const int64_t W = G > 32 ? G / 32 : 1;        // warps per group
+  const int64_t groups = Tn / G, passes = (outer + groups - 1) / groups;
+  Value *scratch = W > 1 ? alloc(TType::tile({Tn / 32}, d)) : nullptr;
+  AllocaInst *accSlot;
+  {
+    IRBuilderBase::InsertPointGuard g(B);
+    B.SetInsertPoint(entry, entry->getFirstInsertionPt());
+    accSlot = B.CreateAlloca(ct);
+  }
+  Value *group = B.CreateUDiv(tid, c64(G)), *lane = B.CreateURem(tid, c64(G));
+  T.barrier(B); // the operand's elements, written by other threads, are visible
+  ++loopDepth;  // the loops below run in every thread, not split over them
+  loop(c64(0), c64(passes), [&](Value *pass) {
+    Value *o = B.CreateAdd(B.CreateMul(pass, c64(groups)), group);
+    Value *active = B.CreateICmpSLT(o, c64(outer));
+    B.CreateStore(identity(), accSlot);
+    ifThen(active, [&] {
+      loop(c64(0), c64((R + G - 1) / G), [&](Value *k) {
+        Value *r = B.CreateAdd(B.CreateMul(k, c64(G)), lane);
+        auto add = [&] {
+          Value *x = loadElem(src, d, B.CreateAdd(B.CreateMul(o, c64(R)), r));
+          B.CreateStore(combine(B.CreateLoad(ct, accSlot), x), accSlot);
+        };
+        if (R % G == 0) add();
+        else ifThen(B.CreateICmpSLT(r, c64(R)), add);
+      });
+    });
+    Value *acc = B.CreateLoad(ct, accSlot);
+    for (int64_t m = std::min<int64_t>(G, 32) / 2; m >= 1; m /= 2) acc = combine(acc, shuffleXor(acc, int(m)));
+    if (W > 1) {
+      T.barrier(B); // the previous pass has read the partials
+      Value *warp = B.CreateUDiv(tid, c64(32));
+      Value *acc0 = acc;
+      ifThen(B.CreateICmpEQ(B.CreateURem(tid, c64(32)), c64(0)), [&] { storeElem(scratch, d, warp, acc0); });
+      T.barrier(B);
+      acc = identity();
+      for (int64_t w = 0; w < W; ++w) acc = combine(acc, loadElem(scratch, d, B.CreateAdd(B.CreateMul(group, c64(W)), c64(w))));
+    }
+    if (narrowFloat(d)) acc = roundTo(d, acc, false);
+    Value *accOut = acc;
+    ifThen(B.CreateAnd(active, B.CreateICmpEQ(lane, c64(0))), [&] { storeElem(out, rt.dtype, o, accOut); });
+  });
+  --loopDepth;
+  T.barrier(B);
+  if (scratch) T.releaseTileBuffer(scratch);
+  if (scalarOut) {
+    set(op.result(), loadElem(out, rt.dtype, c64(0)));
+    T.releaseTileBuffer(out);
+  } else {
+    set(op.result(), out);
+  }
+  return true;
+}
+
 void Lowering::lowerClassReduce(const TOp &op) {
   const TType &in = op.operands[0]->type, &rt = op.result()->type;
   DType d = in.dtype;
@@ -124,6 +213,7 @@ void Lowering::lowerClassReduce(const TOp &op) {
     return B.CreateOr(cmp, B.CreateAnd(isNan(x), B.CreateNot(isNan(best))));
   };
 
+  if (!isArg && inner == 1 && cooperativeReduce(op, outer, R, identity, combine)) return;
   bool scalarOut = rt.isScalar();
   // A scalar result is an SSA value in every thread: each computes it (from shared inputs).
   std::optional<Redundant> red;
