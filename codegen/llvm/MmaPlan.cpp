@@ -112,6 +112,8 @@ std::optional<MmaPlan> planMmaLoop(const tile::Op &f, int warps, int smArch) {
     p.warpN = p.BN;
     p.stages = int(std::clamp<int64_t>(f.intAttr("stages", 4), 3, 4));
     while (p.stages > 3 && p.sharedBytes() > 144 * 1024) --p.stages;
+    // TSR_WGMMA_WAIT=0|1: the groups left in flight (MmaPlan::inFlight), for measuring.
+    if (const char *e = std::getenv("TSR_WGMMA_WAIT"); e && (e[0] == '0' || e[0] == '1') && !e[1]) p.inFlight = e[0] - '0';
     return p;
   }
   // The warp grid: the squarest warp tiles (most reuse of each fragment), multiples of 16, at

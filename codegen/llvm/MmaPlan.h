@@ -28,7 +28,8 @@
 // K-major and B, whose rows are k, N-major (the instruction's transpose-b). The accumulator
 // fragments of a warp are those of mma.sync's m16n8 blocks side by side (§9.7.15.5.1.1), so the
 // epilogue is shared. Copies for tile i+stages-2 are in flight while tile i is multiplied and the
-// product of tile i-1 may still be running (one wgmma group in flight): ThunderKittens' and
+// product of tile i-1 may still be running (one wgmma group in flight; TSR_WGMMA_WAIT=0 drains
+// each tile's products instead and copies one tile further ahead): ThunderKittens' and
 // CUTLASS's sm90 multistage (cp.async) main loops.
 //
 // A loop of any other shape, or one whose tiles do not divide into the instruction's (16 by 16
@@ -64,8 +65,13 @@ struct MmaPlan {
   int64_t sharedBytes() const { return stages * (stageBytesA() + stageBytesB()) + (wgmma ? kSwizzleAtom : 0); }
   /// f32 accumulators each thread keeps in registers.
   int64_t accumulatorsPerThread() const { return warpM * warpN / 32; }
-  /// Tiles of the copy ring in flight ahead of the one being multiplied.
-  int prefetch() const { return wgmma ? stages - 2 : stages - 1; }
+  /// wgmma: the groups of products (one k tile each) a warpgroup leaves running when it moves
+  /// to the next k tile (wgmma.wait_group's N): 1 overlaps a tile's products with the next
+  /// tile's copies and barrier; 0 drains them, which frees a stage for copies one tile earlier.
+  int inFlight = 1;
+  /// Tiles of the copy ring in flight ahead of the one being multiplied: a stage is refilled once
+  /// every warp is done with it, which is one tile later for each group left in flight.
+  int prefetch() const { return stages - 1 - (wgmma ? inFlight : 0); }
 
   /// The 128-byte swizzle (PTX ISA §9.7.15.5.1.2.2, CUTLASS's Swizzle<3,4,3>): a 16-bit operand
   /// tile of `rows` x `cols` (cols a multiple of 64) is stored as cols/64 chunks of rows x 128

@@ -319,8 +319,9 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
   B.SetInsertPoint(bodyBB);
   // Tile j has landed (at most D-1 later groups pending), and every warp is done with the tile
-  // whose stage the next copy overwrites: mma.sync, tile j-1 (its products ran before this
-  // barrier); wgmma, tile j-2 (each warpgroup waited for all but its last group, tile j-1's).
+  // whose stage the next copy overwrites, j+D-S: mma.sync, tile j-1 (its products ran before
+  // this barrier); wgmma, tile j-1-inFlight (each warpgroup waited for all but its last
+  // inFlight groups).
   waitGroups(D - 1);
   // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
   if (p.wgmma) ptx(B, "fence.proxy.async.shared::cta;");
@@ -360,7 +361,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
       cur = ptxOnAccumulators(B, mma, cur, {desc(aAt, 16, 1024), desc(bAt, p.BK * 128, 1024), B.getInt32(1)}, "l,l,r");
     }
     ptx(B, "wgmma.commit_group.sync.aligned;");
-    cur = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 1;", cur, {}, "");
+    cur = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
   }
   for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
     std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
