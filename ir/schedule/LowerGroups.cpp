@@ -731,6 +731,9 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
   return {bucket(mnk[0], {16, 64}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64})};
 }
 
+// Rows of tiles a GPU matmul's program order groups (lowerMatMulTiled).
+constexpr int64_t kMatMulGroupM = 8;
+
 Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result,
                         const std::string &name, const TileTarget &target, int64_t BM, int64_t BN, int64_t BK) {
   Kernel k = newKernel(name, target);
@@ -755,8 +758,22 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
     decompose(b, b.pid(2), lead, out, batch);
   }
   setGrid(f, k.grid);
-  TV *n0 = b.bin(TK::Mul, b.pid(0), b.i64(BN));
-  TV *m0 = b.bin(TK::Mul, b.pid(1), b.i64(BM));
+  TV *pn = b.pid(0), *pm = b.pid(1);
+  if (target.gpuTarget()) {
+    // Programs in launch order (x fastest) take the tiles of a group of kMatMulGroupM rows of
+    // tiles column by column, so that the CTAs running at once share their A and B tiles in L2
+    // (Triton's grouped ordering, tutorials/03-matrix-multiplication).
+    TV *nx = b.op(TK::NumPrograms, {}, {{"axis", int64_t(0)}}), *ny = b.op(TK::NumPrograms, {}, {{"axis", int64_t(1)}});
+    TV *lin = b.bin(TK::Add, b.bin(TK::Mul, pm, nx), pn);
+    TV *perGroup = b.bin(TK::Mul, nx, b.i64(kMatMulGroupM));
+    TV *firstM = b.bin(TK::Mul, b.bin(TK::FloorDiv, lin, perGroup), b.i64(kMatMulGroupM));
+    TV *groupRows = b.bin(TK::Min, b.bin(TK::Sub, ny, firstM), b.i64(kMatMulGroupM));
+    TV *inGroup = b.bin(TK::Mod, lin, perGroup);
+    pm = b.bin(TK::Add, firstM, b.bin(TK::Mod, inGroup, groupRows));
+    pn = b.bin(TK::FloorDiv, inGroup, groupRows);
+  }
+  TV *n0 = b.bin(TK::Mul, pn, b.i64(BN));
+  TV *m0 = b.bin(TK::Mul, pm, b.i64(BM));
   TV *K = b.dim(A, int(n - 1));
   TV *init = b.constant({BM, BN}, acc, isFloat(acc) ? AttrValue(0.0) : AttrValue(int64_t(0)));
   tile::Op *loop = f.addWithTypes(f.body, TK::For, {b.i64(0), K, b.i64(BK), init}, {}, {init->type}, op.loc);
