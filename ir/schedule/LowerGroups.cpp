@@ -1,3 +1,7 @@
+// The lowering of a schedule's kernel steps to Tile IR (LowerGroups.h says what each program
+// is). One room of about a thousand lines: every step kind (elementwise, reduction stages, rows,
+// matrix products, copies) is built with the same Builder, box coordinates, numeric conversions
+// and tile search (fitShared), which split files would have to share through a private header.
 #include "ir/schedule/LowerGroups.h"
 
 #include "runtime/Numeric.h"
