@@ -166,6 +166,12 @@ CASES = [
     ("nn.softmax", [("x", (3, 5), "n")], "nn.softmax(x)", lambda x: F.softmax(x, -1)),
     ("nn.softmax_axis0", [("x", (3, 5), "n")], "nn.softmax(x, axis=0)", lambda x: F.softmax(x, 0)),
     ("nn.log_softmax", [("x", (3, 5), "n")], "nn.log_softmax(x)", lambda x: F.log_softmax(x, -1)),
+    ("nn.softmax_safe", [("x", (3, 5), "n")], "nn.softmax_safe(x)", lambda x: F.softmax(x, -1)),
+    ("nn.layer_norm_safe", [("x", (3, 6), "n"), ("w", (6,), "n"), ("b", (6,), "n")], "nn.layer_norm_safe(x, w, b)",
+     lambda x, w, b: F.layer_norm(x, (6,), w, b, eps=1e-5)),
+    ("nn.rms_norm_safe", [("x", (3, 6), "n"), ("w", (6,), "n")], "nn.rms_norm_safe(x, w)",
+     lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w),
+    ("nn.logsumexp_safe", [("x", (3, 5), "n")], "nn.logsumexp_safe(x)", lambda x: torch.logsumexp(x, -1)),
     # nn.gelu's erf is Abramowitz & Stegun 7.1.26 (error 1.5e-7, stdlib/nn.tsr): torch within that.
     ("nn.gelu", [("x", (3, 4), "n")], "nn.gelu(x)", F.gelu, {"torch_tol": (1e-6, 1e-6)}),
     ("nn.gelu_tanh", [("x", (3, 4), "n")], 'nn.gelu(x, approximate="tanh")', _gelu_tanh),

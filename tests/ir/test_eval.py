@@ -434,6 +434,24 @@ case("nn_functions", "activations_bf16", ACT_SHAPES,
      tol={"silu": (2e-2, 1e-2)})
 
 
+# The safe variants on bf16 rows scaled to 200 (exp(200) overflows f32 and bf16 unless the
+# maximum is subtracted); the reference computes in f64 and rounds once to bf16.
+def safe_ref(x, w, b, env):
+    D = x.shape[-1]
+    xf, wf, bf_ = x.double(), w.double(), b.double()
+    outs = [F.softmax(xf, -1), F.softmax(xf, 0), F.layer_norm(xf, (D,), wf, bf_, eps=1e-5),
+            xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * wf, torch.logsumexp(xf, -1),
+            torch.logsumexp(xf, 0, keepdim=True)]
+    return [o.to(torch.bfloat16) for o in outs]
+
+
+case("nn_functions", "safe_bf16", [{"B": 3, "D": 7}, {"B": 16, "D": 64}],
+     lambda env, gen: [bf(randn(gen, env["B"], env["D"], scale=200.0)), randn(gen, env["D"], dtype=torch.bfloat16),
+                       randn(gen, env["D"], dtype=torch.bfloat16)],
+     safe_ref, ["softmax_safe", "softmax_safe(axis=0)", "layer_norm_safe(w, b)", "rms_norm_safe(w)", "logsumexp_safe",
+                "logsumexp_safe(axis=0, keepdims)"])
+
+
 def losses_f32_ref(logits, labels, pred, target, env):
     return [F.cross_entropy(logits, labels), F.mse_loss(pred, target)]
 
