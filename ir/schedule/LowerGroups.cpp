@@ -892,13 +892,19 @@ Kernel lowerRowTiled(const Step &st, const std::vector<int64_t> &shape, const st
   return k;
 }
 
-// The rows of a row program: as many as fill a tile of about kTileElems elements on the CPU and
-// 8 per thread on a GPU (whole rows, at least one), a power of two, at most 64, and one when
+// A row program on the CPU keeps every tile of a whole normalization live at once (about 15 for
+// layer_norm), not one step's: tiles of about 1024 elements keep them within L1 and L2. Measured
+// on the 2-core build machine, layer_norm [4096, 1024] f32 in one process each, best of 4: 2.20
+// ms with 1024-element tiles against 3.35 ms with kTileElems (softmax 1.91 against 2.78 ms).
+constexpr int64_t kRowTileElems = 1024;
+
+// The rows of a row program: as many as fill a tile of about kRowTileElems elements on the CPU
+// and 8 per thread on a GPU (whole rows, at least one), a power of two, at most 64, and one when
 // there is a single row.
 int64_t rowTileRows(const std::vector<int64_t> &shape, const TileTarget &t) {
   const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
   if (rows <= 1) return 1;
-  const int64_t budget = (t.gpuTarget() ? gpuTileElems(t) : kTileElems) / std::max<int64_t>(1, shape.back());
+  const int64_t budget = (t.gpuTarget() ? gpuTileElems(t) : kRowTileElems) / std::max<int64_t>(1, shape.back());
   int64_t br = 1;
   while (br * 2 <= std::min<int64_t>(budget, 64) && br < rows) br *= 2;
   return br;

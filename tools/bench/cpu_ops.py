@@ -3,9 +3,11 @@
 
     cpu_ops.py TSR [--reps N] [--rounds N] [--threads N]
 
-Runs tools/bench/cpu_ops.tsr with `tsr run` (GEMM f32 1024^3, nn.layer_norm and nn.softmax over
-[4096, 1024] f32, each a @jit graph compiled through fusion -> Tile IR -> LLVM) and the same
-three ops in PyTorch (torch.matmul, F.layer_norm with weight and bias, torch.softmax) with
+Runs tools/bench/cpu_ops.tsr with `tsr run` (GEMM f32 1024^3, nn.layer_norm, nn.rms_norm and
+nn.softmax over [4096, 1024] f32, each a @jit graph compiled through fusion -> Tile IR -> LLVM;
+the normalizations once as row steps (static row length) and once as the multi-step plan
+(`_steps`, a symbolic row length)) and the same ops in PyTorch (torch.matmul, F.layer_norm with
+weight and bias, x * rsqrt(mean(x^2) + eps) * w (F.rms_norm where the torch has it), torch.softmax) with
 torch.set_num_threads(threads) (default 2, the cores Tessera's launches use here), in the same
 run. Each figure is the best of `rounds` rounds of `reps` calls after a warm-up call (which
 compiles, for Tessera). Prints a Markdown table: seconds per call, GFLOP/s or GB/s, and the ratio
@@ -78,23 +80,36 @@ def main():
     a, b = torch.randn(size, size), torch.randn(size, size)
     x = torch.randn(rows, size)
     w, bias = torch.ones(size), torch.zeros(size)
+
+    def rms(t, weight):
+        if hasattr(F, "rms_norm"):
+            return F.rms_norm(t, (size,), weight, eps=1e-6)
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
     torch_t = {
         "gemm": (best_of(lambda: a @ b, reps, rounds), float((a @ b).sum())),
         "layer_norm": (best_of(lambda: F.layer_norm(x, (size,), w, bias), reps, rounds),
                        float((F.layer_norm(x, (size,), w, bias) ** 2).sum())),
         "softmax": (best_of(lambda: torch.softmax(x, -1), reps, rounds), float(torch.softmax(x, -1).sum())),
+        "rms_norm": (best_of(lambda: rms(x, w), reps, rounds), float((rms(x, w) ** 2).sum())),
     }
+    for name in ["layer_norm", "softmax", "rms_norm"]:
+        torch_t[name + "_steps"] = torch_t[name]
     work = {  # (amount, unit): flops for gemm, bytes moved (read x, write y) for the others
         "gemm": (2.0 * size ** 3, "GFLOP/s"),
         "layer_norm": (2.0 * 4 * rows * size, "GB/s"),
         "softmax": (2.0 * 4 * rows * size, "GB/s"),
+        "rms_norm": (2.0 * 4 * rows * size, "GB/s"),
     }
+    for name in ["layer_norm", "softmax", "rms_norm"]:
+        work[name + "_steps"] = work[name]
     print(f"threads: {threads} (torch {torch.__version__}), reps {reps}, best of {rounds} rounds; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print()
     print("| op | Tessera | PyTorch | ratio (Tessera / PyTorch) | checksums (Tessera, PyTorch) |")
     print("|---|---|---|---|---|")
-    for name in ["gemm", "layer_norm", "softmax"]:
+    for name in ["gemm", "layer_norm", "layer_norm_steps", "rms_norm", "rms_norm_steps", "softmax", "softmax_steps"]:
+        if name not in tess:
+            continue
         ts, tc = tess[name]
         ps, pc = torch_t[name]
         amount, unit = work[name]

@@ -28,7 +28,7 @@
 #   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
 #   digits_vit        the main job on the GPU and on the CPU: accuracy and time side by side; a
 #                     second GPU run reads every program from the compilation cache (0 misses)
-#   gpu_ops_bench     tools/bench/gpu/ops.sh: GEMM, layer_norm, softmax against PyTorch (figures)
+#   gpu_ops_bench     tools/bench/gpu/ops.sh: GEMM, layer_norm, rms_norm, softmax (row steps and multi-step) against PyTorch (figures)
 #   launch_overhead   µs per one-op graph call against PyTorch eager's `x + 1` (a figure, no limit)
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
   bool readTile = false;
-  app.add_flag("--read-tile", readTile, "read FILE as Tile IR text, verify it, and print it back (the IR's round trip)");
+  app.add_flag("--read-tile", readTile, "read FILE as Tile IR text, verify it, and print it back (the IR's round trip; with --emit=llvm, its host LLVM IR)");
   app.add_option("--max-errors", maxErrors, "stop reporting after this many errors (default 50)")->check(CLI::Range(1, 100000));
   try {
     app.parse(argc, argv);
@@ -233,12 +233,17 @@ int main(int argc, char **argv) {
         for (auto &problem : ir::verify(*g)) throw ir::IRError{" graph @" + g->name + ": " + problem};
       ir::printModule(std::cout, *m);
     });
+  // With --emit=llvm, the host LLVM IR of each function instead (reading a program's code as the
+  // CPU's JIT compiles it, e.g. one an executor dumped with TSR_DUMP_TILE=1).
   if (readTile)
-    return readIRText<tile::TileError>(file, [](const std::string &text) {
+    return readIRText<tile::TileError>(file, [&](const std::string &text) {
       auto m = tile::parseTileModule(text);
       for (auto &fn : m->functions)
         for (auto &problem : tile::verify(*fn)) throw tile::TileError{" tile @" + fn->name + ": " + problem};
-      tile::printModule(std::cout, *m);
+      if (emit == "llvm")
+        for (auto &fn : m->functions) std::cout << codegen::hostLLVMText(*fn, true) << "\n";
+      else
+        tile::printModule(std::cout, *m);
     });
   // A bundle (-o): the options it takes, and none of --check and --emit.
   bundle::WriteOptions bundleOpts;

@@ -247,7 +247,9 @@ bool Lowering::flatBox(const TOp &op) {
   Value *fast = masked ? B.getFalse() : B.CreateAnd(inside, B.CreateICmpEQ(colStride, c64(1)));
   const uint64_t esz = std::max<uint64_t>(1, mt->getPrimitiveSizeInBits() / 8);
   const int64_t V = int64_t(16 / esz);
-  const bool vectors = !masked && !isAtomic && d != DType::Bool && V > 1 && innerN % V == 0;
+  const int64_t tileBytes = int64_t(btype(d)->getPrimitiveSizeInBits() / 8);
+  const bool vectors = !masked && !isAtomic && d != DType::Bool && V > 1 && innerN % V == 0 && tileBytes >= 4 &&
+                       (V * tileBytes) % 16 == 0;
   Value *vecOk = B.getFalse();
   if (vectors) {
     Value *addr = B.CreatePtrToInt(B.CreateGEP(mt, ti.data, baseOff), i64());
@@ -276,14 +278,27 @@ bool Lowering::flatBox(const TOp &op) {
       Value *e = B.CreateMul(c, c64(V));
       auto [q, j] = rowCol(e);
       Value *ptr = B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(baseOff, B.CreateAdd(B.CreateMul(q, rowStride), j)));
+      // The tile side by 16-byte vectors too (tile buffers are 16-byte aligned, and e is a
+      // multiple of V): a warp's accesses then take a quarter-warp per wavefront, where a thread
+      // writing V consecutive words one by one would meet other threads in the same bank.
+      Type *bt = btype(d);
+      auto *tv = FixedVectorType::get(bt, unsigned(16 / (bt->getPrimitiveSizeInBits() / 8)));
+      const int64_t per = int64_t(tv->getNumElements());
       if (isLoad) {
         Value *v = B.CreateAlignedLoad(vt, ptr, Align(16));
-        for (int64_t k = 0; k < V; ++k)
-          storeElem(out, d, B.CreateAdd(e, c64(k)), fromMem(d, B.CreateExtractElement(v, uint64_t(k))));
+        for (int64_t k0 = 0; k0 < V; k0 += per) {
+          Value *t = PoisonValue::get(tv);
+          for (int64_t k = 0; k < per; ++k)
+            t = B.CreateInsertElement(t, fromMem(d, B.CreateExtractElement(v, uint64_t(k0 + k))), uint64_t(k));
+          B.CreateAlignedStore(t, elemPtr(out, d, B.CreateAdd(e, c64(k0))), Align(16));
+        }
       } else {
         Value *v = PoisonValue::get(vt);
-        for (int64_t k = 0; k < V; ++k)
-          v = B.CreateInsertElement(v, toMem(d, loadElem(valBuf, d, B.CreateAdd(e, c64(k)))), uint64_t(k));
+        for (int64_t k0 = 0; k0 < V; k0 += per) {
+          Value *t = B.CreateAlignedLoad(tv, elemPtr(valBuf, d, B.CreateAdd(e, c64(k0))), Align(16));
+          for (int64_t k = 0; k < per; ++k)
+            v = B.CreateInsertElement(v, toMem(d, B.CreateExtractElement(t, uint64_t(k))), uint64_t(k0 + k));
+        }
         B.CreateAlignedStore(v, ptr, Align(16));
       }
     });

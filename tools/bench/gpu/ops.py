@@ -1,6 +1,7 @@
 """The GPU benchmark's PyTorch side (tools/bench/gpu/ops.sh): the same ops and sizes as ops.tsr,
-eager (cuBLAS for the GEMM), timed the same way (best of rounds of reps, synchronized at the end
-of each round). Prints `NAME SECONDS_PER_CALL`."""
+eager (cuBLAS for the GEMM; F.rms_norm where this torch has it, else x * rsqrt(mean(x^2) + eps) * w),
+timed the same way (best of rounds of reps, synchronized at the end of each round). Prints
+`NAME SECONDS_PER_CALL`."""
 import sys
 import time
 
@@ -33,3 +34,12 @@ def bench(name, f):
 bench("gemm", lambda: a @ b)
 bench("layer_norm", lambda: torch.nn.functional.layer_norm(x, (cols,), w, bias))
 bench("softmax", lambda: torch.softmax(x, -1))
+
+
+def rms(t, weight):
+    if hasattr(torch.nn.functional, "rms_norm"):
+        return torch.nn.functional.rms_norm(t, (cols,), weight, eps=1e-6)
+    return (t.float() * torch.rsqrt(t.float().pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(t.dtype)
+
+
+bench("rms_norm", lambda: rms(x, w))

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU ops against PyTorch on the same GPU in one run (issue 10's first benchmarks): bf16 GEMM
-# 4096^3 (TFLOP/s), layer_norm and softmax over bf16 [32768, 4096] (GB/s: the input read once and
-# the output written once). Prints a table with each Tessera/PyTorch speed ratio.
+# 4096^3 (TFLOP/s), layer_norm, rms_norm and softmax over bf16 [32768, 4096] (GB/s: the input read
+# once and the output written once), each normalization as Tessera's row step and as its
+# multi-step plan (`_steps`, a symbolic row length; PyTorch's figure is the same op's). Prints a
+# table with each Tessera/PyTorch speed ratio.
 #   tools/bench/gpu/ops.sh TSR [REPS ROUNDS SIZE ROWS COLS]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -17,9 +19,13 @@ import sys
 t = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if len(l.split()) >= 2}
 p = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[2]) if len(l.split()) >= 2}
 size, rows, cols = (int(v) for v in sys.argv[3:6])
-work = {"gemm": (2 * size ** 3 / 1e12, "TFLOP/s"), "layer_norm": (2 * rows * cols * 2 / 1e9, "GB/s"), "softmax": (2 * rows * cols * 2 / 1e9, "GB/s")}
-print(f"{'op':<12}{'tessera':>14}{'pytorch':>14}  ratio (tessera speed / pytorch's)")
+work = {"gemm": (2 * size ** 3 / 1e12, "TFLOP/s")}
+for k in ["layer_norm", "rms_norm", "softmax"]:
+    work[k] = work[k + "_steps"] = (2 * rows * cols * 2 / 1e9, "GB/s")
+    if k in p:
+        p[k + "_steps"] = p[k]
+print(f"{'op':<18}{'tessera':>14}{'pytorch':>14}  ratio (tessera speed / pytorch's)")
 for k, (amount, unit) in work.items():
     if k in t and k in p:
-        print(f"{k:<12}{amount / t[k]:>10.1f} {unit:<4}{amount / p[k]:>9.1f} {unit:<5} {p[k] / t[k]:.3f}")
+        print(f"{k:<18}{amount / t[k]:>10.1f} {unit:<4}{amount / p[k]:>9.1f} {unit:<5} {p[k] / t[k]:.3f}")
 PY
