@@ -35,7 +35,8 @@ struct Operand {
   const TOp *load = nullptr;
   int rowAxis = -1, colAxis = -1;
   int64_t rows = 0, cols = 0, pitch = 0, stageBytes = 0, ringOffset = 0;
-  Value *fast = nullptr;    // cp.async can copy it (uniform: aligned, unit inner stride)
+  Value *fast = nullptr;    // cp.async can copy it (uniform: aligned, unit stride along its columns)
+  Value *fastT = nullptr;   // wgmma's B only: cp.async can copy it along its rows (k-contiguous)
   Value *squeezedOk = nullptr; // the box's dropped axes index inside the tensor
 };
 
@@ -173,24 +174,33 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     }
     o.rows = box[size_t(o.rowAxis)];
     o.cols = box[size_t(o.colAxis)];
-    // 16-byte chunks of 8 elements: unit column stride, rows 16-byte aligned, and a column start
-    // on a chunk boundary every iteration.
-    fast = B.CreateAnd(fast, B.CreateICmpEQ(ti.strides[size_t(o.colAxis)], c64(1)));
-    fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(ti.strides[size_t(o.rowAxis)], c64(8)), c64(0)));
-    const TValue *colStart = ld.operands[1 + size_t(o.colAxis)];
-    if (colStart == iv) {
-      fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(lo, c64(8)), c64(0)));
-      fast = B.CreateAnd(fast, B.CreateICmpSGE(lo, c64(0)));
-      if (step % 8 != 0) fast = B.getFalse();
-    } else {
-      Value *cs = get(colStart);
-      fast = B.CreateAnd(fast, B.CreateAnd(B.CreateICmpEQ(B.CreateSRem(cs, c64(8)), c64(0)), B.CreateICmpSGE(cs, c64(0))));
-    }
-    o.fast = fast;
+    // 16-byte chunks of 8 elements along axis `inner`: unit stride there, the other axis's
+    // stride 16-byte aligned, and a start on a chunk boundary every iteration.
+    auto chunked = [&](Value *ok, int inner, int outer) {
+      ok = B.CreateAnd(ok, B.CreateICmpEQ(ti.strides[size_t(inner)], c64(1)));
+      ok = B.CreateAnd(ok, B.CreateICmpEQ(B.CreateSRem(ti.strides[size_t(outer)], c64(8)), c64(0)));
+      const TValue *innerStart = ld.operands[1 + size_t(inner)];
+      if (innerStart == iv) {
+        ok = B.CreateAnd(ok, B.CreateICmpEQ(B.CreateSRem(lo, c64(8)), c64(0)));
+        ok = B.CreateAnd(ok, B.CreateICmpSGE(lo, c64(0)));
+        if (step % 8 != 0) ok = B.getFalse();
+      } else {
+        Value *st = get(innerStart);
+        ok = B.CreateAnd(ok, B.CreateAnd(B.CreateICmpEQ(B.CreateSRem(st, c64(8)), c64(0)), B.CreateICmpSGE(st, c64(0))));
+      }
+      return ok;
+    };
+    o.fast = chunked(fast, o.colAxis, o.rowAxis);
+    // wgmma reads B K-major as well (transpose-b 0): a B whose k axis is contiguous (x @ w.T,
+    // q @ k.T) is copied by cp.async into the K-major layout instead of element by element.
+    if (p.wgmma && &o == &ops[1]) o.fastT = chunked(fast, o.rowAxis, o.colAxis);
   }
+  // wgmma's B is stored K-major (BN rows of BK) in this run when only the k-contiguous copy applies.
+  Value *bKMajor = ops[1].fastT ? B.CreateAnd(ops[1].fastT, B.CreateNot(ops[1].fast)) : nullptr;
 
   // Copies tile `j` of both operands into ring stage `stage` (i64 values), in this thread's share.
-  auto issue = [&](Value *j, Value *stage) {
+  // kMajorB: B by the k-contiguous copy into the K-major layout (the loop for bKMajor).
+  auto issue = [&](Value *j, Value *stage, bool kMajorB) {
     Value *k = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
     for (Operand &o : ops) {
       const TOp &ld = *o.load;
@@ -209,12 +219,40 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
       const int64_t rounds = (chunks + threads - 1) / threads;
       BasicBlock *fastBB = BasicBlock::Create(C, "mma.copy.async", fn), *slowBB = BasicBlock::Create(C, "mma.copy.sync", fn),
                  *done = BasicBlock::Create(C, "mma.copy.end", fn);
-      B.CreateCondBr(o.fast, fastBB, slowBB);
-      for (int path = 0; path < 2; ++path) {
-        B.SetInsertPoint(path == 0 ? fastBB : slowBB);
+      const bool kMajor = kMajorB && &o == &ops[1];
+      if (kMajor) {
+        fastBB->eraseFromParent();
+        slowBB->eraseFromParent();
+        fastBB = slowBB = nullptr;
+      }
+      BasicBlock *fastTBB = kMajor ? BasicBlock::Create(C, "mma.copy.async.kmajor", fn) : nullptr;
+      if (kMajor) B.CreateBr(fastTBB);
+      else B.CreateCondBr(o.fast, fastBB, slowBB);
+      for (int path = kMajor ? 2 : 0; path < (kMajor ? 3 : 2); ++path) {
+        B.SetInsertPoint(path == 0 ? fastBB : path == 1 ? slowBB : fastTBB);
         for (int64_t round = 0; round < rounds; ++round) {
           Value *c = B.CreateAdd(tid, c64(round * threads));
+          // The K-major copy: line nn of the stage is column nn of the box (n), its 8-element
+          // units run along the box's rows (k), zero-filled past the tensor's ends.
+          auto chunkT = [&] {
+            const int64_t perLine = o.rows / 8;
+            Value *nn = B.CreateUDiv(c, c64(perLine)), *k8 = B.CreateMul(B.CreateURem(c, c64(perLine)), c64(8));
+            Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(k8, c64(64)), c64(3)), B.CreateURem(nn, c64(8)));
+            Value *dstOff = B.CreateAdd(B.CreateMul(B.CreateUDiv(k8, c64(64)), c64(o.cols * 128)),
+                                        B.CreateAdd(B.CreateMul(nn, c64(128)), B.CreateMul(unit, c64(16))));
+            Value *dst = B.CreateInBoundsGEP(i8(), dstStage, dstOff);
+            Value *gk = B.CreateAdd(start[size_t(o.rowAxis)], k8), *gn = B.CreateAdd(start[size_t(o.colAxis)], nn);
+            Value *lineOk = B.CreateAnd(o.squeezedOk, B.CreateAnd(B.CreateICmpSGE(gn, c64(0)), B.CreateICmpSLT(gn, nCols)));
+            Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(k8, rs), B.CreateMul(nn, cs)));
+            Value *left = B.CreateSub(nRows, gk);
+            Value *n = B.CreateSelect(B.CreateICmpSLT(left, c64(8)), left, c64(8));
+            n = B.CreateSelect(B.CreateAnd(lineOk, B.CreateICmpSGT(n, c64(0))), n, c64(0));
+            Value *src = B.CreateSelect(B.CreateICmpSGT(n, c64(0)), B.CreateInBoundsGEP(i16t, ti.data, off), ti.data);
+            B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                              {dst, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
+          };
           auto chunk = [&] {
+            if (path == 2) return chunkT();
             Value *r = B.CreateUDiv(c, c64(perRow)), *c8 = B.CreateMul(B.CreateURem(c, c64(perRow)), c64(8));
             Value *dstOff;
             if (p.wgmma) {
@@ -298,110 +336,146 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   Value *n = B.CreateSelect(B.CreateICmpSGT(span, c64(0)), B.CreateSDiv(B.CreateAdd(span, c64(step - 1)), c64(step)), c64(0));
   T.barrier(B); // the ring may reuse memory that earlier ops' threads still read
   const int D = p.prefetch();
-  for (int s = 0; s < D; ++s) {
-    ifThen(B.CreateICmpSLT(c64(s), n), [&] { issue(c64(s), c64(s)); });
-    commit();
-  }
+  // The prologue and the main loop for one layout of B (kMajorB: wgmma's K-major B, chosen once
+  // per run by bKMajor, so that each loop copies one way and keeps its registers); returns the
+  // accumulators as they leave the loop, the insert point at its exit.
+  auto mainLoop = [&](bool kMajorB) -> std::vector<Value *> {
+    for (int s = 0; s < D; ++s) {
+      ifThen(B.CreateICmpSLT(c64(s), n), [&] { issue(c64(s), c64(s), kMajorB); });
+      commit();
+    }
 
-  // ---- the main loop ----
-  BasicBlock *pre = B.GetInsertBlock();
-  BasicBlock *head = BasicBlock::Create(C, "mma.head", fn), *bodyBB = BasicBlock::Create(C, "mma.body", fn),
-             *exit = BasicBlock::Create(C, "mma.exit", fn);
-  B.CreateBr(head);
-  B.SetInsertPoint(head);
-  PHINode *j = B.CreatePHI(i64(), 2, "mma.j");
-  j->addIncoming(c64(0), pre);
-  std::vector<PHINode *> acc(acc0.size());
-  for (size_t q = 0; q < acc.size(); ++q) {
-    acc[q] = B.CreatePHI(f32(), 2);
-    acc[q]->addIncoming(acc0[q], pre);
-  }
-  B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
-  B.SetInsertPoint(bodyBB);
-  // Tile j has landed (at most D-1 later groups pending), and every warp is done with the tile
-  // whose stage the next copy overwrites, j+D-S: mma.sync, tile j-1 (its products ran before
-  // this barrier); wgmma, tile j-1-inFlight (each warpgroup waited for all but its last
-  // inFlight groups).
-  waitGroups(D - 1);
-  // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
-  if (p.wgmma) ptx(B, "fence.proxy.async.shared::cta;");
-  T.barrier(B);
-  Value *nextJ = B.CreateAdd(j, c64(D));
-  ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S))); });
-  commit();
-  Value *stage = B.CreateURem(j, c64(S));
-  Value *aBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(stage, c64(p.stageBytesA())));
-  Value *bBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ops[1].ringOffset), B.CreateMul(stage, c64(p.stageBytesB()))));
-  Value *laneRow = B.CreateAnd(lane, c64(15)), *laneCol = B.CreateMul(B.CreateLShr(lane, c64(4)), c64(8));
-  std::vector<Value *> cur(acc.begin(), acc.end());
-  const bool bf16 = p.dtype == DType::BF16;
-  Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
-  if (p.wgmma) {
-    // Matrix descriptors (PTX ISA §9.7.15.5.1.2.3): start address >> 4 in bits 0-13, leading
-    // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, the 128-byte swizzle (1) in
-    // bits 62-63. A, K-major: 8-row groups 1024 bytes apart (the leading offset is unused); a k
-    // step of 16 is 32 bytes into the 128-byte rows, a 64-column chunk BM * 128 bytes further.
-    // B, N-major: 8 k rows 1024 bytes apart, 64-column chunks of n BK * 128 bytes apart; a k step
-    // of 16 is 16 rows of 128 bytes.
-    auto desc = [&](Value *at, int64_t lead, int64_t stride) {
-      Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, i64()), c64(0x3FFFF)), c64(4));
-      return B.CreateOr(a, c64(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62)));
-    };
-    Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(64 * 128)); // this warpgroup's 64 rows of A
-    const size_t nAcc = cur.size();
-    const std::string shape = "m64n" + std::to_string(p.BN) + "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16");
-    // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (1).
-    const std::string mma = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) + ", 0;\nwgmma.mma_async.sync.aligned." +
-                            shape + " " + operandList(0, nAcc) + ", $" + std::to_string(2 * nAcc) + ", $" +
-                            std::to_string(2 * nAcc + 1) + ", p, 1, 1, 0, 1;\n}";
-    cur = ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
-    for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
-      Value *aAt = B.CreateInBoundsGEP(i8(), aBase, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32)));
-      Value *bAt = B.CreateInBoundsGEP(i8(), bBase, c64(kk * 16 * 128));
-      cur = ptxOnAccumulators(B, mma, cur, {desc(aAt, 16, 1024), desc(bAt, p.BK * 128, 1024), B.getInt32(1)}, "l,l,r");
+    // ---- the main loop ----
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, "mma.head", fn), *bodyBB = BasicBlock::Create(C, "mma.body", fn),
+               *exit = BasicBlock::Create(C, "mma.exit", fn);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(i64(), 2, "mma.j");
+    j->addIncoming(c64(0), pre);
+    std::vector<PHINode *> acc(acc0.size());
+    for (size_t q = 0; q < acc.size(); ++q) {
+      acc[q] = B.CreatePHI(f32(), 2);
+      acc[q]->addIncoming(acc0[q], pre);
     }
-    ptx(B, "wgmma.commit_group.sync.aligned;");
-    cur = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
-  }
-  for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
-    std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
-    std::vector<std::array<Value *, 2>> bfr(static_cast<size_t>(NT));
-    for (int64_t i = 0; i < MT; ++i) {
-      Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(rowW, B.CreateAdd(c64(16 * i), laneRow)), c64(p.pitchA())),
-                             B.CreateAdd(c64(16 * kk), laneCol));
-      Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {sharedPtr},
-                                   {B.CreateInBoundsGEP(i8(), aBase, B.CreateMul(e, c64(2)))});
-      for (unsigned q = 0; q < 4; ++q) af[size_t(i)][q] = B.CreateExtractValue(r, q);
+    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
+    B.SetInsertPoint(bodyBB);
+    // Tile j has landed (at most D-1 later groups pending), and every warp is done with the tile
+    // whose stage the next copy overwrites, j+D-S: mma.sync, tile j-1 (its products ran before
+    // this barrier); wgmma, tile j-1-inFlight (each warpgroup waited for all but its last
+    // inFlight groups).
+    waitGroups(D - 1);
+    // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
+    if (p.wgmma) ptx(B, "fence.proxy.async.shared::cta;");
+    T.barrier(B);
+    Value *nextJ = B.CreateAdd(j, c64(D));
+    ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S)), kMajorB); });
+    commit();
+    Value *stage = B.CreateURem(j, c64(S));
+    Value *aBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(stage, c64(p.stageBytesA())));
+    Value *bBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ops[1].ringOffset), B.CreateMul(stage, c64(p.stageBytesB()))));
+    Value *laneRow = B.CreateAnd(lane, c64(15)), *laneCol = B.CreateMul(B.CreateLShr(lane, c64(4)), c64(8));
+    std::vector<Value *> cur(acc.begin(), acc.end());
+    const bool bf16 = p.dtype == DType::BF16;
+    Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
+    if (p.wgmma) {
+      // Matrix descriptors (PTX ISA §9.7.15.5.1.2.3): start address >> 4 in bits 0-13, leading
+      // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, the 128-byte swizzle (1) in
+      // bits 62-63. A, K-major: 8-row groups 1024 bytes apart (the leading offset is unused); a k
+      // step of 16 is 32 bytes into the 128-byte rows, a 64-column chunk BM * 128 bytes further.
+      // B, N-major: 8 k rows 1024 bytes apart, 64-column chunks of n BK * 128 bytes apart; a k step
+      // of 16 is 16 rows of 128 bytes.
+      auto desc = [&](Value *at, int64_t lead, int64_t stride) {
+        Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, i64()), c64(0x3FFFF)), c64(4));
+        return B.CreateOr(a, c64(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62)));
+      };
+      Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(64 * 128)); // this warpgroup's 64 rows of A
+      const size_t nAcc = cur.size();
+      const std::string shape = "m64n" + std::to_string(p.BN) + "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16");
+      // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (1).
+      const std::string mma = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) + ", 0;\nwgmma.mma_async.sync.aligned." +
+                              shape + " " + operandList(0, nAcc) + ", $" + std::to_string(2 * nAcc) + ", $" +
+                              std::to_string(2 * nAcc + 1) + ", p, 1, 1, 0, 1;\n}";
+      // B K-major (bKMajor): the same instruction with transpose-b 0, and B's descriptor as A's.
+      const std::string mmaK = mma.substr(0, mma.rfind(", 1;")) + ", 0;" + mma.substr(mma.rfind(", 1;") + 4);
+      cur = ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
+      auto multiply = [&](bool kMajorB, std::vector<Value *> v) {
+        for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
+          Value *aAt = B.CreateInBoundsGEP(i8(), aBase, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32)));
+          Value *bDesc = kMajorB ? desc(B.CreateInBoundsGEP(i8(), bBase, c64((kk / 4) * p.BN * 128 + (kk % 4) * 32)), 16, 1024)
+                                 : desc(B.CreateInBoundsGEP(i8(), bBase, c64(kk * 16 * 128)), p.BK * 128, 1024);
+          v = ptxOnAccumulators(B, kMajorB ? mmaK : mma, v, {desc(aAt, 16, 1024), bDesc, B.getInt32(1)}, "l,l,r");
+        }
+        return v;
+      };
+      cur = multiply(kMajorB, cur);
+      ptx(B, "wgmma.commit_group.sync.aligned;");
+      cur = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
     }
-    for (int64_t jj = 0; jj < NT / 2; ++jj) {
-      Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(c64(16 * kk), laneRow), c64(p.pitchB())),
-                             B.CreateAdd(colW, B.CreateAdd(c64(16 * jj), laneCol)));
-      Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16, {sharedPtr},
-                                   {B.CreateInBoundsGEP(i8(), bBase, B.CreateMul(e, c64(2)))});
-      bfr[size_t(2 * jj)] = {B.CreateExtractValue(r, 0), B.CreateExtractValue(r, 1)};
-      bfr[size_t(2 * jj + 1)] = {B.CreateExtractValue(r, 2), B.CreateExtractValue(r, 3)};
-    }
-    for (int64_t i = 0; i < MT; ++i)
-      for (int64_t jn = 0; jn < NT; ++jn) {
-        std::vector<Value *> args;
-        for (Value *a : af[size_t(i)]) args.push_back(bf16 ? a : B.CreateBitCast(a, h2));
-        for (Value *b : bfr[size_t(jn)]) args.push_back(bf16 ? b : B.CreateBitCast(b, h2));
-        size_t at = size_t((i * NT + jn) * 4);
-        for (int q = 0; q < 4; ++q) args.push_back(cur[at + size_t(q)]);
-        Value *r = B.CreateIntrinsic(bf16 ? Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32,
-                                     {}, args);
-        for (unsigned q = 0; q < 4; ++q) cur[at + q] = B.CreateExtractValue(r, q);
+    for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
+      std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
+      std::vector<std::array<Value *, 2>> bfr(static_cast<size_t>(NT));
+      for (int64_t i = 0; i < MT; ++i) {
+        Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(rowW, B.CreateAdd(c64(16 * i), laneRow)), c64(p.pitchA())),
+                               B.CreateAdd(c64(16 * kk), laneCol));
+        Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {sharedPtr},
+                                     {B.CreateInBoundsGEP(i8(), aBase, B.CreateMul(e, c64(2)))});
+        for (unsigned q = 0; q < 4; ++q) af[size_t(i)][q] = B.CreateExtractValue(r, q);
       }
-  }
-  BasicBlock *latch = B.GetInsertBlock();
-  j->addIncoming(B.CreateAdd(j, c64(1)), latch);
-  for (size_t q = 0; q < acc.size(); ++q) acc[q]->addIncoming(cur[q], latch);
-  B.CreateBr(head);
+      for (int64_t jj = 0; jj < NT / 2; ++jj) {
+        Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(c64(16 * kk), laneRow), c64(p.pitchB())),
+                               B.CreateAdd(colW, B.CreateAdd(c64(16 * jj), laneCol)));
+        Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16, {sharedPtr},
+                                     {B.CreateInBoundsGEP(i8(), bBase, B.CreateMul(e, c64(2)))});
+        bfr[size_t(2 * jj)] = {B.CreateExtractValue(r, 0), B.CreateExtractValue(r, 1)};
+        bfr[size_t(2 * jj + 1)] = {B.CreateExtractValue(r, 2), B.CreateExtractValue(r, 3)};
+      }
+      for (int64_t i = 0; i < MT; ++i)
+        for (int64_t jn = 0; jn < NT; ++jn) {
+          std::vector<Value *> args;
+          for (Value *a : af[size_t(i)]) args.push_back(bf16 ? a : B.CreateBitCast(a, h2));
+          for (Value *b : bfr[size_t(jn)]) args.push_back(bf16 ? b : B.CreateBitCast(b, h2));
+          size_t at = size_t((i * NT + jn) * 4);
+          for (int q = 0; q < 4; ++q) args.push_back(cur[at + size_t(q)]);
+          Value *r = B.CreateIntrinsic(bf16 ? Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32,
+                                       {}, args);
+          for (unsigned q = 0; q < 4; ++q) cur[at + q] = B.CreateExtractValue(r, q);
+        }
+    }
+    BasicBlock *latch = B.GetInsertBlock();
+    j->addIncoming(B.CreateAdd(j, c64(1)), latch);
+    for (size_t q = 0; q < acc.size(); ++q) acc[q]->addIncoming(cur[q], latch);
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+    std::vector<Value *> out(acc.begin(), acc.end());
+    if (p.wgmma) out = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
+    return out;
+  };
 
   // ---- the result: the accumulators into the loop's result tile ----
-  B.SetInsertPoint(exit);
-  std::vector<Value *> fin(acc.begin(), acc.end());
-  if (p.wgmma) fin = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", fin, {}, "");
+  std::vector<Value *> fin;
+  if (!bKMajor) {
+    fin = mainLoop(false);
+  } else {
+    BasicBlock *kb = BasicBlock::Create(C, "mma.b.kmajor", fn), *nb = BasicBlock::Create(C, "mma.b.nmajor", fn),
+               *merged = BasicBlock::Create(C, "mma.merge", fn);
+    B.CreateCondBr(bKMajor, kb, nb);
+    std::vector<Value *> outs[2];
+    BasicBlock *ends[2];
+    for (int q = 0; q < 2; ++q) {
+      B.SetInsertPoint(q == 0 ? kb : nb);
+      outs[q] = mainLoop(q == 0);
+      ends[q] = B.GetInsertBlock();
+      B.CreateBr(merged);
+    }
+    B.SetInsertPoint(merged);
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      PHINode *ph = B.CreatePHI(f32(), 2);
+      ph->addIncoming(outs[0][i], ends[0]);
+      ph->addIncoming(outs[1][i], ends[1]);
+      fin.push_back(ph);
+    }
+  }
   waitGroups(0);
   T.barrier(B);
   T.releaseTileBuffer(ring);
