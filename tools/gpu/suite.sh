@@ -20,7 +20,8 @@
 #   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
 #   bundle_gpu        a cuda bundle runs from an empty folder on the GPU with its own PTX; a cpu-only
 #                     bundle is refused there (bundle_cpu_refused)
-#   bundle_runner_gpu tsr-run-bundle (no compiler linked) runs a traced cuda bundle on the GPU
+#   bundle_runner_gpu tsr-run-bundle (no compiler linked) runs a traced cuda bundle on the GPU;
+#                     with a bundle made without --trace it names the program it lacks (bundle_runner_missing)
 #   hgmma_sass        the Hopper tensor-core products' machine code has HGMMA (wgmma); sm_80's none
 #   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
@@ -77,6 +78,8 @@ cp "$BIN"/*.bundle "$B"/ 2>/dev/null
 step bundle_gpu "cd '$B' && TSR_BUNDLE_VERBOSE=1 python3 '$PWD/tests/expect.py' --exit 0 --has 'final loss' --has 'tsr: bundle: [1-9][0-9]* programs from the bundle' -- '$BIN/tsr' run train_regression.cuda.bundle --device cuda"
 # The runner without a compiler (no LLVM in the binary): every program from the traced bundle.
 step bundle_runner_gpu "cd '$B' && TSR_BUNDLE_VERBOSE=1 python3 '$PWD/tests/expect.py' --exit 0 --has 'final loss' --has 'tsr: bundle: [1-9][0-9]* programs from the bundle, 0 compiled here' -- '$BIN/tsr-run-bundle' train_regression.traced.cuda.bundle --device cuda"
+# The same runner with a bundle made without --trace: a program it lacks is named, exit 3.
+step bundle_runner_missing "cd '$B' && python3 '$PWD/tests/expect.py' --exit 3 --has 'is not in the bundle for cuda:0, and this runner compiles nothing' -- '$BIN/tsr-run-bundle' train_regression.cuda.bundle --device cuda"
 step bundle_cpu_refused "cd '$B' && python3 '$PWD/tests/expect.py' --exit 3 --has 'the bundle has code for the cpu only; the device is cuda:0' -- '$BIN/tsr' run train_regression.cpu.bundle --device cuda"
 # Hopper's matrix instructions in the machine code: the sm_90 (sm_90a) PTX of the tensor-core
 # products assembled, and cuobjdump's SASS of them has HGMMA (wgmma); the sm_80 PTX has none.
