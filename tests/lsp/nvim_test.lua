@@ -134,7 +134,7 @@ local function run()
   if ok then
     local target = 0
     for i, l in ipairs(vim.api.nvim_buf_get_lines(0, 0, -1, false)) do
-      if l:find("^def layer_norm") then target = i end
+      if l:find("^def layer_norm%(") then target = i end
     end
     local cur = vim.api.nvim_win_get_cursor(0)
     check(cur[1] == target and cur[2] == 4, "cursor on `def layer_norm`", vim.inspect(cur) .. " want line " .. target)
