@@ -355,6 +355,11 @@ int64_t sharedBytesOf(const tile::Function &fn) {
 
 std::string ptxTarget(const std::string &arch) { return arch == "sm_90" ? "sm_90a" : arch; }
 
+std::string codegenSwitches() {
+  const char *w = std::getenv("TSR_WGMMA_WAIT");
+  return std::string("wgmma_wait=") + (w ? w : "");
+}
+
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts) {
   auto tm = makeMachine(opts.arch);
   LLVMContext ctx;

@@ -56,6 +56,10 @@ std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const Pt
 /// Throws CodegenError as compileToPtx does.
 int64_t sharedBytesOf(const tile::Function &fn);
 
+/// The environment's switches that change the code made from one Tile IR text (TSR_WGMMA_WAIT,
+/// codegen/llvm/MmaPlan.h), as text for the keys of caches of compiled code.
+std::string codegenSwitches();
+
 /// The PTX target (and ptxas -arch) of an arch: "sm_90" code is made for sm_90a, Hopper's
 /// architecture-specific features (wgmma), which run on compute capability 9.0; "sm_80" for sm_80.
 std::string ptxTarget(const std::string &arch);

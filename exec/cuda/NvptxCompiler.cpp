@@ -18,7 +18,7 @@ PtxSource nvptxSource() {
   s.compile = [](const tile::Function &fn, const std::string &arch) {
     // The PTX of a program depends on its text, the architecture and the compiler's build; it is
     // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED\n" + PTX.
-    const std::string key = std::string("ptx|") + buildId() + "|" + arch + "|" + tile::toString(fn);
+    const std::string key = std::string("ptx|") + buildId() + "|" + arch + "|" + codegen::nvptx::codegenSwitches() + "|" + tile::toString(fn);
     CompiledPtx c;
     rt::DiskCache &disk = rt::DiskCache::process();
     if (std::optional<std::string> hit = disk.get("ptx", key)) {
