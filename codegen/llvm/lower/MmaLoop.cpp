@@ -232,49 +232,42 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
         B.SetInsertPoint(path == 0 ? fastBB : path == 1 ? slowBB : fastTBB);
         for (int64_t round = 0; round < rounds; ++round) {
           Value *c = B.CreateAdd(tid, c64(round * threads));
+          // MmaPlan::swizzledOffset(rows, r, c8) in IR.
+          auto swizzled = [&](int64_t rows, Value *r, Value *c8) {
+            Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(c8, c64(64)), c64(3)), B.CreateURem(r, c64(8)));
+            return B.CreateAdd(B.CreateMul(B.CreateUDiv(c8, c64(64)), c64(rows * 128)),
+                               B.CreateAdd(B.CreateMul(r, c64(128)), B.CreateMul(unit, c64(16))));
+          };
+          // One cp.async of the 8 elements at `off` into `dst`, zero-filled past the tensor's end:
+          // it reads min(8, left) elements when `ok`, none otherwise (`valid` bytes of 16).
+          auto copy16 = [&](Value *dst, Value *off, Value *left, Value *ok) {
+            Value *n = B.CreateSelect(B.CreateICmpSLT(left, c64(8)), left, c64(8));
+            n = B.CreateSelect(B.CreateAnd(ok, B.CreateICmpSGT(n, c64(0))), n, c64(0));
+            Value *src = B.CreateSelect(B.CreateICmpSGT(n, c64(0)), B.CreateInBoundsGEP(i16t, ti.data, off), ti.data);
+            B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                              {dst, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
+          };
           // The K-major copy: line nn of the stage is column nn of the box (n), its 8-element
           // units run along the box's rows (k), zero-filled past the tensor's ends.
           auto chunkT = [&] {
             const int64_t perLine = o.rows / 8;
             Value *nn = B.CreateUDiv(c, c64(perLine)), *k8 = B.CreateMul(B.CreateURem(c, c64(perLine)), c64(8));
-            Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(k8, c64(64)), c64(3)), B.CreateURem(nn, c64(8)));
-            Value *dstOff = B.CreateAdd(B.CreateMul(B.CreateUDiv(k8, c64(64)), c64(o.cols * 128)),
-                                        B.CreateAdd(B.CreateMul(nn, c64(128)), B.CreateMul(unit, c64(16))));
-            Value *dst = B.CreateInBoundsGEP(i8(), dstStage, dstOff);
+            Value *dst = B.CreateInBoundsGEP(i8(), dstStage, swizzled(o.cols, nn, k8));
             Value *gk = B.CreateAdd(start[size_t(o.rowAxis)], k8), *gn = B.CreateAdd(start[size_t(o.colAxis)], nn);
             Value *lineOk = B.CreateAnd(o.squeezedOk, B.CreateAnd(B.CreateICmpSGE(gn, c64(0)), B.CreateICmpSLT(gn, nCols)));
             Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(k8, rs), B.CreateMul(nn, cs)));
-            Value *left = B.CreateSub(nRows, gk);
-            Value *n = B.CreateSelect(B.CreateICmpSLT(left, c64(8)), left, c64(8));
-            n = B.CreateSelect(B.CreateAnd(lineOk, B.CreateICmpSGT(n, c64(0))), n, c64(0));
-            Value *src = B.CreateSelect(B.CreateICmpSGT(n, c64(0)), B.CreateInBoundsGEP(i16t, ti.data, off), ti.data);
-            B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
-                              {dst, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
+            copy16(dst, off, B.CreateSub(nRows, gk), lineOk);
           };
           auto chunk = [&] {
             if (path == 2) return chunkT();
             Value *r = B.CreateUDiv(c, c64(perRow)), *c8 = B.CreateMul(B.CreateURem(c, c64(perRow)), c64(8));
-            Value *dstOff;
-            if (p.wgmma) {
-              // MmaPlan::swizzledOffset(rows, r, c8)
-              Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(c8, c64(64)), c64(3)), B.CreateURem(r, c64(8)));
-              dstOff = B.CreateAdd(B.CreateMul(B.CreateUDiv(c8, c64(64)), c64(o.rows * 128)),
-                                   B.CreateAdd(B.CreateMul(r, c64(128)), B.CreateMul(unit, c64(16))));
-            } else {
-              dstOff = B.CreateMul(B.CreateAdd(B.CreateMul(r, c64(o.pitch)), c8), c64(2));
-            }
+            Value *dstOff = p.wgmma ? swizzled(o.rows, r, c8) : B.CreateMul(B.CreateAdd(B.CreateMul(r, c64(o.pitch)), c8), c64(2));
             Value *dst = B.CreateInBoundsGEP(i8(), dstStage, dstOff);
             Value *gr = B.CreateAdd(start[size_t(o.rowAxis)], r), *gc = B.CreateAdd(start[size_t(o.colAxis)], c8);
             Value *rowOk = B.CreateAnd(o.squeezedOk, B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, nRows)));
             Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, rs), B.CreateMul(c8, cs)));
             if (path == 0) {
-              // Zero-filled past the tensor's end: cp.async reads `valid` bytes of 16.
-              Value *left = B.CreateSub(nCols, gc);
-              Value *n = B.CreateSelect(B.CreateICmpSLT(left, c64(8)), left, c64(8));
-              n = B.CreateSelect(B.CreateAnd(rowOk, B.CreateICmpSGT(n, c64(0))), n, c64(0));
-              Value *src = B.CreateSelect(B.CreateICmpSGT(n, c64(0)), B.CreateInBoundsGEP(i16t, ti.data, off), ti.data);
-              B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
-                                {dst, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
+              copy16(dst, off, B.CreateSub(nCols, gc), rowOk);
             } else {
               // Element by element, in a rolled loop: unrolled, its addresses would be hoisted out
               // of the main loop and hold a hundred registers through it.
@@ -392,19 +385,20 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
       Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(64 * 128)); // this warpgroup's 64 rows of A
       const size_t nAcc = cur.size();
       const std::string shape = "m64n" + std::to_string(p.BN) + "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16");
-      // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (1).
-      const std::string mma = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) + ", 0;\nwgmma.mma_async.sync.aligned." +
-                              shape + " " + operandList(0, nAcc) + ", $" + std::to_string(2 * nAcc) + ", $" +
-                              std::to_string(2 * nAcc + 1) + ", p, 1, 1, 0, 1;\n}";
-      // B K-major (bKMajor): the same instruction with transpose-b 0, and B's descriptor as A's.
-      const std::string mmaK = mma.substr(0, mma.rfind(", 1;")) + ", 0;" + mma.substr(mma.rfind(", 1;") + 4);
+      // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (transB 1) or, for
+      // bKMajor, K-major (transB 0, and B's descriptor as A's).
+      auto mmaText = [&](int transB) {
+        return "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) + ", 0;\nwgmma.mma_async.sync.aligned." + shape +
+               " " + operandList(0, nAcc) + ", $" + std::to_string(2 * nAcc) + ", $" + std::to_string(2 * nAcc + 1) +
+               ", p, 1, 1, 0, " + std::to_string(transB) + ";\n}";
+      };
       cur = ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
       auto multiply = [&](bool kMajorB, std::vector<Value *> v) {
         for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
           Value *aAt = B.CreateInBoundsGEP(i8(), aBase, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32)));
           Value *bDesc = kMajorB ? desc(B.CreateInBoundsGEP(i8(), bBase, c64((kk / 4) * p.BN * 128 + (kk % 4) * 32)), 16, 1024)
                                  : desc(B.CreateInBoundsGEP(i8(), bBase, c64(kk * 16 * 128)), p.BK * 128, 1024);
-          v = ptxOnAccumulators(B, kMajorB ? mmaK : mma, v, {desc(aAt, 16, 1024), bDesc, B.getInt32(1)}, "l,l,r");
+          v = ptxOnAccumulators(B, mmaText(kMajorB ? 0 : 1), v, {desc(aAt, 16, 1024), bDesc, B.getInt32(1)}, "l,l,r");
         }
         return v;
       };
