@@ -57,18 +57,22 @@ def malformed(tsrc):
     failed = 0
     for old, new, want in BAD:
         assert old in GOOD, old
-        text = GOOD.replace(old, new, 1)
-        with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
-            t.write(text)
-        try:
-            q = run([tsrc, t.name, "--read-tile"], timeout=60)
-        finally:
-            os.unlink(t.name)
+        q = read_back(tsrc, GOOD.replace(old, new, 1))
         if q.returncode != 1 or want not in q.stderr:
             failed += 1
             print(f"FAIL malformed text ({new!r}): exit code {q.returncode}, stderr {q.stderr.strip()!r}, expected {want!r}")
     print(f"{len(BAD) - failed} of {len(BAD)} malformed texts rejected with their message")
     return failed
+
+
+def read_back(tsrc, text):
+    """`tsrc FILE --read-tile` of `text` written to a temporary file: the run (testlib.run's)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
+        t.write(text)
+    try:
+        return run([tsrc, t.name, "--read-tile"], timeout=60)
+    finally:
+        os.unlink(t.name)
 
 
 def main():
@@ -89,12 +93,7 @@ def main():
             exp.check(name, first_error(p.stderr) if not p.ok else "no kernel launch lowers")
             continue
         exp.passed(name)
-        with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
-            t.write(p.stdout)
-        try:
-            q = run([tsrc, t.name, "--read-tile"], timeout=60)
-        finally:
-            os.unlink(t.name)
+        q = read_back(tsrc, p.stdout)
         n = p.stdout.count("\ntile @") + p.stdout.startswith("tile @")
         if not q.ok or q.stdout != p.stdout:
             failed += 1
@@ -107,14 +106,7 @@ def main():
     rows = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schedule", "rows.tsr")
     p = run([tsrc, rows, "--emit=tile", "--graph-kernels"], timeout=120)
     n = p.stdout.count("\ntile @") + p.stdout.startswith("tile @")
-    q = None
-    if p.ok and n:
-        with tempfile.NamedTemporaryFile("w", suffix=".tile", delete=False) as t:
-            t.write(p.stdout)
-        try:
-            q = run([tsrc, t.name, "--read-tile"], timeout=60)
-        finally:
-            os.unlink(t.name)
+    q = read_back(tsrc, p.stdout) if p.ok and n else None
     if q is None or not q.ok or q.stdout != p.stdout or "_row(" not in p.stdout.replace(".row(", "_row("):
         failed += 1
         print(f"FAIL {rows} --graph-kernels: {p.crash or p.stderr.strip()[-500:] or 'no row program, or read back differs'}")
