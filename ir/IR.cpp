@@ -71,7 +71,7 @@ Value *Graph::add(OpKind kind, std::vector<Value *> operands, std::vector<Attr> 
   std::vector<const Type *> types;
   for (Value *v : operands) types.push_back(&v->type);
   auto r = inferTypes(kind, types, attrs);
-  if (auto *err = std::get_if<std::string>(&r)) throw IRError{std::string(opSpelling(kind)) + ": " + *err};
+  if (auto *err = std::get_if<TypeError>(&r)) throw IRError{std::string(opSpelling(kind)) + ": " + err->message, err->mismatch};
   return addWithTypes(kind, std::move(operands), std::move(attrs), std::get<std::vector<Type>>(std::move(r)), loc)->result();
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "support/DType.h"
+#include "support/Diagnostics.h"
 #include "sema/Dim.h"
 
 #include <cstdint>
@@ -111,10 +112,32 @@ struct Op {
   Value *result() const { return results.empty() ? nullptr : results[0]; }
 };
 
-/// The error of an op whose operands or attributes do not fit it (an internal error: the
-/// checker rejects user programs that would produce one).
+/// Operands whose shapes do not fit an op: a matmul's inner or batch dims, a broadcast, a
+/// reshape's element count. The checker reports these where it can see the shapes; a program whose
+/// shapes it could not see (tensors read from a file, unannotated values) meets the mismatch first
+/// here, with the shapes it runs with. That is the program's error, not the compiler's, so it
+/// carries the diagnostic the checker gives for the same mistake (`kind`, `args`, E03xx) and
+/// each operand's shape as messages show it (`[2, 3]`).
+struct ShapeMismatch {
+  DiagKind kind;
+  std::vector<std::string> args;
+  std::vector<std::string> shapes;
+};
+
+/// Why shape inference refused an op: a message for the engineer, and `mismatch` when what does
+/// not fit is the operands' shapes (a user error; see ShapeMismatch). Any other refusal means
+/// lowering or a pass built a wrong op: an internal error.
+struct TypeError {
+  TypeError(std::string m, std::optional<ShapeMismatch> mm = std::nullopt) : message(std::move(m)), mismatch(std::move(mm)) {}
+  std::string message;
+  std::optional<ShapeMismatch> mismatch;
+};
+
+/// The error of an op whose operands or attributes do not fit it: internal unless `mismatch` is
+/// set (the checker rejects the user programs that would produce one whenever it sees the shapes).
 struct IRError {
   std::string message;
+  std::optional<ShapeMismatch> mismatch = std::nullopt;
 };
 
 class Graph {
@@ -151,8 +174,8 @@ struct Module {
   Graph *find(std::string_view name) const;
 };
 
-/// The result types of an op, or an error message (shape inference; ir/ShapeInference.cpp).
-std::variant<std::vector<Type>, std::string> inferTypes(OpKind kind, const std::vector<const Type *> &operands,
-                                                        const std::vector<Attr> &attrs);
+/// The result types of an op, or why it does not fit (shape inference; ir/ShapeInference.cpp).
+std::variant<std::vector<Type>, TypeError> inferTypes(OpKind kind, const std::vector<const Type *> &operands,
+                                                      const std::vector<Attr> &attrs);
 
 } // namespace tsr::ir

@@ -1,7 +1,11 @@
 // Result types of Graph IR ops (spec sections 5 and 6, as the checker applies them). The checker
-// has already rejected user errors, so a failure here is an internal error of lowering or of a
-// pass; messages say what is inconsistent for the engineer who reads them.
+// has already rejected the user errors it could see, so most failures here are internal errors of
+// lowering or of a pass, and their messages say what is inconsistent for the engineer who reads
+// them. Operand shapes that do not fit (a broadcast, a matmul, a reshape, a concatenation) are
+// the exception: where the checker could not see the shapes (tensors read from a file), they are
+// the program's mistake, and they come back as a ShapeMismatch with the checker's diagnostic.
 #include "ir/IR.h"
+#include "sema/Types.h"
 
 #include <algorithm>
 
@@ -9,7 +13,26 @@ namespace tsr::ir {
 
 namespace {
 
-using Result = std::variant<std::vector<Type>, std::string>;
+using Result = std::variant<std::vector<Type>, TypeError>;
+
+// A mismatch of the operands' shapes: `message` for the IR's own text, `kind` and `args` the
+// diagnostic the checker gives for the same mistake.
+TypeError mismatch(std::string message, DiagKind kind, std::vector<std::string> args, const std::vector<const Type *> &operands) {
+  std::vector<std::string> shapes;
+  for (const Type *t : operands) shapes.push_back(sema::shapeStr(t->dims));
+  return TypeError(std::move(message), ShapeMismatch{kind, std::move(args), std::move(shapes)});
+}
+
+// The first position (aligned on the right) where two shapes do not broadcast: both dims as
+// messages show them. Only called when broadcast() failed, so such a position exists.
+std::pair<std::string, std::string> broadcastConflict(const std::vector<Dim> &a, const std::vector<Dim> &b) {
+  size_t n = std::min(a.size(), b.size());
+  for (size_t i = 1; i <= n; ++i) {
+    const Dim &x = a[a.size() - i], &y = b[b.size() - i];
+    if (x != y && !x.isOne() && !y.isOne() && x.constantValue() && y.constantValue()) return {sema::dimStr(x), sema::dimStr(y)};
+  }
+  return {"?", "?"};
+}
 
 std::string shapeText(const std::vector<Dim> &d) {
   std::string s = "[";
@@ -95,7 +118,11 @@ Result unary(OpKind k, const Type &x) {
 Result binary(OpKind k, OpClass c, const Type &a, const Type &b) {
   if (a.isKey() || b.isKey()) return std::string("a key is not a number");
   auto dims = broadcast(a.dims, b.dims);
-  if (!dims) return "shapes " + shapeText(a.dims) + " and " + shapeText(b.dims) + " do not broadcast";
+  if (!dims) {
+    auto [x, y] = broadcastConflict(a.dims, b.dims);
+    return mismatch("shapes " + shapeText(a.dims) + " and " + shapeText(b.dims) + " do not broadcast", DiagKind::BroadcastMismatch,
+                    {sema::shapeStr(a.dims), sema::shapeStr(b.dims), x, y}, {&a, &b});
+  }
   std::optional<DType> dt = a.dtype == b.dtype ? std::optional<DType>(a.dtype) : promote(a.dtype, b.dtype);
   if (!dt) return std::string("dtypes ") + std::string(dtypeName(a.dtype)) + " and " + std::string(dtypeName(b.dtype)) + " do not promote";
   Policies p = a.policies;
@@ -130,10 +157,14 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     if (auto e = arity(3)) return *e;
     if (ops[0]->dtype != DType::Bool) return std::string("where needs a bool condition");
     Result ab = binary(OpKind::Add, OpClass::Binary, *ops[1], *ops[2]);
-    if (auto *err = std::get_if<std::string>(&ab)) return *err;
+    if (auto *err = std::get_if<TypeError>(&ab)) return *err;
     Type t = std::get<std::vector<Type>>(ab)[0];
     auto dims = broadcast(ops[0]->dims, t.dims);
-    if (!dims) return std::string("where: the condition does not broadcast");
+    if (!dims) {
+      auto [x, y] = broadcastConflict(ops[0]->dims, t.dims);
+      return mismatch("where: the condition does not broadcast", DiagKind::BroadcastMismatch,
+                      {sema::shapeStr(ops[0]->dims), sema::shapeStr(t.dims), x, y}, ops);
+    }
     t.dims = *dims;
     return std::vector<Type>{t};
   }
@@ -175,9 +206,14 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     if (xv) x.insert(x.begin(), Dim::constant(1));
     if (yv) y.push_back(Dim::constant(1));
     const Dim &k1 = x.back(), &k2 = y[y.size() - 2];
-    if (k1 != k2 && k1.constantValue() && k2.constantValue()) return "matmul inner dims " + k1.str() + " and " + k2.str() + " differ";
-    auto batch = broadcast(std::vector<Dim>(x.begin(), x.end() - 2), std::vector<Dim>(y.begin(), y.end() - 2));
-    if (!batch) return std::string("matmul batch dims do not broadcast");
+    if (k1 != k2 && k1.constantValue() && k2.constantValue())
+      return mismatch("matmul inner dims " + k1.str() + " and " + k2.str() + " differ", DiagKind::MatmulInner, {sema::dimStr(k1), sema::dimStr(k2)}, ops);
+    std::vector<Dim> bx(x.begin(), x.end() - 2), by(y.begin(), y.end() - 2);
+    auto batch = broadcast(bx, by);
+    if (!batch) {
+      auto [p, q] = broadcastConflict(bx, by);
+      return mismatch("matmul batch dims do not broadcast", DiagKind::BroadcastMismatch, {sema::shapeStr(bx), sema::shapeStr(by), p, q}, ops);
+    }
     std::vector<Dim> out = *batch;
     if (!xv) out.push_back(x[x.size() - 2]);
     if (!yv) out.push_back(y.back());
@@ -198,12 +234,16 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     const Type &x = *ops[0];
     if (kind == OpKind::Reshape) {
       Dim a = product(x.dims), b = product(*shape);
-      if (a != b && a.constantValue() && b.constantValue()) return "reshape changes the element count: " + a.str() + " vs " + b.str();
+      if (a != b && a.constantValue() && b.constantValue())
+        return mismatch("reshape changes the element count: " + a.str() + " vs " + b.str(), DiagKind::ReshapeCount,
+                        {sema::dimStr(a), sema::dimStr(b)}, ops);
     } else {
       if (shape->size() < x.rank()) return std::string("broadcast_to cannot drop dims");
       for (size_t i = 0; i < x.rank(); ++i) {
         const Dim &d = x.dims[i], &t = (*shape)[shape->size() - x.rank() + i];
-        if (d != t && !d.isOne() && d.constantValue() && t.constantValue()) return "broadcast_to: " + d.str() + " does not stretch to " + t.str();
+        if (d != t && !d.isOne() && d.constantValue() && t.constantValue())
+          return mismatch("broadcast_to: " + d.str() + " does not stretch to " + t.str(), DiagKind::BroadcastMismatch,
+                          {sema::shapeStr(x.dims), sema::shapeStr(*shape), sema::dimStr(d), sema::dimStr(t)}, ops);
       }
     }
     return std::vector<Type>{Type::tensor(*shape, x.dtype, x.policies)};
@@ -253,6 +293,14 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     DType dt = ops[0]->dtype;
     for (size_t i = 1; i < ops.size(); ++i) {
       if (ops[i]->rank() != out.size()) return std::string("concat operands differ in rank");
+      for (size_t d = 0; d < out.size(); ++d) {
+        const Dim &p = ops[0]->dims[d], &q = ops[i]->dims[d];
+        if (d != *ax && p != q && p.constantValue() && q.constantValue())
+          return mismatch("concat operands differ in axis " + std::to_string(d), DiagKind::ConcatMismatch,
+                          {"shapes " + sema::shapeStr(ops[0]->dims) + " and " + sema::shapeStr(ops[i]->dims) + " differ in axis " + std::to_string(d) +
+                           " (only axis " + std::to_string(*ax) + " may differ)"},
+                          ops);
+      }
       out[*ax] = out[*ax] + ops[i]->dims[*ax];
       if (ops[i]->dtype != dt) {
         auto p = promote(dt, ops[i]->dtype);

@@ -23,8 +23,8 @@ std::vector<std::string> verify(const Graph &g) {
     }
     if (op->kind != OpKind::KernelCall) {
       auto r = inferTypes(op->kind, types, op->attrs);
-      if (auto *e = std::get_if<std::string>(&r)) {
-        errors.push_back(where + ": " + *e);
+      if (auto *e = std::get_if<TypeError>(&r)) {
+        errors.push_back(where + ": " + e->message);
       } else {
         auto &want = std::get<std::vector<Type>>(r);
         if (want.size() != op->results.size()) errors.push_back(where + ": wrong number of results");

@@ -322,7 +322,12 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
       g = lowered;
       cacheResult[k] = structure;
     } catch (ir::CompileError &err) {
-      fail(compileMessage(err), err.range.valid() ? err.range : at);
+      // An error inside the function's body (a shape mismatch of the arguments it was given)
+      // also names the call, as the checker's specializations do.
+      std::vector<std::string> notes;
+      if (err.range.valid() && !(err.range.file == at.file && err.range.begin >= at.begin && err.range.end <= at.end))
+        notes.push_back("in `" + fn.name + "` as called here (" + P.sm.describe(at) + ")");
+      failCompile(err, at, notes);
     } catch (ir::IRError &err) {
       fail("internal error: " + err.message, at, 70);
     }

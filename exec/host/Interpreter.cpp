@@ -134,7 +134,7 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
     try {
       g = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
     } catch (ir::CompileError &err) {
-      fail(compileMessage(err), err.range.valid() ? err.range : e->range);
+      failCompile(err, e->range);
     } catch (ir::IRError &err) {
       fail("internal error: " + err.message, e->range, 70);
     }
@@ -173,11 +173,12 @@ bool Interpreter::Impl::hasTensor(const ValueRef &v) {
   return false;
 }
 
-std::string Interpreter::Impl::compileMessage(const ir::CompileError &err) {
-  if (err.kind == DiagKind::NotCompilableYet) return err.what + " cannot run yet";
-  std::string m = err.what;
-  for (auto &n : err.notes) m += "\n  note: " + n;
-  return m;
+void Interpreter::Impl::failCompile(const ir::CompileError &err, SourceRange at, std::vector<std::string> notes) {
+  SourceRange where = err.range.valid() ? err.range : at;
+  bool yet = err.kind == DiagKind::NotCompilableYet;
+  RuntimeError e{yet ? err.what + " cannot run yet" : err.what, where, 1, yet ? "" : std::string(diagCode(err.kind)), err.notes};
+  e.notes.insert(e.notes.end(), notes.begin(), notes.end());
+  throw e;
 }
 
 std::string Interpreter::Impl::display(const ValueRef &v) {
@@ -355,13 +356,14 @@ int Interpreter::runMain(const std::string &entry, const std::vector<std::string
   } catch (RuntimeError &e) {
     DiagnosticEngine d(I.P.sm);
     if (e.range.valid() && I.P.sm.has(e.range.file)) {
-      err << I.P.sm.describe(e.range) << ": error: " << e.message << "\n";
+      err << I.P.sm.describe(e.range) << ": error" << (e.code.empty() ? "" : "[" + e.code + "]") << ": " << e.message << "\n";
       const SourceFile &f = I.P.sm.file(e.range.file);
       LineCol lc = f.lineCol(e.range.begin);
       err << "   " << lc.line << " | " << f.lineText(lc.line) << "\n";
     } else {
-      err << "error: " << e.message << "\n";
+      err << "error" << (e.code.empty() ? "" : "[" + e.code + "]") << ": " << e.message << "\n";
     }
+    for (auto &n : e.notes) err << "note: " << n << "\n";
     return e.exitCode;
   } catch (BreakSignal &) {
     return 0;

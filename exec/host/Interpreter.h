@@ -74,11 +74,15 @@ std::unique_ptr<GraphExecutor> makeReferenceExecutor();
 bool hasHostBuiltinRule(std::string_view rule);
 
 /// A failure of the running program: a message and where it happened. `exitCode` is the spec's
-/// (1 for errors of the program, 3 for errors on the device).
+/// (1 for errors of the program, 3 for errors on the device). An error the checker also reports
+/// where it can see it (a shape mismatch first met when the program runs) has its stable `code`
+/// (E0302) and notes, printed after the source line as the checker prints them.
 struct RuntimeError {
   std::string message;
   SourceRange range;
   int exitCode = 1;
+  std::string code;
+  std::vector<std::string> notes;
 };
 
 class Interpreter {

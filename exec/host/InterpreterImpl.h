@@ -140,9 +140,10 @@ struct Interpreter::Impl {
   Name *nameNode(size_t i, SourceRange r) { return synth.make<Name>(r, "_" + std::to_string(i)); }
 
   static bool hasTensor(const ValueRef &v);
-  // A lowering failure as a run-time message: what cannot run yet, or an error of the program
-  // that lowering found (autodiff's), with its code and notes.
-  static std::string compileMessage(const ir::CompileError &err);
+  // Stops the program on a lowering failure at `at` (the error's own range where it has one): what
+  // cannot run yet, or an error of the program that lowering found (autodiff's, a shape mismatch
+  // of tensors whose shapes the checker could not see), with its code and notes, and `notes`.
+  [[noreturn]] void failCompile(const ir::CompileError &err, SourceRange at, std::vector<std::string> notes = {});
 
   // ---- statements --------------------------------------------------------------------------
 

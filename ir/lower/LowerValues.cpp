@@ -16,7 +16,16 @@ Value *Lowering::op(OpKind k, std::vector<Value *> operands, std::vector<Attr> a
   try {
     return g_.add(k, std::move(operands), std::move(attrs), loc(at));
   } catch (IRError &e) {
-    // The checker accepted this program, so this is a bug of lowering: an internal error.
+    // Operand shapes that do not fit are the program's error where the checker could not see
+    // them (tensors read from a file): the checker's diagnostic, with the shapes met here.
+    if (e.mismatch) {
+      std::string shapes;
+      for (size_t i = 0; i < e.mismatch->shapes.size(); ++i)
+        shapes += (i == 0 ? "" : i + 1 == e.mismatch->shapes.size() ? " and " : ", ") + e.mismatch->shapes[i];
+      std::string note = "the operands of `" + std::string(opSpelling(k)) + "` have the shapes " + shapes;
+      throw CompileError{formatDiag(e.mismatch->kind, e.mismatch->args), at, e.mismatch->kind, e.mismatch->args, {note}};
+    }
+    // Anything else means lowering built a wrong op: an internal error.
     throw CompileError{"internal: " + e.message, at};
   }
 }

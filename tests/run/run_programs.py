@@ -7,6 +7,7 @@ says inside:
     # exit: 1                    (default 0)
     # stdout:                    then `# | line` lines: standard output, exactly
     # stderr-has: text           standard error contains this text
+    # stderr-lacks: text         standard error does not contain this text
 
 Each program runs in a fresh temporary folder (its working directory: files it writes with
 relative paths land there, so two checkouts never collide). A crash (a signal, exit 70, a
@@ -20,7 +21,7 @@ from testlib import run, summary  # noqa: E402
 
 
 def parse(path):
-    args, code, out, has, block = [], 0, None, [], False
+    args, code, out, has, lacks, block = [], 0, None, [], [], False
     env = {}
     for line in open(path, encoding="utf-8"):
         line = line.rstrip("\n")
@@ -33,13 +34,15 @@ def parse(path):
             code = int(line[7:])
         elif line.startswith("# stderr-has:"):
             has.append(line[13:].strip())
+        elif line.startswith("# stderr-lacks:"):
+            lacks.append(line[15:].strip())
         elif line.strip() == "# stdout:":
             out, block = [], True
         elif block and line.startswith("# |"):
             out.append(line[4:] if line.startswith("# | ") else line[3:])
         else:
             block = False
-    return args, code, out, has, env
+    return args, code, out, has, lacks, env
 
 
 def main():
@@ -52,7 +55,7 @@ def main():
     for name in sorted(os.listdir(here)):
         if not name.endswith(".tsr"):
             continue
-        args, code, out, has, env = parse(os.path.join(here, name))
+        args, code, out, has, lacks, env = parse(os.path.join(here, name))
         args = [a.replace("{root}", os.path.dirname(os.path.dirname(here))) for a in args]
         with tempfile.TemporaryDirectory() as work:
             p = run([tsr, "run", os.path.join(here, name)] + device + args, cwd=work, timeout=300,
@@ -67,6 +70,9 @@ def main():
         for h in has:
             if h not in p.stderr:
                 problems.append(f"stderr lacks `{h}`")
+        for h in lacks:
+            if h in p.stderr:
+                problems.append(f"stderr has `{h}`")
         if problems:
             failed += 1
             print(f"FAIL {name}: " + "; ".join(problems))

@@ -38,11 +38,36 @@ TEST_CASE("ops get their result types from shape inference") {
   CHECK(g.ops[0]->result()->type.str() == "tensor<\"B\", \"4*D\", bf16 @accum(f32)>");
   CHECK(g.ops[2]->result()->type.str() == "tensor<\"B\", 1, bf16 @accum(f32)>");
   CHECK(verify(g).empty());
-  // Shapes that cannot meet are an internal error of whoever built the op.
+  // Operand shapes that cannot meet come back with the checker's diagnostic and both shapes (the
+  // program's error where the checker could not see them); a malformed op is internal.
   auto bad = std::make_unique<Graph>("bad");
   Value *a = bad->addParam("a", Type::tensor({Dim::constant(3)}, DType::F32));
   Value *b = bad->addParam("b", Type::tensor({Dim::constant(4)}, DType::F32));
   CHECK_THROWS_AS(bad->add(OpKind::Add, {a, b}), IRError);
+  Value *p = bad->addParam("p", Type::tensor({Dim::constant(2), Dim::constant(3)}, DType::F32));
+  Value *q = bad->addParam("q", Type::tensor({Dim::constant(4), Dim::constant(5)}, DType::F32));
+  try {
+    bad->add(OpKind::MatMul, {p, q});
+    CHECK(false);
+  } catch (const IRError &e) {
+    REQUIRE(e.mismatch);
+    CHECK(e.mismatch->kind == DiagKind::MatmulInner);
+    CHECK(e.mismatch->args == std::vector<std::string>{"3", "4"});
+    CHECK(e.mismatch->shapes == std::vector<std::string>{"[2, 3]", "[4, 5]"});
+  }
+  try {
+    bad->add(OpKind::Add, {a, b});
+  } catch (const IRError &e) {
+    REQUIRE(e.mismatch);
+    CHECK(e.mismatch->kind == DiagKind::BroadcastMismatch);
+    CHECK(e.mismatch->args == std::vector<std::string>{"[3]", "[4]", "3", "4"});
+  }
+  try {
+    bad->add(OpKind::Transpose, {p}, {{"perm", std::vector<int64_t>{0, 0}}});
+    CHECK(false);
+  } catch (const IRError &e) {
+    CHECK_FALSE(e.mismatch);
+  }
 }
 
 TEST_CASE("the text form parses back to the same text") {
