@@ -159,7 +159,7 @@ CASES = [
     ("stop_gradient", [("x", (3, 4), "n")], "x * stop_gradient(x * x)", lambda x: x * (x * x).detach(), {"fd": False}),
     ("mask_bool", [("x", (3, 4), "n")], "x * cast(x > 0.0, f64)", lambda x: x * (x > 0).double()),
     # -- the nn functions of the standard library (stdlib/nn.tsr) --
-    ("nn.linear", [("x", (3, 4), "n"), ("w", (4, 5), "n"), ("b", (5,), "n")], "nn.linear(x, w, b)", lambda x, w, b: x @ w + b),
+    ("nn.linear", [("x", (3, 4), "n"), ("w", (5, 4), "n"), ("b", (5,), "n")], "nn.linear(x, w, b)", lambda x, w, b: F.linear(x, w, b)),
     ("nn.layer_norm", [("x", (3, 6), "n"), ("w", (6,), "n"), ("b", (6,), "n")], "nn.layer_norm(x, w, b)",
      lambda x, w, b: F.layer_norm(x, (6,), w, b, eps=1e-5)),
     ("nn.rms_norm", [("x", (3, 6), "n"), ("w", (6,), "n")], "nn.rms_norm(x, w)", lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w),

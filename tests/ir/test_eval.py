@@ -503,9 +503,9 @@ case("nn_functions", "attention_f32", ATT_SHAPES, att_inputs(torch.float32),
 case("nn_functions", "attention_bf16", ATT_SHAPES, att_inputs(torch.bfloat16),
      lambda q, k, v, env: [attention(q, k, v), attention(q, k, v, causal=True)], ["sdpa", "sdpa causal"])
 case("nn_functions", "linear_embedding", [{"B": 3, "I": 5, "O": 4, "S": 6, "V": 11}],
-     lambda env, gen: [randn(gen, env["B"], env["I"]), randn(gen, env["I"], env["O"]), randn(gen, env["O"]),
+     lambda env, gen: [randn(gen, env["B"], env["I"]), randn(gen, env["O"], env["I"]), randn(gen, env["O"]),
                        randint(gen, 0, env["V"], env["B"], env["S"]), randn(gen, env["V"], env["O"])],
-     lambda x, w, b, ids, table, env: [x @ w, x @ w + b, table[ids.long()]], ["linear", "linear(bias)", "embedding"])
+     lambda x, w, b, ids, table, env: [F.linear(x, w), F.linear(x, w, b), table[ids.long()]], ["linear", "linear(bias)", "embedding"])
 
 
 def rotary_ref(x, cos, sin, env):
