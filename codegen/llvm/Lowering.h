@@ -23,6 +23,10 @@
 #include <unordered_set>
 #include <vector>
 
+namespace tsr::codegen {
+struct MmaPlan;
+}
+
 namespace tsr::codegen::lower {
 
 using namespace llvm;
@@ -330,6 +334,18 @@ private:
   /// Whether ops[index] of `b` is a zero constant read only as the initial accumulator of a
   /// later tensor-core loop of `b` (which starts its registers at zero instead).
   bool zeroInitOfMmaLoop(const tile::Block &b, size_t index);
+  /// MmaWarpSpecialized.cpp. Whether the wgmma loop `op` (plan `p`, its result stored by
+  /// `epiStore`) is the whole of its kernel, so that it can run with a producer warpgroup of
+  /// its own: if so, asks the target for the operands' tensor-map slots (into `slots`) and the
+  /// extra warpgroup, and returns true.
+  bool planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]);
+  /// The loop with the producer warpgroup copying by TMA and the consumer warpgroups
+  /// multiplying (`acc0`: the accumulators' first values); where the launcher made no maps, the
+  /// consumers run `multistage` (the loop of lowerMmaLoop) instead. Returns the consumers'
+  /// accumulators, with the insert point after the loop in the consumer threads alone.
+  std::vector<Value *> lowerWarpSpecialized(const TOp &op, const MmaPlan &p, const int slots[2], Value *ringS, Value *lo,
+                                            Value *n, int64_t step, const std::vector<Value *> &acc0,
+                                            const std::function<std::vector<Value *>()> &multistage);
   void lowerIf(const TOp &op);
   void lowerBlock(const tile::Block &b);
   void lowerOp(const tile::Block &b, size_t index);

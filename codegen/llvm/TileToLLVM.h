@@ -24,6 +24,7 @@
 #pragma once
 
 #include "ir/tile/TileIR.h"
+#include "runtime/TensorMaps.h"
 
 #include <string>
 
@@ -98,6 +99,14 @@ public:
   /// and cp.async; 90: also wgmma), 0 where there are none: matrix main loops then take the
   /// general lowering (MmaPlan.h).
   virtual int tensorCoreArch() const { return 0; }
+  /// Hopper's tensor maps (runtime/TensorMaps.h): the slot of the kernel's parameter block that
+  /// will hold the map `spec` describes, the same slot for the same spec; -1 where the target has
+  /// no maps or already gave the parameter a slot for another box. The map of slot s is at byte
+  /// rt::tensorMapOffset(params) + s * rt::kTensorMapBytes of the KernelArg array's pointer.
+  virtual int tensorMapSlot(const rt::TensorMapSpec &spec) const { (void)spec; return -1; }
+  /// Launches one warpgroup (128 threads) more per program than threadsPerProgram(), with thread
+  /// indices from threadsPerProgram() on (a warp-specialized loop's producer: MmaWarpSpecialized.cpp).
+  virtual void addProducerWarpgroup() const {}
 };
 
 /// Lowers `f` into `m` as a function named `name` of the target's program type, internal and

@@ -122,9 +122,22 @@ public:
   }
   uint64_t sharedBytes() const { return high_; }
   int tensorCoreArch() const override { return smArch_; }
+  /// Tensor maps exist from sm_90 on; one slot per parameter.
+  int tensorMapSlot(const rt::TensorMapSpec &spec) const override {
+    if (smArch_ < 90) return -1;
+    for (size_t s = 0; s < maps_.size(); ++s)
+      if (maps_[s].param == spec.param) return maps_[s] == spec ? int(s) : -1;
+    maps_.push_back(spec);
+    return int(maps_.size() - 1);
+  }
+  void addProducerWarpgroup() const override { extraThreads_ = 128; }
+  const std::vector<rt::TensorMapSpec> &tensorMaps() const { return maps_; }
+  int extraThreads() const { return extraThreads_; }
 
 private:
   int threads_;
+  mutable std::vector<rt::TensorMapSpec> maps_;
+  mutable int extraThreads_ = 0;
   GlobalVariable *smem_;
   int smArch_;
   mutable uint64_t end_ = 0, high_ = 0;
@@ -263,13 +276,16 @@ Built build(const std::vector<const tile::Function *> &fns, LLVMContext &ctx, Ta
     NvptxTarget target(k.threads, smem, smArch);
     Function *prog = lowerTileFunction(*f, m, target, "tsr.program." + k.name);
     k.sharedBytes = int64_t(target.sharedBytes());
-    // The entry: the KernelArg array by value in the .param space.
-    Type *argsTy = ArrayType::get(Type::getInt8Ty(ctx), uint64_t(std::max<size_t>(k.params, 1) * kArgBytes));
+    k.threads += target.extraThreads();
+    k.tensorMaps = target.tensorMaps();
+    // The entry: the KernelArg array by value in the .param space, and the tensor maps after it
+    // (64-byte aligned, read in place by the bulk copies through a generic address: grid_constant).
+    Type *argsTy = ArrayType::get(Type::getInt8Ty(ctx), uint64_t(rt::kernelParamBytes(k.params, k.tensorMaps.size())));
     Function *entry = Function::Create(FunctionType::get(Type::getVoidTy(ctx), {PointerType::get(ctx, 0)}, false),
                                        GlobalValue::ExternalLinkage, k.name, m);
     entry->setCallingConv(CallingConv::PTX_Kernel);
     entry->addParamAttr(0, Attribute::getWithByValType(ctx, argsTy));
-    entry->addParamAttr(0, Attribute::getWithAlignment(ctx, Align(8)));
+    entry->addParamAttr(0, Attribute::getWithAlignment(ctx, Align(k.tensorMaps.empty() ? 8 : 64)));
     entry->addParamAttr(0, Attribute::NoAlias);
     entry->addParamAttr(0, Attribute::ReadOnly);
     entry->addFnAttr(Attribute::NoUnwind);
@@ -282,6 +298,12 @@ Built build(const std::vector<const tile::Function *> &fns, LLVMContext &ctx, Ta
     Metadata *tmd[] = {ValueAsMetadata::get(entry), MDString::get(ctx, "maxntidx"),
                        ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx), k.threads))};
     ann->addOperand(MDNode::get(ctx, tmd));
+    if (!k.tensorMaps.empty()) {
+      // NVPTX's grid_constant (parameter 1): the block's address is taken without a local copy.
+      Metadata *one[] = {ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx), 1))};
+      Metadata *gmd[] = {ValueAsMetadata::get(entry), MDString::get(ctx, "grid_constant"), MDNode::get(ctx, one)};
+      ann->addOperand(MDNode::get(ctx, gmd));
+    }
     out.kernels.push_back(k);
   }
   return out;

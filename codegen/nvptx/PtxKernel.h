@@ -9,12 +9,16 @@
 //
 // Kernel ABI: `.entry NAME(.param .align 8 .b8 args[P*152])`: the KernelArg array of
 // codegen/cpu/CpuKernel.h (one 152-byte struct per parameter: data, shape[8], strides[8], i, f),
-// passed by value; launch with blockDim = (threads,1,1), gridDim = the grid, and
+// passed by value; a kernel with tensor maps (PtxKernel::tensorMaps, runtime/TensorMaps.h) takes
+// `.param .align 64 .b8 args[...]` with the maps after the array (rt::kernelParamBytes); launch
+// with blockDim = (threads,1,1) (a warp-specialized kernel's threads include its producer
+// warpgroup), gridDim = the grid, and
 // sharedMemBytes = PtxKernel::sharedBytes (above 48 KiB, set
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first).
 #pragma once
 
 #include "ir/tile/TileIR.h"
+#include "runtime/TensorMaps.h"
 
 #include <cstdint>
 #include <string>
@@ -34,6 +38,9 @@ struct PtxKernel {
   int threads = 128;        // blockDim.x
   int64_t sharedBytes = 0;  // dynamic shared memory per CTA
   size_t params = 0;        // KernelArg structs in the parameter
+  /// The tensor maps the launcher passes after the KernelArg array (runtime/TensorMaps.h), in
+  /// slot order; the parameter block is rt::kernelParamBytes(params, tensorMaps.size()) bytes.
+  std::vector<rt::TensorMapSpec> tensorMaps;
 };
 
 struct PtxModule {

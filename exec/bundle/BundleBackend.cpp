@@ -105,6 +105,7 @@ public:
         c.entry = code->second.entry;
         c.threads = code->second.threads;
         c.sharedBytes = unsigned(code->second.sharedBytes);
+        c.tensorMaps = code->second.tensorMaps;
         p->inner = cuda_->load(c);
         loaded = true;
         break;

@@ -656,6 +656,8 @@ json cudaTarget(const std::vector<Lowered> &programs, std::vector<json> &entries
                                   {"ptx", {ptxAll.size(), mod.ptx.size()}},
                                   {"threads", mod.kernels[0].threads},
                                   {"shared", mod.kernels[0].sharedBytes}};
+      if (!mod.kernels[0].tensorMaps.empty())
+        entries[i]["cuda"][arch]["tensor_maps"] = rt::formatTensorMaps(mod.kernels[0].tensorMaps);
       ptxAll += mod.ptx;
       if (ptxas) {
         const std::string base = tmp + "/" + arch + "_" + std::to_string(i);

@@ -3,7 +3,9 @@
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
+#include "runtime/cuda/TensorMap.h"
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -55,7 +57,24 @@ struct CudaProgram final : BackendProgram {
   cuda::Function *fn = nullptr;
   unsigned threads = 128;
   unsigned sharedBytes = 0;
+  std::vector<rt::TensorMapSpec> tensorMaps;
 };
+
+/// The parameter block of a launch of `p` with `args`: the KernelArg array, then the tensor maps
+/// (runtime/TensorMaps.h), each tensor's KernelArg::i saying whether its map could be made.
+/// Reuses `block`'s memory.
+void packParameters(const CudaProgram &p, const std::vector<rt::KernelArg> &args, std::vector<unsigned char> &block) {
+  block.assign(rt::kernelParamBytes(args.size(), p.tensorMaps.size()), 0);
+  std::memcpy(block.data(), args.data(), args.size() * sizeof(rt::KernelArg));
+  auto *packed = reinterpret_cast<rt::KernelArg *>(block.data());
+  for (size_t s = 0; s < p.tensorMaps.size(); ++s) {
+    const rt::TensorMapSpec &spec = p.tensorMaps[s];
+    if (spec.param < 0 || size_t(spec.param) >= args.size()) continue;
+    unsigned char *map = block.data() + rt::tensorMapOffset(args.size()) + s * rt::kTensorMapBytes;
+    const bool made = cuda::encodeTensorMap(spec, args[size_t(spec.param)], map);
+    packed[spec.param].i = made ? rt::kTensorMapPresent : 0;
+  }
+}
 
 class Backend final : public CudaBackend {
 public:
@@ -84,7 +103,7 @@ public:
     if (!source_.compile)
       throw std::runtime_error("the program `" + fn.name + "` has no code for " + dev_.name() + ", and this runner compiles no PTX");
     const CompiledPtx c = source_.compile(fn, arch_);
-    return load({c.ptx, {}, c.entry, c.threads, c.sharedBytes});
+    return load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps});
   }
 
   std::shared_ptr<const BackendProgram> load(const PtxCode &code) override {
@@ -92,6 +111,7 @@ public:
     p->fn = &cuda::ModuleCache::process().function(dev_.ctx.ordinal(), code.ptx, code.entry, code.cubin);
     p->threads = code.threads;
     p->sharedBytes = code.sharedBytes;
+    p->tensorMaps = code.tensorMaps;
     return p;
   }
 
@@ -109,8 +129,14 @@ public:
     }
     dims.block[0] = p.threads;
     dims.sharedBytes = p.sharedBytes;
-    dev_.stream.launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(rt::KernelArg),
-                             cuda::LaunchSite{site.kernel, site.source});
+    if (p.tensorMaps.empty()) {
+      dev_.stream.launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(rt::KernelArg),
+                               cuda::LaunchSite{site.kernel, site.source});
+      return;
+    }
+    thread_local std::vector<unsigned char> block;
+    packParameters(p, args, block);
+    dev_.stream.launchPacked(*p.fn, dims, block.data(), block.size(), cuda::LaunchSite{site.kernel, site.source});
   }
 
 private:

@@ -14,6 +14,9 @@
 // - Launches are queued on one stream per device and do not wait; a fault is reported at the
 //   next copy back or synchronize, naming the recent launches and their `.tsr` lines
 //   (rt::cuda::GpuError). Out of memory names the bytes asked for, the bytes in use and the op.
+// - A kernel with tensor maps (Hopper's TMA copies) gets them made from its arguments at each
+//   launch (runtime/cuda/TensorMap.h); an argument that cannot have one is marked absent, and the
+//   kernel copies that operand without it.
 //
 // This file links no compiler (library tsr_cuda_backend): a runner without LLVM runs bundles on
 // a GPU through load(). The device memory and stream of a device live until the process exits
@@ -21,6 +24,7 @@
 #pragma once
 
 #include "exec/StepBackend.h"
+#include "runtime/TensorMaps.h"
 
 #include <cstdint>
 #include <functional>
@@ -38,12 +42,15 @@ struct PtxCode {
   std::string entry;      // the `.entry` to launch
   unsigned threads = 128; // blockDim.x
   unsigned sharedBytes = 0; // dynamic shared memory per block
+  /// The tensor maps the kernel takes after its KernelArg array (runtime/TensorMaps.h), in slot order.
+  std::vector<rt::TensorMapSpec> tensorMaps;
 };
 
 /// A program compiled to PTX (what PtxSource::compile makes).
 struct CompiledPtx {
   std::string ptx, entry;
   unsigned threads = 128, sharedBytes = 0;
+  std::vector<rt::TensorMapSpec> tensorMaps;
 };
 
 /// Where a GPU backend's programs come from when it is asked to compile one.

@@ -17,16 +17,21 @@ PtxSource nvptxSource() {
   s.measureShared = [](const tile::Function &fn) { return codegen::nvptx::sharedBytesOf(fn); };
   s.compile = [](const tile::Function &fn, const std::string &arch) {
     // The PTX of a program depends on its text, the architecture and the compiler's build; it is
-    // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED\n" + PTX.
+    // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED MAPS\n" + PTX
+    // (MAPS: rt::formatTensorMaps, "-" for none).
     const std::string key = std::string("ptx|") + buildId() + "|" + arch + "|" + codegen::nvptx::codegenSwitches() + "|" + tile::toString(fn);
     CompiledPtx c;
     rt::DiskCache &disk = rt::DiskCache::process();
     if (std::optional<std::string> hit = disk.get("ptx", key)) {
       const size_t nl = hit->find('\n');
       std::istringstream head(hit->substr(0, nl));
-      if (nl != std::string::npos && head >> c.entry >> c.threads >> c.sharedBytes) {
-        c.ptx = hit->substr(nl + 1);
-        return c;
+      std::string maps;
+      if (nl != std::string::npos && head >> c.entry >> c.threads >> c.sharedBytes >> maps) {
+        if (auto m = rt::parseTensorMaps(maps == "-" ? "" : maps)) {
+          c.tensorMaps = std::move(*m);
+          c.ptx = hit->substr(nl + 1);
+          return c;
+        }
       }
     }
     codegen::nvptx::PtxOptions opts;
@@ -37,8 +42,11 @@ PtxSource nvptxSource() {
     c.entry = k.name;
     c.threads = unsigned(k.threads);
     c.sharedBytes = unsigned(k.sharedBytes);
+    c.tensorMaps = k.tensorMaps;
     c.ptx = std::move(mod.ptx);
-    disk.put("ptx", key, c.entry + " " + std::to_string(c.threads) + " " + std::to_string(c.sharedBytes) + "\n" + c.ptx);
+    const std::string maps = rt::formatTensorMaps(c.tensorMaps);
+    disk.put("ptx", key, c.entry + " " + std::to_string(c.threads) + " " + std::to_string(c.sharedBytes) + " " +
+                             (maps.empty() ? "-" : maps) + "\n" + c.ptx);
     return c;
   };
   return s;

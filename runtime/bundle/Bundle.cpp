@@ -433,6 +433,13 @@ Bundle Bundle::parse(std::string bytes, const ParseOptions &opts) {
         }
         cc.threads = uint32_t(r.uint(code, "threads", wa));
         cc.sharedBytes = r.uint(code, "shared", wa);
+        if (code.contains("tensor_maps")) {
+          auto maps = parseTensorMaps(r.str(code, "tensor_maps", wa));
+          if (!maps) r.bad(wa + ".tensor_maps", "is not a list of tensor maps (runtime/TensorMaps.h)");
+          for (const TensorMapSpec &m : *maps)
+            if (m.param < 0 || m.box.empty()) r.bad(wa + ".tensor_maps", "names a parameter or box that cannot be");
+          cc.tensorMaps = std::move(*maps);
+        }
         p.cuda[arch] = cc;
       }
     } else {

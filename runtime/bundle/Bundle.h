@@ -18,6 +18,8 @@
 // version-mismatched or no-code-for-this-device it is, with a message naming the place.
 #pragma once
 
+#include "runtime/TensorMaps.h"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -139,6 +141,8 @@ struct CudaCode {
   std::optional<Span> cubin;
   uint32_t threads = 0;
   uint64_t sharedBytes = 0;
+  /// The kernel's tensor maps ("tensor_maps", runtime/TensorMaps.h's text; absent: none).
+  std::vector<TensorMapSpec> tensorMaps;
 };
 
 /// One compiled program of a graph's kernel step.

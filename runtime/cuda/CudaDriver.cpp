@@ -86,6 +86,9 @@ struct Api {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **);
+  // Tensor Map Object Management (CUDA 12.0 and later; optional: without it no kernel gets a map)
+  CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *, const uint64_t *, const uint32_t *,
+                                     const uint32_t *, int, int, int, int);
 };
 Api api;
 bool apiResolved = false;
@@ -194,6 +197,7 @@ Driver::Driver() {
     }
   }
   apiResolved = true;
+  api.cuTensorMapEncodeTiled = reinterpret_cast<decltype(api.cuTensorMapEncodeTiled)>(dlsym(lib_, "cuTensorMapEncodeTiled"));
   api.cuDriverGetVersion(&version_);
   if (CUresult r = api.cuInit(0); r != 0) {
     why_ = "the NVIDIA driver is installed but cuInit failed: " + errorName(r) + " (" + errorString(r) + ")";
@@ -233,6 +237,14 @@ Driver::Driver() {
 
 void Driver::requireAvailable() const {
   if (!available_) throw GpuError(GpuError::kNoDriver, "TSR_NO_GPU", "no GPU: " + why_);
+}
+
+int Driver::encodeTensorMapTiled(void *map, int dataType, unsigned rank, void *address, const uint64_t *dims,
+                                 const uint64_t *strides, const uint32_t *box, const uint32_t *elementStrides, int interleave,
+                                 int swizzle, int l2Promotion, int oobFill) const {
+  if (!available_ || !api.cuTensorMapEncodeTiled) return -1;
+  return api.cuTensorMapEncodeTiled(map, dataType, rank, address, dims, strides, box, elementStrides, interleave, swizzle,
+                                    l2Promotion, oobFill);
 }
 
 int Driver::attribute(int ordinal, int attr) const {

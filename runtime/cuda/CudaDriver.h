@@ -117,6 +117,13 @@ public:
   /// cuda.h's CUdevice_attribute). Throws GpuError.
   int attribute(int ordinal, int attr) const;
 
+  /// cuTensorMapEncodeTiled (Driver API, "Tensor Map Object Management"; values of cuda.h's
+  /// CUtensorMap* enums): its CUresult, or -1 when no GPU is available or the driver lacks it
+  /// (older than CUDA 12.0). runtime/cuda/TensorMap.h is the caller.
+  int encodeTensorMapTiled(void *map, int dataType, unsigned rank, void *address, const uint64_t *dims,
+                           const uint64_t *strides, const uint32_t *box, const uint32_t *elementStrides, int interleave,
+                           int swizzle, int l2Promotion, int oobFill) const;
+
   /// cuGetErrorName / cuGetErrorString of `code`, with this runtime's own names for kNoDriver
   /// and kTimeout and a fallback ("CUDA error 123") when the driver does not know the code or
   /// is not loaded. Never throw.

@@ -27,6 +27,18 @@ struct FakeCudaLaunch {
   unsigned char params[1024];   // the parameter bytes as the kernel would see them
 };
 
+/// The last cuTensorMapEncodeTiled the fake accepted (it writes no real map: the map's first
+/// bytes are the rank and the dims, so that a test sees which call filled a slot).
+struct FakeCudaTensorMap {
+  int calls;                    // accepted calls
+  int dataType, swizzle, l2Promotion, oobFill;
+  unsigned rank;
+  void *address;
+  unsigned long long dims[5], strides[4];
+  unsigned box[5];
+};
+
 FakeCudaCounters *fakecuda_counters();
 FakeCudaLaunch *fakecuda_last_launch();
+FakeCudaTensorMap *fakecuda_last_tensor_map();
 }

@@ -76,6 +76,7 @@ std::set<Stream *> streams;
 std::set<void *> hostAllocs;
 FakeCudaCounters counters;
 FakeCudaLaunch lastLaunch;
+FakeCudaTensorMap lastTensorMap;
 
 [[noreturn]] void die(const char *what) {
   std::fprintf(stderr, "fake libcuda: %s\n", what);
@@ -195,6 +196,7 @@ extern "C" {
 
 FakeCudaCounters *fakecuda_counters() { return &counters; }
 FakeCudaLaunch *fakecuda_last_launch() { return &lastLaunch; }
+FakeCudaTensorMap *fakecuda_last_tensor_map() { return &lastTensorMap; }
 
 // ---- Initialization, version, errors ----
 int cuInit(unsigned flags) {
@@ -457,6 +459,37 @@ int cuStreamQuery(void *s) {
   if (int r = checkStream(s)) return r;
   ++counters.streamQueries;
   return s && static_cast<Stream *>(s)->hung ? kNotReady : kSuccess;
+}
+
+// ---- Tensor maps: the checks cuda.h documents for cuTensorMapEncodeTiled (no interleave) ----
+int cuTensorMapEncodeTiled(void *map, int dataType, unsigned rank, void *address, const unsigned long long *dims,
+                           const unsigned long long *strides, const unsigned *box, const unsigned *elementStrides,
+                           int interleave, int swizzle, int l2Promotion, int oobFill) {
+  std::lock_guard<std::mutex> lock(mu);
+  static const int elemBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2};
+  if (!map || (reinterpret_cast<uintptr_t>(map) & 63) || dataType < 0 || dataType > 9 || rank < 1 || rank > 5 ||
+      (reinterpret_cast<uintptr_t>(address) & 15) || interleave != 0 || swizzle < 0 || swizzle > 3)
+    return kInvalidValue;
+  const unsigned e = unsigned(elemBytes[dataType]), swizzleBytes[] = {0, 32, 64, 128};
+  for (unsigned d = 0; d < rank; ++d) {
+    if (dims[d] == 0 || dims[d] > (1ull << 32) || box[d] == 0 || box[d] > 256 || elementStrides[d] == 0 || elementStrides[d] > 8)
+      return kInvalidValue;
+    if (d + 1 < rank && (strides[d] % 16 != 0 || strides[d] >= (1ull << 40))) return kInvalidValue;
+  }
+  if ((box[0] * e) % 16 != 0 || (swizzle && box[0] * e > swizzleBytes[swizzle])) return kInvalidValue;
+  FakeCudaTensorMap &t = lastTensorMap;
+  ++t.calls;
+  t.dataType = dataType, t.swizzle = swizzle, t.l2Promotion = l2Promotion, t.oobFill = oobFill;
+  t.rank = rank, t.address = address;
+  for (unsigned d = 0; d < 5; ++d) {
+    t.dims[d] = d < rank ? dims[d] : 0;
+    t.box[d] = d < rank ? box[d] : 0;
+    if (d < 4) t.strides[d] = d + 1 < rank ? strides[d] : 0;
+  }
+  std::memset(map, 0, 128);
+  std::memcpy(map, &rank, sizeof rank);
+  std::memcpy(static_cast<char *>(map) + 8, dims, rank * sizeof *dims);
+  return kSuccess;
 }
 
 // ---- Execution ----

@@ -19,6 +19,7 @@
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
+#include "runtime/cuda/TensorMap.h"
 
 #include <dlfcn.h>
 
@@ -594,6 +595,27 @@ FakeCudaLaunch &fakeLastLaunch() {
   return *fn();
 }
 
+FakeCudaTensorMap &fakeLastTensorMap() {
+  void *h = dlopen(Driver::get().libraryName().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  auto fn = reinterpret_cast<FakeCudaTensorMap *(*)()>(dlsym(h, "fakecuda_last_tensor_map"));
+  REQUIRE(bool(fn));
+  return *fn();
+}
+
+/// A row-major KernelArg of `shape` at `data`.
+tsr::rt::KernelArg rowMajorArg(void *data, std::vector<int64_t> shape) {
+  tsr::rt::KernelArg a;
+  a.data = data;
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    a.shape[d] = shape[d];
+    a.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return a;
+}
+
 // The KernelArg array of codegen/nvptx for two parameters: 304 bytes.
 std::vector<unsigned char> argBytes() {
   std::vector<unsigned char> b(304);
@@ -627,6 +649,68 @@ TEST_CASE("the driver: versioned symbols, devices and their attributes") {
   CHECK(d.errorName(700) == "CUDA_ERROR_ILLEGAL_ADDRESS");
   CHECK(d.errorString(700) == "an illegal memory access was encountered");
   CHECK(d.errorName(12345) == "CUDA error 12345");
+}
+
+TEST_CASE("tensor maps: the launcher's maps for a GEMM's A, B (either layout) and a batch; refusals leave no map") {
+  using tsr::rt::TensorMapSpec;
+  FakeCudaTensorMap &t = fakeLastTensorMap();
+  alignas(64) unsigned char map[128];
+  alignas(16) static unsigned char data[64];
+  // A [M=1000, K=512] bf16, box 128 x 64 (k inner): dims {K, M}, row stride 1024 bytes, box {64, 128}.
+  const TensorMapSpec a{1, {128, 64}, {1}};
+  const int before = t.calls;
+  REQUIRE(encodeTensorMap(a, rowMajorArg(data, {1000, 512}), map));
+  CHECK(t.calls == before + 1);
+  CHECK(t.rank == 2);
+  CHECK(t.dims[0] == 512);
+  CHECK(t.dims[1] == 1000);
+  CHECK(t.strides[0] == 1024);
+  CHECK(t.box[0] == 64);
+  CHECK(t.box[1] == 128);
+  CHECK(t.swizzle == 3); // 128B
+  CHECK(t.dataType == 1); // 2-byte elements
+  CHECK(t.oobFill == 0);
+  unsigned rank = 0;
+  std::memcpy(&rank, map, sizeof rank);
+  CHECK(rank == 2); // the fake's map: the call's rank, so the slot was written
+  // B [K=512, N=768] N-major: n inner, box {64, 64} (the kernel issues BN/64 copies).
+  const TensorMapSpec b{2, {64, 256}, {1, 0}};
+  REQUIRE(encodeTensorMap(b, rowMajorArg(data, {512, 768}), map));
+  CHECK(t.dims[0] == 768);
+  CHECK(t.dims[1] == 512);
+  CHECK(t.strides[0] == 1536);
+  CHECK(t.box[0] == 64);
+  CHECK(t.box[1] == 64);
+  // B as w.T of a row-major w [N=768, K=512]: shape [512, 768], strides [1, 512]: k inner, box {64, 256}.
+  tsr::rt::KernelArg wt = rowMajorArg(data, {512, 768});
+  wt.strides[0] = 1;
+  wt.strides[1] = 512;
+  REQUIRE(encodeTensorMap(b, wt, map));
+  CHECK(t.dims[0] == 512);
+  CHECK(t.dims[1] == 768);
+  CHECK(t.strides[0] == 1024);
+  CHECK(t.box[0] == 64);
+  CHECK(t.box[1] == 256);
+  // A batched A [B=6, M=100, K=64], box [0, 128, 64]: dims {K, M, B}, strides {128, 12800} bytes, box {64, 128, 1}.
+  const TensorMapSpec batched{0, {0, 128, 64}, {2}};
+  REQUIRE(encodeTensorMap(batched, rowMajorArg(data, {6, 100, 64}), map));
+  CHECK(t.rank == 3);
+  CHECK(t.dims[2] == 6);
+  CHECK(t.strides[0] == 128);
+  CHECK(t.strides[1] == 12800);
+  CHECK(t.box[2] == 1);
+  // Refusals: the driver is not called, and nothing is written.
+  const int calls = t.calls;
+  std::memset(map, 0xAB, sizeof map);
+  CHECK_FALSE(encodeTensorMap(a, rowMajorArg(data + 2, {1000, 512}), map));   // address not 16-byte aligned
+  CHECK_FALSE(encodeTensorMap(a, rowMajorArg(data, {1000, 500}), map));       // row of 1000 bytes: not a multiple of 16
+  tsr::rt::KernelArg at = rowMajorArg(data, {1000, 512});                     // A with m contiguous: k is not inner
+  at.strides[0] = 1;
+  at.strides[1] = 1000;
+  CHECK_FALSE(encodeTensorMap(a, at, map));
+  CHECK_FALSE(encodeTensorMap(TensorMapSpec{1, {128, 32}, {1}}, rowMajorArg(data, {1000, 512}), map)); // box[inner] not a multiple of 64
+  CHECK(t.calls == calls);
+  CHECK(map[0] == 0xAB);
 }
 
 TEST_CASE("contexts per device, by ordinal and spec") {

@@ -4,6 +4,7 @@
 #include "runtime/Numeric.h"
 #include "runtime/Random.h"
 #include "runtime/Tensor.h"
+#include "runtime/TensorMaps.h"
 
 #include <doctest/doctest.h>
 #include <zlib.h>
@@ -1057,4 +1058,32 @@ TEST_CASE("device residency: one upload while the host is not written, one downl
     CHECK_THROWS_AS(z.markDeviceWritten(dev), std::logic_error);
   }
   CHECK(dev.live == 0);
+}
+
+TEST_CASE("tensor maps in the kernel ABI: the text form parses back, the dimension order, the parameter block") {
+  using tsr::rt::TensorMapSpec;
+  const std::vector<TensorMapSpec> specs{{1, {128, 64}, {1}}, {2, {0, 64, 256}, {2, 1}}};
+  const std::string text = tsr::rt::formatTensorMaps(specs);
+  CHECK(text == "1:128x64:1;2:0x64x256:2,1");
+  auto back = tsr::rt::parseTensorMaps(text);
+  REQUIRE(back.has_value());
+  CHECK(*back == specs);
+  CHECK(tsr::rt::parseTensorMaps("")->empty());
+  for (const char *bad : {"1", "1:128x64", "x:1:1", "1:128x:1", "1:128x64:2", "1:128x64:1;", "1:-3x64:1"}) {
+    INFO(std::string(bad));
+    CHECK_FALSE(tsr::rt::parseTensorMaps(bad).has_value());
+  }
+  // The map's dimensions: the first allowed inner axis with stride 1, the other box axis, the rest ascending.
+  tsr::rt::KernelArg a;
+  a.shape[0] = 4, a.shape[1] = 64, a.shape[2] = 256;
+  a.strides[0] = 64 * 256, a.strides[1] = 256, a.strides[2] = 1;
+  CHECK(tsr::rt::tensorMapAxes(specs[1], a) == std::vector<int>{2, 1, 0});
+  a.strides[2] = 64, a.strides[1] = 1; // k contiguous: the second choice
+  CHECK(tsr::rt::tensorMapAxes(specs[1], a) == std::vector<int>{1, 2, 0});
+  a.strides[1] = 2; // neither
+  CHECK(tsr::rt::tensorMapAxes(specs[1], a).empty());
+  // The block: 3 KernelArgs (456 bytes) round up to 512, then 128 bytes per map.
+  CHECK(tsr::rt::tensorMapOffset(3) == 512);
+  CHECK(tsr::rt::kernelParamBytes(3, 2) == 768);
+  CHECK(tsr::rt::kernelParamBytes(3, 0) == 456);
 }

@@ -17,6 +17,7 @@
 // shared. LLVM 19 has no intrinsics for wgmma: it is inline PTX (as MLIR's NVVM dialect emits it).
 #include "codegen/llvm/Lowering.h"
 #include "codegen/llvm/MmaPlan.h"
+#include "codegen/llvm/lower/Mma.h"
 
 #include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
@@ -50,41 +51,6 @@ bool storesTile(const TOp &st, const TValue *v, int64_t BM, int64_t BN) {
   for (int64_t e : *box)
     if (e > 0) ext.push_back(e);
   return ext == std::vector<int64_t>{BM, BN};
-}
-
-/// Inline PTX with no operands (a fence, a barrier of the asynchronous proxy).
-void ptx(IRBuilder<> &B, const std::string &text) {
-  B.CreateCall(InlineAsm::get(FunctionType::get(B.getVoidTy(), false), text, "~{memory}", true), {});
-}
-
-/// Inline PTX that reads and writes the f32 accumulators `acc` ("+f"), with `extra` operands
-/// after them (`extraConstraints`, e.g. "l,l,r"); `text` names the accumulators $0..$(n-1) and
-/// the extra operands from $(2n). Returns the accumulators as the instruction leaves them. Tying
-/// them through the asm keeps LLVM from reading them before a wgmma.wait_group says they are final.
-std::vector<Value *> ptxOnAccumulators(IRBuilder<> &B, const std::string &text, const std::vector<Value *> &acc,
-                                       const std::vector<Value *> &extra, const std::string &extraConstraints) {
-  const size_t n = acc.size();
-  std::string cons;
-  for (size_t i = 0; i < n; ++i) cons += (i ? ",=f" : "=f");
-  for (size_t i = 0; i < n; ++i) cons += "," + std::to_string(i);
-  if (!extraConstraints.empty()) cons += "," + extraConstraints;
-  cons += ",~{memory}";
-  std::vector<Type *> outs(n, B.getFloatTy()), ins(n, B.getFloatTy());
-  for (Value *e : extra) ins.push_back(e->getType());
-  std::vector<Value *> args(acc);
-  args.insert(args.end(), extra.begin(), extra.end());
-  auto *fty = FunctionType::get(StructType::get(B.getContext(), outs), ins, false);
-  Value *r = B.CreateCall(InlineAsm::get(fty, text, cons, true), args);
-  std::vector<Value *> res(n);
-  for (size_t i = 0; i < n; ++i) res[i] = B.CreateExtractValue(r, unsigned(i));
-  return res;
-}
-
-/// `{$first, $first+1, ..., $first+n-1}`: a PTX vector of inline-asm operands.
-std::string operandList(size_t first, size_t n) {
-  std::string s = "{";
-  for (size_t i = 0; i < n; ++i) s += (i ? ", $" : "$") + std::to_string(first + i);
-  return s + "}";
 }
 
 } // namespace
@@ -133,11 +99,17 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     else
       epiCast = nullptr;
   }
+  // Hopper, a loop that is its whole kernel: a producer warpgroup copies with TMA
+  // (MmaWarpSpecialized.cpp), and the ring has its mbarriers after the stages.
+  int slots[2] = {-1, -1};
+  const bool ws = planWarpSpecialized(op, p, epiStore, slots);
+  // The threads' barrier: a warp-specialized kernel's leaves the producer warpgroup out.
+  auto sync = [&] { ws ? mma::namedBarrier(B, mma::kConsumerBarrier, threads) : T.barrier(B); };
   Value *out = epiStore ? nullptr : alloc(ct);
   Value *ring;
   {
     IRBuilder<> ab(entry, entry->getFirstInsertionPt());
-    ring = T.tileBuffer(ab, uint64_t(p.sharedBytes()));
+    ring = T.tileBuffer(ab, uint64_t(p.sharedBytes() + (ws ? 16 * S : 0)));
   }
   if (!ring) fail(F, "a tensor-core loop without shared memory");
   Value *ringS = B.CreateAddrSpaceCast(ring, sharedPtr);
@@ -315,7 +287,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   if (isZeroConstant(init)) {
     for (Value *&a : acc0) a = cf(f32(), 0.0);
   } else {
-    T.barrier(B);
+    sync();
     Value *ib = get(init);
     for (int64_t i = 0; i < MT; ++i)
       for (int64_t j = 0; j < NT; ++j)
@@ -327,7 +299,6 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   // ---- prologue: the first stages-1 tiles in flight ----
   Value *span = B.CreateSub(hi, lo);
   Value *n = B.CreateSelect(B.CreateICmpSGT(span, c64(0)), B.CreateSDiv(B.CreateAdd(span, c64(step - 1)), c64(step)), c64(0));
-  T.barrier(B); // the ring may reuse memory that earlier ops' threads still read
   const int D = p.prefetch();
   // The prologue and the main loop for one layout of B (kMajorB: wgmma's K-major B, chosen once
   // per run by bKMajor, so that each loop copies one way and keeps its registers); returns the
@@ -359,8 +330,8 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     // inFlight groups).
     waitGroups(D - 1);
     // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
-    if (p.wgmma) ptx(B, "fence.proxy.async.shared::cta;");
-    T.barrier(B);
+    if (p.wgmma) mma::ptx(B, "fence.proxy.async.shared::cta;");
+    sync();
     Value *nextJ = B.CreateAdd(j, c64(D));
     ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S)), kMajorB); });
     commit();
@@ -372,39 +343,10 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     const bool bf16 = p.dtype == DType::BF16;
     Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
     if (p.wgmma) {
-      // Matrix descriptors (PTX ISA §9.7.15.5.1.2.3): start address >> 4 in bits 0-13, leading
-      // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, the 128-byte swizzle (1) in
-      // bits 62-63. A, K-major: 8-row groups 1024 bytes apart (the leading offset is unused); a k
-      // step of 16 is 32 bytes into the 128-byte rows, a 64-column chunk BM * 128 bytes further.
-      // B, N-major: 8 k rows 1024 bytes apart, 64-column chunks of n BK * 128 bytes apart; a k step
-      // of 16 is 16 rows of 128 bytes.
-      auto desc = [&](Value *at, int64_t lead, int64_t stride) {
-        Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, i64()), c64(0x3FFFF)), c64(4));
-        return B.CreateOr(a, c64(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62)));
-      };
-      Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(64 * 128)); // this warpgroup's 64 rows of A
-      const size_t nAcc = cur.size();
-      const std::string shape = "m64n" + std::to_string(p.BN) + "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16");
-      // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (transB 1) or, for
-      // bKMajor, K-major (transB 0, and B's descriptor as A's).
-      auto mmaText = [&](int transB) {
-        return "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) + ", 0;\nwgmma.mma_async.sync.aligned." + shape +
-               " " + operandList(0, nAcc) + ", $" + std::to_string(2 * nAcc) + ", $" + std::to_string(2 * nAcc + 1) +
-               ", p, 1, 1, 0, " + std::to_string(transB) + ";\n}";
-      };
-      cur = ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
-      auto multiply = [&](bool kMajorB, std::vector<Value *> v) {
-        for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
-          Value *aAt = B.CreateInBoundsGEP(i8(), aBase, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32)));
-          Value *bDesc = kMajorB ? desc(B.CreateInBoundsGEP(i8(), bBase, c64((kk / 4) * p.BN * 128 + (kk % 4) * 32)), 16, 1024)
-                                 : desc(B.CreateInBoundsGEP(i8(), bBase, c64(kk * 16 * 128)), p.BK * 128, 1024);
-          v = ptxOnAccumulators(B, mmaText(kMajorB ? 0 : 1), v, {desc(aAt, 16, 1024), bDesc, B.getInt32(1)}, "l,l,r");
-        }
-        return v;
-      };
-      cur = multiply(kMajorB, cur);
-      ptx(B, "wgmma.commit_group.sync.aligned;");
-      cur = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
+      cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
+      cur = mma::wgmmaKTile(B, p, aBase, bBase, warp, kMajorB, cur);
+      mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+      cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
     }
     for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
       std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
@@ -442,15 +384,14 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     B.CreateBr(head);
     B.SetInsertPoint(exit);
     std::vector<Value *> out(acc.begin(), acc.end());
-    if (p.wgmma) out = ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
+    if (p.wgmma) out = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
     return out;
   };
 
   // ---- the result: the accumulators into the loop's result tile ----
-  std::vector<Value *> fin;
-  if (!bKMajor) {
-    fin = mainLoop(false);
-  } else {
+  auto multistage = [&]() -> std::vector<Value *> {
+    sync(); // the ring may reuse memory that earlier ops' threads still read
+    if (!bKMajor) return mainLoop(false);
     BasicBlock *kb = BasicBlock::Create(C, "mma.b.kmajor", fn), *nb = BasicBlock::Create(C, "mma.b.nmajor", fn),
                *merged = BasicBlock::Create(C, "mma.merge", fn);
     B.CreateCondBr(bKMajor, kb, nb);
@@ -463,15 +404,18 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
       B.CreateBr(merged);
     }
     B.SetInsertPoint(merged);
+    std::vector<Value *> phis;
     for (size_t i = 0; i < outs[0].size(); ++i) {
       PHINode *ph = B.CreatePHI(f32(), 2);
       ph->addIncoming(outs[0][i], ends[0]);
       ph->addIncoming(outs[1][i], ends[1]);
-      fin.push_back(ph);
+      phis.push_back(ph);
     }
-  }
+    return phis;
+  };
+  const std::vector<Value *> fin = ws ? lowerWarpSpecialized(op, p, slots, ringS, lo, n, step, acc0, multistage) : multistage();
   waitGroups(0);
-  T.barrier(B);
+  sync();
   T.releaseTileBuffer(ring);
   if (epiStore) {
     // Each element to its place in the tensor (converted as the cast says), inside its bounds.

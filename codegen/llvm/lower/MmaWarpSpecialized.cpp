@@ -1,0 +1,255 @@
+// The warp-specialized wgmma main loop (sm_90a): a producer warpgroup copies the operand tiles
+// into the ring with the Tensor Memory Accelerator while the consumer warpgroups multiply, the
+// stages handed over through mbarriers instead of CTA barriers. The design is CUTLASS's
+// KernelTmaWarpSpecializedCooperative (include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp)
+// and ThunderKittens' producer/consumer template: per stage s of the ring, a `full[s]` barrier
+// (one arrival with expect_tx by the producer; the copies complete its transactions) and an
+// `empty[s]` barrier (one arrival per consumer warp once its products of the stage are done).
+//
+//   producer (one thread)                         consumers (every warp of the tile's warpgroups)
+//   for j: wait empty[j%S] (phase j/S - 1)        for j: wait full[j%S] (phase j/S)
+//          expect_tx full[j%S], bytes                    wgmma k tile j; commit; wait_group(inFlight)
+//          cp.async.bulk.tensor A, B -> stage            arrive empty[(j-inFlight)%S]
+//
+// The producer warpgroup gives its registers to the consumers (setmaxnreg, PTX ISA §9.7.17.1):
+// 40 per thread against 232, so that 128 f32 accumulators per consumer thread fit beside 384
+// threads. The maps are made by the launcher (runtime/cuda/TensorMap.h); where it could not make
+// them (an operand not 16-byte aligned, a stride not a multiple of 16 bytes), the consumers run
+// the cp.async loop of MmaLoop.cpp instead, synchronized by a named barrier that leaves the
+// producer warpgroup out, and the producer exits.
+//
+// Only a loop that is the whole of its kernel runs this way: before it, scalar ops (which the
+// producer threads run too, redundantly) and the accumulators' zero; after it, the store of its
+// result (the producer threads exit at the loop, so nothing after it may wait for them).
+#include "codegen/llvm/Lowering.h"
+#include "codegen/llvm/MmaPlan.h"
+#include "codegen/llvm/lower/Mma.h"
+
+#include "llvm/IR/IntrinsicsNVPTX.h"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace tsr::codegen::lower {
+
+namespace {
+
+/// Registers per thread after setmaxnreg: the producer's and the consumers' (multiples of 8;
+/// 128 * 40 + 256 * 232 = 64,512 of the SM's 65,536 with two consumer warpgroups).
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+
+/// The box's two axes (those with an extent), as MmaLoop.cpp's operands read them.
+std::pair<int, int> boxAxes(const std::vector<int64_t> &box) {
+  int row = -1, col = -1;
+  for (size_t d = 0; d < box.size(); ++d)
+    if (box[d] > 0) (row < 0 ? row : col) = int(d);
+  return {row, col};
+}
+
+} // namespace
+
+bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]) {
+  if (!p.wgmma || !epiStore || curBlock != F.body || loopDepth != 0 || redundant != 0 || threads % 128 != 0) return false;
+  const auto &ops = curBlock->ops;
+  auto at = std::find(ops.begin(), ops.end(), &op), st = std::find(ops.begin(), ops.end(), epiStore);
+  if (at == ops.end() || st == ops.end() || st + 1 != ops.end()) return false;
+  // Before the loop, ops the producer threads may run as well: scalars from scalars and tensors.
+  for (auto it = ops.begin(); it != at; ++it) {
+    const TOp *o = *it;
+    if (o->kind == OpKind::Constant && o->result() == op.operands[3]) continue; // the zero accumulators
+    if (o->results.empty() || !o->regions.empty()) return false;
+    for (const TValue *r : o->results)
+      if (!r->type.isScalar()) return false;
+    for (const TValue *v : o->operands)
+      if (!v->type.isScalar() && !v->type.isTensor()) return false;
+  }
+  const TOp *loads[2] = {p.loadA, p.loadB};
+  rt::TensorMapSpec specs[2];
+  for (int o = 0; o < 2; ++o) {
+    const TValue *t = loads[o]->operands[0];
+    auto pit = std::find(F.params.begin(), F.params.end(), t);
+    if (pit == F.params.end() || t->type.rank > 5) return false;
+    specs[o].param = int(pit - F.params.begin());
+    specs[o].box = *loads[o]->attrAs<std::vector<int64_t>>("box");
+    auto [row, col] = boxAxes(specs[o].box);
+    // A is read K-major only; B either way (MmaLoop.cpp's transpose-b).
+    specs[o].inner = o == 0 ? std::vector<int>{col} : std::vector<int>{col, row};
+  }
+  if (specs[0].param == specs[1].param) return false;
+  for (int o = 0; o < 2; ++o)
+    if ((slots[o] = T.tensorMapSlot(specs[o])) < 0) return false;
+  T.addProducerWarpgroup();
+  return true;
+}
+
+std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan &p, const int slots[2], Value *ringS,
+                                                    Value *lo, Value *n, int64_t step, const std::vector<Value *> &acc0,
+                                                    const std::function<std::vector<Value *>()> &multistage) {
+  const int S = p.stages;
+  const TValue *iv = op.regions[0]->args[0];
+  const TOp *loads[2] = {p.loadA, p.loadB};
+  const int64_t stageBytes[2] = {p.stageBytesA(), p.stageBytesB()};
+  const int64_t ringOffset[2] = {0, S * p.stageBytesA()};
+
+  // The maps, and whether the launcher made both (KernelArg::i of the tensors).
+  Value *args = T.kernelArgs(B, fn);
+  Value *map[2], *present = B.getTrue();
+  for (int o = 0; o < 2; ++o) {
+    const TValue *t = loads[o]->operands[0];
+    const int64_t param = std::find(F.params.begin(), F.params.end(), t) - F.params.begin();
+    map[o] = B.CreatePtrToInt(
+        B.CreateInBoundsGEP(i8(), args, c64(int64_t(rt::tensorMapOffset(F.params.size())) + slots[o] * int64_t(rt::kTensorMapBytes))), i64());
+    Value *flag = B.CreateLoad(i64(), B.CreateInBoundsGEP(i8(), args, c64(param * int64_t(sizeof(rt::KernelArg)) + int64_t(offsetof(rt::KernelArg, i)))));
+    present = B.CreateAnd(present, B.CreateICmpNE(B.CreateAnd(flag, c64(rt::kTensorMapPresent)), c64(0)));
+  }
+  // B's map runs along n when n is contiguous (runtime/TensorMaps.h: the first inner axis with
+  // stride 1), else along k: the K-major layout.
+  auto [rowB, colB] = boxAxes(*p.loadB->attrAs<std::vector<int64_t>>("box"));
+  (void)rowB;
+  Value *bKMajor = B.CreateICmpNE(tensor(p.loadB->operands[0]).strides[size_t(colB)], c64(1));
+
+  // The barriers, after the ring: full[0..S), empty[0..S).
+  Value *bars = B.CreateInBoundsGEP(i8(), ringS, c64(S * (p.stageBytesA() + p.stageBytesB())));
+  auto full = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(s, c64(8))); };
+  auto empty = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(B.CreateAdd(s, c64(S)), c64(8))); };
+  const int consumerWarps = threads / 32;
+  ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
+    for (int s = 0; s < S; ++s) {
+      mma::mbarrierInit(B, full(c64(s)), 1);
+      mma::mbarrierInit(B, empty(c64(s)), consumerWarps);
+    }
+    // The barriers' initialization, visible to the other threads and to the copies' complete_tx.
+    mma::ptx(B, "fence.mbarrier_init.release.cluster;");
+  });
+  T.barrier(B); // every thread of the CTA, the producer warpgroup's too
+
+  // A counted loop over the k tiles j in [0, n) at the insert point; `body` gets j.
+  auto kLoop = [&](const std::function<void(Value *)> &body) {
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, "ws.head", fn), *bodyBB = BasicBlock::Create(C, "ws.body", fn),
+               *exit = BasicBlock::Create(C, "ws.exit", fn);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(i64(), 2, "ws.j");
+    j->addIncoming(c64(0), pre);
+    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
+    B.SetInsertPoint(bodyBB);
+    body(j);
+    j->addIncoming(B.CreateAdd(j, c64(1)), B.GetInsertBlock());
+    markRolled(B.CreateBr(head));
+    B.SetInsertPoint(exit);
+  };
+
+  // ---- the producer warpgroup ----
+  BasicBlock *producerBB = BasicBlock::Create(C, "ws.producer", fn), *consumerBB = BasicBlock::Create(C, "ws.consumer", fn);
+  B.CreateCondBr(B.CreateICmpUGE(tid, c64(threads)), producerBB, consumerBB);
+  B.SetInsertPoint(producerBB);
+  B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {B.getInt32(kProducerRegisters)});
+  // Copies of tile j of operand o into stage `stage`: box[inner] / 64 copies of 64 x outer.
+  auto copies = [&](int o, bool kMajor, Value *j, Value *stage, Value *bar) {
+    const TOp &ld = *loads[o];
+    const auto &box = *ld.attrAs<std::vector<int64_t>>("box");
+    auto [row, col] = boxAxes(box);
+    const int inner = o == 1 && kMajor ? row : col, outer = inner == row ? col : row;
+    Value *k = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
+    auto start = [&](size_t d) { return ld.operands[1 + d] == iv ? k : get(ld.operands[1 + d]); };
+    Value *dst0 = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[o]), B.CreateMul(stage, c64(stageBytes[o]))));
+    for (int64_t c = 0; c < box[size_t(inner)] / 64; ++c) {
+      std::vector<Value *> coords{B.CreateAdd(start(size_t(inner)), c64(64 * c)), start(size_t(outer))};
+      for (size_t d = 0; d < box.size(); ++d)
+        if (int(d) != inner && int(d) != outer) coords.push_back(start(d));
+      mma::tensorCopy(B, B.CreateInBoundsGEP(i8(), dst0, c64(c * box[size_t(outer)] * 128)), map[o], coords, bar);
+    }
+  };
+  auto producerLoop = [&](bool kMajor) {
+    kLoop([&](Value *j) {
+      Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
+      // A stage is free once the consumers released its previous tile; a fresh barrier's
+      // phase of parity 1 counts as complete, so the first round does not wait.
+      mma::mbarrierWait(B, empty(s), B.CreateXor(B.CreateAnd(round, c64(1)), c64(1)));
+      mma::mbarrierArriveExpectTx(B, full(s), p.stageBytesA() + p.stageBytesB());
+      copies(0, kMajor, j, s, full(s));
+      copies(1, kMajor, j, s, full(s));
+    });
+  };
+  ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] {
+    BasicBlock *kb = BasicBlock::Create(C, "ws.produce.kmajor", fn), *nb = BasicBlock::Create(C, "ws.produce.nmajor", fn),
+               *done = BasicBlock::Create(C, "ws.produce.done", fn);
+    B.CreateCondBr(bKMajor, kb, nb);
+    B.SetInsertPoint(kb);
+    producerLoop(true);
+    B.CreateBr(done);
+    B.SetInsertPoint(nb);
+    producerLoop(false);
+    B.CreateBr(done);
+    B.SetInsertPoint(done);
+  });
+  B.CreateRetVoid();
+
+  // ---- the consumer warpgroups ----
+  B.SetInsertPoint(consumerBB);
+  B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
+  Value *warp = B.CreateLShr(tid, c64(5)), *lane = B.CreateAnd(tid, c64(31));
+  auto consumerLoop = [&](bool kMajor) {
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, "ws.mma.head", fn), *bodyBB = BasicBlock::Create(C, "ws.mma.body", fn),
+               *exit = BasicBlock::Create(C, "ws.mma.exit", fn);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(i64(), 2, "ws.mma.j");
+    j->addIncoming(c64(0), pre);
+    std::vector<PHINode *> acc(acc0.size());
+    for (size_t q = 0; q < acc.size(); ++q) {
+      acc[q] = B.CreatePHI(f32(), 2);
+      acc[q]->addIncoming(acc0[q], pre);
+    }
+    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
+    B.SetInsertPoint(bodyBB);
+    Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
+    mma::mbarrierWait(B, full(s), B.CreateAnd(round, c64(1)));
+    std::vector<Value *> cur(acc.begin(), acc.end());
+    Value *aStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(s, c64(p.stageBytesA())));
+    Value *bStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[1]), B.CreateMul(s, c64(p.stageBytesB()))));
+    cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
+    cur = mma::wgmmaKTile(B, p, aStage, bStage, warp, kMajor, cur);
+    mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+    cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
+    // Tile j - inFlight's products are done in this warp: its stage may be refilled.
+    Value *done = B.CreateSub(j, c64(p.inFlight));
+    ifThen(B.CreateAnd(B.CreateICmpSGE(done, c64(0)), B.CreateICmpEQ(lane, c64(0))),
+           [&] { mma::mbarrierArrive(B, empty(B.CreateURem(done, c64(S)))); });
+    BasicBlock *latch = B.GetInsertBlock();
+    j->addIncoming(B.CreateAdd(j, c64(1)), latch);
+    for (size_t q = 0; q < acc.size(); ++q) acc[q]->addIncoming(cur[q], latch);
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+    std::vector<Value *> out(acc.begin(), acc.end());
+    return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
+  };
+  // Three ways out of the consumers' branch: the K-major and N-major loops with maps, and the
+  // cp.async loop without; the accumulators meet in phis.
+  BasicBlock *withMaps = BasicBlock::Create(C, "ws.maps", fn), *without = BasicBlock::Create(C, "ws.nomaps", fn),
+             *kb = BasicBlock::Create(C, "ws.mma.kmajor", fn), *nb = BasicBlock::Create(C, "ws.mma.nmajor", fn),
+             *merged = BasicBlock::Create(C, "ws.merge", fn);
+  B.CreateCondBr(present, withMaps, without);
+  B.SetInsertPoint(withMaps);
+  B.CreateCondBr(bKMajor, kb, nb);
+  std::vector<Value *> outs[3];
+  BasicBlock *ends[3];
+  for (int q = 0; q < 3; ++q) {
+    B.SetInsertPoint(q == 0 ? kb : q == 1 ? nb : without);
+    outs[q] = q == 2 ? multistage() : consumerLoop(q == 0);
+    ends[q] = B.GetInsertBlock();
+    B.CreateBr(merged);
+  }
+  B.SetInsertPoint(merged);
+  std::vector<Value *> fin;
+  for (size_t i = 0; i < acc0.size(); ++i) {
+    PHINode *ph = B.CreatePHI(f32(), 3);
+    for (int q = 0; q < 3; ++q) ph->addIncoming(outs[q][i], ends[q]);
+    fin.push_back(ph);
+  }
+  return fin;
+}
+
+} // namespace tsr::codegen::lower
