@@ -105,8 +105,9 @@ public:
   /// rt::tensorMapOffset(params) + s * rt::kTensorMapBytes of the KernelArg array's pointer.
   virtual int tensorMapSlot(const rt::TensorMapSpec &spec) const { (void)spec; return -1; }
   /// Launches one warpgroup (128 threads) more per program than threadsPerProgram(), with thread
-  /// indices from threadsPerProgram() on (a warp-specialized loop's producer: MmaWarpSpecialized.cpp).
-  virtual void addProducerWarpgroup() const {}
+  /// indices from threadsPerProgram() on (a warp-specialized loop's producer: MmaWarpSpecialized.cpp),
+  /// and at most `maxRegisters` registers per thread at launch (what setmaxnreg.inc asks for).
+  virtual void addProducerWarpgroup(int maxRegisters) const { (void)maxRegisters; }
 };
 
 /// Lowers `f` into `m` as a function named `name` of the target's program type, internal and

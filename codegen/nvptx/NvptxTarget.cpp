@@ -130,14 +130,18 @@ public:
     maps_.push_back(spec);
     return int(maps_.size() - 1);
   }
-  void addProducerWarpgroup() const override { extraThreads_ = 128; }
+  void addProducerWarpgroup(int maxRegisters) const override {
+    extraThreads_ = 128;
+    maxRegisters_ = maxRegisters;
+  }
   const std::vector<rt::TensorMapSpec> &tensorMaps() const { return maps_; }
   int extraThreads() const { return extraThreads_; }
+  int maxRegisters() const { return maxRegisters_; }
 
 private:
   int threads_;
   mutable std::vector<rt::TensorMapSpec> maps_;
-  mutable int extraThreads_ = 0;
+  mutable int extraThreads_ = 0, maxRegisters_ = 255;
   GlobalVariable *smem_;
   int smArch_;
   mutable uint64_t end_ = 0, high_ = 0;
@@ -298,6 +302,15 @@ Built build(const std::vector<const tile::Function *> &fns, LLVMContext &ctx, Ta
     Metadata *tmd[] = {ValueAsMetadata::get(entry), MDString::get(ctx, "maxntidx"),
                        ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx), k.threads))};
     ann->addOperand(MDNode::get(ctx, tmd));
+    if (target.extraThreads()) {
+      // setmaxnreg moves registers between warpgroups of the count the kernel is launched with: at
+      // most what the SM has per thread of the block, and never above what the consumers ask for
+      // (an `inc` below the current count is not one).
+      const int cap = std::min(target.maxRegisters(), 65536 / k.threads / 8 * 8);
+      Metadata *rmd[] = {ValueAsMetadata::get(entry), MDString::get(ctx, "maxnreg"),
+                         ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx), cap))};
+      ann->addOperand(MDNode::get(ctx, rmd));
+    }
     if (!k.tensorMaps.empty()) {
       // NVPTX's grid_constant (parameter 1): the block's address is taken without a local copy.
       Metadata *one[] = {ConstantAsMetadata::get(ConstantInt::get(Type::getInt32Ty(ctx), 1))};

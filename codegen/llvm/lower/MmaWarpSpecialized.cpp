@@ -78,7 +78,7 @@ bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *e
   if (specs[0].param == specs[1].param) return false;
   for (int o = 0; o < 2; ++o)
     if ((slots[o] = T.tensorMapSlot(specs[o])) < 0) return false;
-  T.addProducerWarpgroup();
+  T.addProducerWarpgroup(kConsumerRegisters);
   return true;
 }
 
