@@ -618,6 +618,7 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
   std::map<std::string, std::string> boundBy;
   bool needSpecialization = false;
   std::vector<std::pair<std::string, TypeRef>> paramTypes;
+  std::vector<size_t> unseen; // annotated parameters given an argument of unknown type
   for (auto &p : fn->params) {
     auto it = given.find(p.name);
     const ArgInfo *a = it == given.end() ? nullptr : it->second;
@@ -632,6 +633,7 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
       needSpecialization = true;
     const TypeRef &want = p.annotated;
     if (!a || got->is(TypeKind::Unknown)) {
+      if (a && !p.compileTime()) unseen.push_back(paramTypes.size());
       paramTypes.push_back({p.name, got && p.compileTime() && !got->is(TypeKind::Unknown) ? got : want});
       continue;
     }
@@ -680,6 +682,21 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
     paramTypes.push_back({p.name, p.compileTime() ? got : want});
   }
   if (!ok) return fn->declaredReturn ? substitute(fn->declaredReturn, env) : T::unknown();
+
+  // An argument whose type is unknown here (a tensor read from a file) still has one size per
+  // symbol when the program runs: in a specialization its parameter has the sizes the other
+  // arguments bind, and a symbol no argument binds is that run-time size, an opaque atom of the
+  // symbol's name, not a universally quantified one. Otherwise `x: Tensor["N", "F"]` given a
+  // loaded tensor and a weight `[13, 32]` would be E0302 "F" vs 13 although F is 13 when it runs;
+  // the run-time lowering checks it instead (docs/language.md, specializations).
+  if (needSpecialization && !unseen.empty()) {
+    std::map<std::string, Dim> runtime = env;
+    for (size_t i : unseen)
+      for (const Dim &d : paramTypes[i].second->dims)
+        for (const std::string &s : d.symbols())
+          if (!runtime.count(s)) runtime[s] = Dim::opaque(s);
+    for (size_t i : unseen) paramTypes[i].second = substitute(paramTypes[i].second, runtime);
+  }
 
   // Compile-time ints given by keyword bind the symbols of the same name (`heads` in
   // Tensor["B", "heads", "S", "D/heads"]).

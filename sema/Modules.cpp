@@ -525,8 +525,13 @@ static void bindParams(FunctionChecker &fc, const FunctionInfo &fn, const std::u
     // An int parameter that the body never reassigns names a size: `M` in `zeros((M, K))`. A
     // positional int of a kernel or graph function is a run-time scalar (like saxpy's alpha):
     // it may size a tensor, but not a tile, an axis or anything else compiled into the program.
+    // A host function's ints are values of the running program (`main`'s flags): a size made
+    // from one is known when the program runs, so where it meets a constant (`ones((n, 3))`
+    // against `[4, 8]`) the checker cannot tell, and the operation checks it when it runs
+    // (spec 5), rather than a universally quantified symbol that differs from every constant.
     if (t->is(TypeKind::Int) && !t->intValue && !(reassigned && reassigned->count(p.name))) {
-      bool runtimeScalar = (fn.kind == FunctionKind::Kernel || fn.kind == FunctionKind::Graph) && !p.compileTime();
+      bool runtimeScalar = ((fn.kind == FunctionKind::Kernel || fn.kind == FunctionKind::Graph) && !p.compileTime()) ||
+                           fn.kind == FunctionKind::Host;
       t = T::integer(runtimeScalar ? Dim::opaque(p.name) : Dim::symbol(p.name));
     }
     fc.bindParam(p.name, t, p.range);

@@ -246,6 +246,9 @@ ValueRef Interpreter::Impl::callFunction(const sema::FunctionInfo &fn, const std
     if (!v) fail("`" + fn.name + "` is missing the argument `" + p.name + "`", at);
     bound.push_back({p.name, v});
   }
+  if (&fn == entry)
+    for (auto &[k, v] : bound)
+      if (v->k == K::Int) intFlags[k] = v->i;
   if (fn.kind == sema::FunctionKind::Graph) return callGraph(fn, bound, at);
   if (++depth > 500) fail("recursion deeper than 500 calls", at);
   auto scope = std::make_shared<Env>();
@@ -322,12 +325,7 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
       g = lowered;
       cacheResult[k] = structure;
     } catch (ir::CompileError &err) {
-      // An error inside the function's body (a shape mismatch of the arguments it was given)
-      // also names the call, as the checker's specializations do.
-      std::vector<std::string> notes;
-      if (err.range.valid() && !(err.range.file == at.file && err.range.begin >= at.begin && err.range.end <= at.end))
-        notes.push_back("in `" + fn.name + "` as called here (" + P.sm.describe(at) + ")");
-      failCompile(err, at, notes);
+      failCompile(err, at, fn.name);
     } catch (ir::IRError &err) {
       fail("internal error: " + err.message, at, 70);
     }

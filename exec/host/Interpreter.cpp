@@ -173,12 +173,46 @@ bool Interpreter::Impl::hasTensor(const ValueRef &v) {
   return false;
 }
 
-void Interpreter::Impl::failCompile(const ir::CompileError &err, SourceRange at, std::vector<std::string> notes) {
+void Interpreter::Impl::failCompile(const ir::CompileError &err, SourceRange at, const std::string &callee) {
   SourceRange where = err.range.valid() ? err.range : at;
   bool yet = err.kind == DiagKind::NotCompilableYet;
   RuntimeError e{yet ? err.what + " cannot run yet" : err.what, where, 1, yet ? "" : std::string(diagCode(err.kind)), err.notes};
-  e.notes.insert(e.notes.end(), notes.begin(), notes.end());
+  if (at.valid() && !(where.file == at.file && where.begin >= at.begin && where.end <= at.end))
+    e.notes.push_back((callee.empty() ? std::string("as called here (") : "in `" + callee + "` as called here (") + P.sm.describe(at) + ")");
+  bool shapes = err.kind == DiagKind::BroadcastMismatch || err.kind == DiagKind::MatmulInner || err.kind == DiagKind::ReshapeCount ||
+                err.kind == DiagKind::ConcatMismatch;
+  // Only host code's types are searched (`at` is the operation or call in host code): a graph
+  // function's body has symbols of its own, which may share a flag's name.
+  if (shapes) for (auto &n : flagNotes({at})) e.notes.push_back(n);
   throw e;
+}
+
+std::vector<std::string> Interpreter::Impl::flagNotes(const std::vector<SourceRange> &sites) {
+  // The checker's types say which sizes are made of a flag's value: `main`'s int parameters are
+  // run-time atoms of their own name in every dim computed from them ("n", "2*n"). Dims print
+  // atoms by name, so a flag is mentioned where its name is a whole word of a dim's text.
+  auto mentions = [](const std::string &text, const std::string &name) {
+    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t i = text.find(name); i != std::string::npos; i = text.find(name, i + 1))
+      if ((i == 0 || !word(text[i - 1])) && (i + name.size() == text.size() || !word(text[i + name.size()]))) return true;
+    return false;
+  };
+  std::set<std::string> named;
+  for (auto &[expr, type] : P.exprTypes) {
+    bool inside = false;
+    for (const SourceRange &r : sites)
+      inside |= r.valid() && expr->range.file == r.file && expr->range.begin >= r.begin && expr->range.end <= r.end;
+    if (!inside || !type) continue;
+    std::vector<Dim> dims = type->dims;
+    if (type->intValue) dims.push_back(*type->intValue);
+    for (const Dim &d : dims)
+      for (auto &[flag, value] : intFlags)
+        if (mentions(d.str(), flag)) named.insert(flag);
+  }
+  std::vector<std::string> notes;
+  for (const std::string &flag : named)
+    notes.push_back("`" + flag + "` is " + std::to_string(intFlags[flag]) + " in this run: the flag --" + flag + " of `" + entry->name + "`");
+  return notes;
 }
 
 std::string Interpreter::Impl::display(const ValueRef &v) {
@@ -352,6 +386,7 @@ int Interpreter::runMain(const std::string &entry, const std::vector<std::string
     }
   }
   try {
+    I.entry = &fn;
     I.callFunction(fn, {}, kwargs, fn.def->nameRange);
   } catch (RuntimeError &e) {
     DiagnosticEngine d(I.P.sm);

@@ -16,6 +16,7 @@
 #include "ir/lower/LowerKernel.h"
 #include "sema/Builtins.h"
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 #include <string_view>
 
 namespace tsr::host {
@@ -104,6 +106,10 @@ struct Interpreter::Impl {
   AstContext synth;                           // synthetic expressions for eager operations
   std::unique_ptr<exec::KernelLauncher> kernels; // kernels launched from host code and from graphs
   int depth = 0;
+  // The entry function (`main`) and its int flags' values as it runs, named in shape errors whose
+  // sizes the checker left to run time because they come from a flag.
+  const sema::FunctionInfo *entry = nullptr;
+  std::map<std::string, int64_t> intFlags;
 
   Impl(const sema::Program &p, GraphExecutor &e, std::ostream &o, std::shared_ptr<exec::StepBackend> backend)
       : P(p), exec(e), out(o), kernels(std::make_unique<exec::KernelLauncher>(p, std::move(backend))) {
@@ -140,10 +146,15 @@ struct Interpreter::Impl {
   Name *nameNode(size_t i, SourceRange r) { return synth.make<Name>(r, "_" + std::to_string(i)); }
 
   static bool hasTensor(const ValueRef &v);
-  // Stops the program on a lowering failure at `at` (the error's own range where it has one): what
-  // cannot run yet, or an error of the program that lowering found (autodiff's, a shape mismatch
-  // of tensors whose shapes the checker could not see), with its code and notes, and `notes`.
-  [[noreturn]] void failCompile(const ir::CompileError &err, SourceRange at, std::vector<std::string> notes = {});
+  // Stops the program on a lowering failure of the call or operation at `at` (reported at the
+  // error's own range where it has one): what cannot run yet, or an error of the program that
+  // lowering found (autodiff's, a shape mismatch of tensors whose shapes the checker could not
+  // see), with its code and notes. An error inside a called function (`callee`, when known) also
+  // names the call, as the checker's specializations do.
+  [[noreturn]] void failCompile(const ir::CompileError &err, SourceRange at, const std::string &callee = "");
+  // Notes naming the flags of `main` whose values make the sizes of the expressions within
+  // `sites` (for a shape error whose sizes the checker left to run time).
+  std::vector<std::string> flagNotes(const std::vector<SourceRange> &sites);
 
   // ---- statements --------------------------------------------------------------------------
 
