@@ -5,6 +5,7 @@
 #include "runtime/cuda/ModuleCache.h"
 #include "runtime/cuda/TensorMap.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -64,6 +65,11 @@ struct CudaProgram final : BackendProgram {
 /// (runtime/TensorMaps.h), each tensor's KernelArg::i saying whether its map could be made.
 /// Reuses `block`'s memory.
 void packParameters(const CudaProgram &p, const std::vector<rt::KernelArg> &args, std::vector<unsigned char> &block) {
+  // TSR_TENSOR_MAPS=0: no maps (every kernel takes its copies without TMA), to compare the two.
+  static const bool noMaps = [] {
+    const char *e = std::getenv("TSR_TENSOR_MAPS");
+    return e && std::string(e) == "0";
+  }();
   block.assign(rt::kernelParamBytes(args.size(), p.tensorMaps.size()), 0);
   std::memcpy(block.data(), args.data(), args.size() * sizeof(rt::KernelArg));
   auto *packed = reinterpret_cast<rt::KernelArg *>(block.data());
