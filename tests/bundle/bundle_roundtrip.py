@@ -150,6 +150,11 @@ def cli_checks(tsrc, root, work):
         ("an unknown cpu", [tsrc, ex, "-o", "x.bundle", "--cpu", "skylake"], 2, r"--cpu: skylake not in \{host,x86-64,x86-64-v2,x86-64-v3,x86-64-v4\}"),
         ("--cpu without -o", [tsrc, ex, "--check", "--cpu", "x86-64-v3"], 2, r"--target, --cpu, --specialize and --trace apply to a bundle"),
         ("a malformed --specialize", [tsrc, ex, "-o", "x.bundle", "--specialize", "n=-3"], 2, r"expected SYM=INT"),
+        ("a --specialize that is not an integer", [tsrc, ex, "-o", "x.bundle", "--specialize", "n=4.5"], 2, r"--specialize n=4.5: expected SYM=INT"),
+        ("an unknown --specialize symbol", [tsrc, ex, "-o", "x.bundle", "--target", "cpu", "--specialize", "nn=4"], 2,
+         r"tsrc: --specialize nn=4: the program has no symbol `nn` \(its symbols: n, seed\)"),
+        ("two values for one --specialize symbol", [tsrc, ex, "-o", "x.bundle", "--specialize", "n=4", "--specialize", "n=8"], 2,
+         r"--specialize n=8: the symbol `n` is already given as 4"),
         ("nothing to do", [tsrc, ex], 2, r"nothing to do: use -o FILE.bundle, --check or --emit"),
         ("a failing trace run", [tsrc, ex, "-o", "x.bundle", "--target", "cpu", "--trace", "--n notanumber"], 1,
          r"tsrc: error: cannot make the bundle x.bundle: the trace run of main failed \(exit 2\)"),
@@ -162,6 +167,10 @@ def cli_checks(tsrc, root, work):
         ok = not r.crash and r.returncode == code and re.search(want, out)
         report(bool(ok), f"cli: {label}", f"exit {r.returncode} (expected {code}); output:\n{out[-1500:]}")
     report(not os.path.exists(os.path.join(work, "x.bundle")), "cli: no bundle after a failure", "x.bundle was written")
+    # The control of the --specialize refusals: a symbol the program has, given twice alike, makes the bundle.
+    r = run([tsrc, ex, "-o", "ok.bundle", "--target", "cpu", "--specialize", "n=4096", "--specialize", "n=4096"], cwd=work, timeout=300)
+    report(not r.crash and r.returncode == 0 and os.path.exists(os.path.join(work, "ok.bundle")), "cli: a known --specialize symbol",
+           f"exit {r.returncode}; output:\n{(r.stdout + r.stderr)[-1500:]}")
 
 
 def main():

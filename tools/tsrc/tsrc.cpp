@@ -23,6 +23,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
@@ -162,6 +163,33 @@ static int writeBundleFile(const sema::Program &program, ir::Module &graphs, con
   return 0;
 }
 
+// `--specialize SYM=INT` names a size of the program: a symbol of a signature in its own modules
+// (not the stdlib's) or an int flag of `main` (the sizes the bundle's tiles are chosen for). Any
+// other name is a usage error (exit 2) naming it, so that a misspelt symbol does not silently
+// leave the tiles chosen for the default size. Returns 0 when every name is one of them.
+static int checkSpecializeSymbols(const sema::Program &p, const std::map<std::string, int64_t> &sizes) {
+  std::set<std::string> known;
+  for (const auto &m : p.modules) {
+    if (m->isStdlib) continue;
+    for (const auto &fn : m->functions) {
+      known.insert(fn->symbols.begin(), fn->symbols.end());
+      for (const sema::ParamInfo &prm : fn->params) {
+        const sema::TypeRef &t = prm.annotated ? prm.annotated : prm.defaultType;
+        if (t && t->is(sema::TypeKind::Int) && m.get() == p.main && fn->name == "main") known.insert(prm.name);
+      }
+    }
+  }
+  for (const auto &[sym, v] : sizes) {
+    if (known.count(sym)) continue;
+    std::string list;
+    for (const std::string &k : known) list += (list.empty() ? "" : ", ") + k;
+    std::cerr << "tsrc: --specialize " << sym << "=" << v << ": the program has no symbol `" << sym << "`"
+              << (list.empty() ? std::string(" (it has none)") : " (its symbols: " + list + ")") << "\n";
+    return 2;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
   app.set_version_flag("--version", "tsrc 0.1 (Tessera)");
@@ -270,7 +298,11 @@ int main(int argc, char **argv) {
         std::cerr << "tsrc: --specialize " << kv << ": expected SYM=INT with a positive INT\n";
         return 2;
       }
-      bundleOpts.sizes[kv.substr(0, eq)] = v;
+      const std::string sym = kv.substr(0, eq);
+      if (auto [it, fresh] = bundleOpts.sizes.emplace(sym, v); !fresh && it->second != v) {
+        std::cerr << "tsrc: --specialize " << kv << ": the symbol `" << sym << "` is already given as " << it->second << "\n";
+        return 2;
+      }
     }
     bundleOpts.cpuName = cpuName;
     if (traceOpt->count()) {
@@ -298,6 +330,7 @@ int main(int argc, char **argv) {
         sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
         auto program = sema::checkProgram(sm, diags, file, opts);
         if (!diags.hasErrors()) {
+          if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes)) return usage;
           // A graph that does not lower before run time (E0130: sizes or lengths known only
           // then) stays out of the bundle and compiles when it runs; an internal error is one.
           DiagnosticEngine lowering(sm);
