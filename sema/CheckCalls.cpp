@@ -803,6 +803,19 @@ TypeRef FunctionChecker::callTransform(const TypeRef &callee, Args &args, Source
         return T::unknown();
       }
     }
+    // has_aux=True (JAX's): f returns a pair (scalar, aux); the scalar is differentiated and aux
+    // is passed through: grad gives (gradients, aux), value_and_grad ((value, aux), gradients).
+    TypeRef aux;
+    if (callee->hasAux && !r->is(TypeKind::Unknown)) {
+      if (!r->is(TypeKind::Tuple) || r->elem || r->elems.size() != 2) {
+        D.report(DiagKind::AutodiffStructure, at, {tname + "(..., has_aux=True)", "`" + fname + "` returns " + typeStr(r) + ", not a pair (loss, aux)"});
+        return T::unknown();
+      }
+      aux = r->elems[1];
+      r = r->elems[0];
+    } else if (callee->hasAux) {
+      aux = T::unknown();
+    }
     bool scalar = r->is(TypeKind::Unknown) || r->is(TypeKind::Float) || (r->isScalarTensor() && isFloat(r->dtype)) ||
                   (r->is(TypeKind::Tensor) && !r->rankKnown);
     if (r->is(TypeKind::Tensor) && r->rankKnown && !r->dims.empty() && product(r->dims).isOne()) scalar = true;
@@ -820,8 +833,8 @@ TypeRef FunctionChecker::callTransform(const TypeRef &callee, Args &args, Source
       grads.push_back(gradientOf(args.positional[static_cast<size_t>(n)].type, D, args.positional[static_cast<size_t>(n)].range, "argument " + std::to_string(n)));
     }
     TypeRef g = grads.size() == 1 && !callee->argnumsTuple ? grads[0] : T::tuple(grads);
-    if (callee->transform == Transform::Grad) return g;
-    return T::tuple({r, g});
+    if (callee->transform == Transform::Grad) return aux ? T::tuple({g, aux}) : g;
+    return T::tuple({aux ? T::tuple({r, aux}) : r, g});
   }
   default: return T::unknown();
   }

@@ -92,6 +92,7 @@ struct Type {
   Transform transform = Transform::None;
   std::vector<int> argnums;  // for Grad / ValueAndGrad
   bool argnumsTuple = false; // argnums given as a tuple: the gradient is a tuple
+  bool hasAux = false;       // has_aux=True: the function returns (scalar, aux), as in JAX
   TypeRef inner;             // the function a transform wraps; a pullback's primal result
   std::string name;          // builtin name ("tile.load"), Opaque's description, a View's tensor
   bool strided = false;      // a View with a step other than 1 (tile operations reject it)

@@ -201,6 +201,7 @@ ValueRef Interpreter::Impl::callTransform(const ValueRef &t, const std::vector<V
         an = synth.make<IntLit>(at, nums[0] + static_cast<int64_t>(captured.size()));
       }
       inner->args.push_back({ArgKind::Keyword, "argnums", an, at});
+      if (t->hasAux) inner->args.push_back({ArgKind::Keyword, "has_aux", synth.make<BoolLit>(at, true), at});
     }
     auto *node = synth.make<Call>(at, inner);
     for (size_t i = 1; i < operands.size(); ++i) node->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});

@@ -447,6 +447,10 @@ ValueRef transformOf(HostCall &c, sema::Transform tr) {
       v.argnums.push_back(static_cast<int>(n->i));
     }
   }
+  if (ValueRef aux = tr == sema::Transform::Checkpoint ? nullptr : c.arg(2, "has_aux")) {
+    if (aux->k != K::Bool) c.fail("has_aux is a bool");
+    v.hasAux = aux->b;
+  }
   return mk(v);
 }
 ValueRef grad(HostCall &c) { return transformOf(c, sema::Transform::Grad); }

@@ -58,6 +58,7 @@ TypeRef Interpreter::Impl::typeOf(const ValueRef &v, SourceRange at) {
     t->inner = typeOf(v->inner, at);
     t->argnums = v->argnums;
     t->argnumsTuple = v->argnumsTuple;
+    t->hasAux = v->hasAux;
     return t;
   }
   default: fail("a " + kindName(v) + " cannot be passed to compiled code", at);
@@ -111,7 +112,7 @@ std::string Interpreter::Impl::key(const TypeRef &t) {
   // Functions and transforms: which function, which transform, which argument numbers.
   if (t->fn) s += "@" + std::to_string(reinterpret_cast<uintptr_t>(t->fn));
   if (t->transform != sema::Transform::None) {
-    s += "~" + std::to_string(static_cast<int>(t->transform)) + (t->argnumsTuple ? "tuple" : "");
+    s += "~" + std::to_string(static_cast<int>(t->transform)) + (t->argnumsTuple ? "tuple" : "") + (t->hasAux ? "aux" : "");
     for (int n : t->argnums) s += "," + std::to_string(n);
   }
   if (t->inner) s += "inner:" + key(t->inner);

@@ -56,6 +56,7 @@ struct Value {
   ValueRef inner;
   std::vector<int> argnums;
   bool argnumsTuple = false;
+  bool hasAux = false; // has_aux=True
 };
 
 /// Runs graphs: the reference evaluator today, compiled code as it lands.

@@ -76,6 +76,7 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     v.inner = paramValue(g, name, t->inner, at, compileTime);
     v.argnums = t->argnums;
     v.tupleArgnums = t->argnumsTuple;
+    v.hasAux = t->hasAux;
     return mk(v);
   }
   case TypeKind::Builtin: {

@@ -214,6 +214,14 @@ LVRef Lowering::gradCall(const LV &t, std::vector<LVRef> args, const std::map<st
   }
   size_t begin = 0, end = 0;
   LVRef out = lowerSpan(t.inner, args, kwargs, at, begin, end);
+  // has_aux=True: the function's pair (loss, aux); aux is passed through, not differentiated.
+  LVRef aux;
+  if (t.hasAux) {
+    if ((out->kind != LV::K::Tuple && out->kind != LV::K::List) || out->elems.size() != 2)
+      autodiffError(DiagKind::AutodiffStructure, {tname + "(..., has_aux=True)", "`" + fname + "` returns " + structureText(out, at) + ", not a pair (loss, aux)"}, at);
+    aux = out->elems[1];
+    out = out->elems[0];
+  }
   Value *y = nullptr;
   if (out->kind == LV::K::Tensor && autodiff::differentiable(out->v->type)) {
     Dim n = Dim::constant(1);
@@ -237,8 +245,8 @@ LVRef Lowering::gradCall(const LV &t, std::vector<LVRef> args, const std::map<st
   size_t next = 0;
   for (int n : nums) grads.push_back(replaceLeaves(args[static_cast<size_t>(n)], cots, next, at));
   LVRef g = grads.size() == 1 && !t.tupleArgnums ? grads[0] : tuple(grads);
-  if (t.transform == sema::Transform::Grad) return g;
-  return tuple({out, g});
+  if (t.transform == sema::Transform::Grad) return aux ? tuple({g, aux}) : g;
+  return tuple({aux ? tuple({out, aux}) : out, g});
 }
 
 LVRef Lowering::vjpCall(const std::vector<LVRef> &all, SourceRange at) {

@@ -55,6 +55,7 @@ struct LV {
   LVRef inner;
   std::vector<int> argnums;
   bool tupleArgnums = false;
+  bool hasAux = false; // has_aux=True: `inner` returns (scalar, aux), aux passed through
   std::shared_ptr<const struct Tape> tape;
 };
 

@@ -167,14 +167,27 @@ std::optional<size_t> positionalCount(const Type &f, std::string *name) {
   return std::nullopt;
 }
 
-// grad(f, argnums=0), value_and_grad(f, argnums=0): a transformed function (called by the
-// checker). argnums an int or a tuple of ints, each naming a positional parameter of f
-// (ArgnumsRange for a user function or lambda); a tuple gives a tuple of gradients.
+// grad(f, argnums=0, has_aux=False), value_and_grad(...): a transformed function (called by
+// the checker). argnums an int or a tuple of ints, each naming a positional parameter of f
+// (ArgnumsRange for a user function or lambda); a tuple gives a tuple of gradients. has_aux, a
+// compile-time bool: f returns a pair (scalar, aux) and aux is passed through, as in JAX.
 BuiltinRule ruleGrad(Transform tr) {
   return [tr](CallSite &s) -> TypeRef {
-    if (!s.expect({"f", "argnums"}, 1)) return T::unknown();
-    const ArgInfo *f = s.arg(0, "f"), *an = s.arg(1, "argnums");
+    if (!s.expect({"f", "argnums", "has_aux"}, 1)) return T::unknown();
+    const ArgInfo *f = s.arg(0, "f"), *an = s.arg(1, "argnums"), *aux = s.arg(2, "has_aux");
     bool ok = functionArg(s, f);
+    bool hasAux = false;
+    if (given(aux) && !isUnknown(aux)) {
+      if (!aux->type->is(K::Bool)) {
+        s.wrongKind(aux, "a bool", "has_aux");
+        return T::unknown();
+      }
+      if (!aux->type->boolValue) {
+        s.diags->report(DiagKind::NotCompileTime, aux->range, {"`has_aux` of `" + s.name + "`"});
+        return T::unknown();
+      }
+      hasAux = *aux->type->boolValue;
+    }
     std::vector<int> nums = {0};
     bool tupleForm = false;
     if (given(an) && !isUnknown(an)) {
@@ -202,7 +215,7 @@ BuiltinRule ruleGrad(Transform tr) {
       }
     }
     if (!ok || isUnknown(f)) return T::unknown();
-    return transformed(tr, f->type, std::move(nums), tupleForm);
+    return transformed(tr, f->type, std::move(nums), tupleForm, hasAux);
   };
 }
 
@@ -315,9 +328,9 @@ void addAutodiffBuiltins(Registrar &r) {
   // host code makes a transformed function whose call compiles one graph.
   add("tree_map", HostAndGraph, ruleTreeMap, "tree_map(fn, tree, *rest) -> tree", "fn applied to the leaves of pytrees of one structure", false)
       .inGraph("tree_map").inHost("tree_map").example("tree_map(lambda t: t * 2.0, d)").example("tree_map(lambda a, b: a + b, (x, 1.0), (y, 2.0))");
-  add("grad", HostAndGraph, ruleGrad(Transform::Grad), "grad(f, argnums=0) -> function", "the gradient of f with respect to argnums", false)
+  add("grad", HostAndGraph, ruleGrad(Transform::Grad), "grad(f, argnums=0, has_aux=False) -> function", "the gradient of f with respect to argnums", false)
       .inGraph("grad").inHost("grad").example("grad(loss)(x)").example("grad(lambda a, b: sum(a * b), argnums=(0, 1))(x, y)");
-  add("value_and_grad", HostAndGraph, ruleGrad(Transform::ValueAndGrad), "value_and_grad(f, argnums=0) -> function",
+  add("value_and_grad", HostAndGraph, ruleGrad(Transform::ValueAndGrad), "value_and_grad(f, argnums=0, has_aux=False) -> function",
       "f's value and its gradient with respect to argnums", false)
       .inGraph("value_and_grad").inHost("value_and_grad").example("value_and_grad(loss)(x)");
   add("vjp", HostAndGraph, ruleVjp, "vjp(f, *primals) -> (out, pullback)", "f's value and its reverse-mode pullback", false)

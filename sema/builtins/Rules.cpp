@@ -80,15 +80,16 @@ TypeRef tupleOf(TypeRef elem) {
 }
 
 /// A transformed function (grad, value_and_grad, pullback, checkpoint): only the transform,
-/// the wrapped type and the argument numbers (given as a tuple or not); the checker's
+/// the wrapped type, the argument numbers (given as a tuple or not) and has_aux; the checker's
 /// callTransform reads nothing else.
-TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums, bool argnumsTuple) {
+TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums, bool argnumsTuple, bool hasAux) {
   auto t = std::make_shared<Type>();
   t->kind = K::Function;
   t->transform = tr;
   t->inner = std::move(inner);
   t->argnums = std::move(argnums);
   t->argnumsTuple = argnumsTuple;
+  t->hasAux = hasAux;
   return t;
 }
 

@@ -63,7 +63,7 @@ TypeRef tupleOf(TypeRef elem);
 /// A transformed function (grad, value_and_grad, pullback, checkpoint): only the transform,
 /// the wrapped type and the argument numbers (given as a tuple or not); the checker's
 /// callTransform reads nothing else.
-TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums = {}, bool argnumsTuple = false);
+TypeRef transformed(Transform tr, TypeRef inner, std::vector<int> argnums = {}, bool argnumsTuple = false, bool hasAux = false);
 /// Elements of a tuple, list or (keys of a) dict whose length is known.
 std::optional<std::vector<TypeRef>> knownElems(const Type &t);
 /// The element type of iterating an argument (as a `for` loop does); NotIterable otherwise.

@@ -20,6 +20,7 @@ LVRef transformOf(BuiltinCall &c, sema::Transform tr) {
     v.tupleArgnums = an->kind == LV::K::Tuple || an->kind == LV::K::List;
     for (int64_t n : c.L.intsOf(an, c.at)) v.argnums.push_back(static_cast<int>(n));
   }
+  if (LVRef aux = c.arg(2, "has_aux"); aux && tr != sema::Transform::Checkpoint) v.hasAux = aux->kind == LV::K::Bool && aux->b;
   return mk(v);
 }
 
