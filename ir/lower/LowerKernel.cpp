@@ -249,14 +249,15 @@ private:
         else if (t && t->is(sema::TypeKind::Bool) && t->boolValue) attrs.push_back({prm.name, *t->boolValue});
         else if (t && t->is(sema::TypeKind::Float) && t->floatValue) attrs.push_back({prm.name, *t->floatValue});
         else {
-          diags_.report(DiagKind::NotCompilableYet, e->range, {"a kernel's compile-time argument `" + prm.name + "` known only at run time"});
+          // Known when the program runs: the launcher compiles it then (W0132 says so).
+          diags_.report(DiagKind::NotSpecializedAhead, e->range, {k->name, "its compile-time argument `" + prm.name + "` is known only at run time"});
           return;
         }
         continue;
       }
       auto ty = argType(t);
       if (!ty) {
-        diags_.report(DiagKind::NotCompilableYet, e->range, {"a kernel argument whose type is not known before the program runs"});
+        diags_.report(DiagKind::NotSpecializedAhead, e->range, {k->name, "the type of its argument `" + prm.name + "` is known only at run time"});
         return;
       }
       types.push_back(*ty);
