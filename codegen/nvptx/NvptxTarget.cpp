@@ -391,8 +391,12 @@ int64_t sharedBytesOf(const tile::Function &fn) {
 std::string ptxTarget(const std::string &arch) { return arch == "sm_90" ? "sm_90a" : arch; }
 
 std::string codegenSwitches() {
-  const char *w = std::getenv("TSR_WGMMA_WAIT");
-  return std::string("wgmma_wait=") + (w ? w : "");
+  std::string s;
+  for (const char *name : {"TSR_WGMMA_WAIT", "TSR_WARP_SPECIALIZE"}) {
+    const char *v = std::getenv(name);
+    s += std::string(name) + "=" + (v ? v : "") + ";";
+  }
+  return s;
 }
 
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts) {

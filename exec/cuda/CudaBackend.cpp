@@ -142,7 +142,11 @@ public:
     }
     thread_local std::vector<unsigned char> block;
     packParameters(p, args, block);
-    dev_.stream.launchPacked(*p.fn, dims, block.data(), block.size(), cuda::LaunchSite{site.kernel, site.source});
+    // Through kernelParams, not a packed buffer: the block is `.align 64`, and the driver puts it
+    // where the kernel reads it (a packed buffer lands at the start of the parameter bank, which
+    // is only 16-byte aligned on sm_90: the kernel would read every field 48 bytes off).
+    void *params[] = {block.data()};
+    dev_.stream.launch(*p.fn, dims, params, cuda::LaunchSite{site.kernel, site.source});
   }
 
 private:

@@ -29,6 +29,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 
 namespace tsr::codegen::lower {
 
@@ -50,6 +52,8 @@ std::pair<int, int> boxAxes(const std::vector<int64_t> &box) {
 
 bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]) {
   if (!p.wgmma || !epiStore || curBlock != F.body || loopDepth != 0 || redundant != 0 || threads % 128 != 0) return false;
+  // TSR_WARP_SPECIALIZE=0: the multistage loop instead, for measuring (codegenSwitches keys it).
+  if (const char *e = std::getenv("TSR_WARP_SPECIALIZE"); e && std::string(e) == "0") return false;
   const auto &ops = curBlock->ops;
   auto at = std::find(ops.begin(), ops.end(), &op), st = std::find(ops.begin(), ops.end(), epiStore);
   if (at == ops.end() || st == ops.end() || st + 1 != ops.end()) return false;
