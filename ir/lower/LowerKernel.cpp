@@ -177,6 +177,7 @@ public:
   ProgramKernels(const sema::Program &p, DiagnosticEngine &diags) : p_(p), diags_(diags), m_(std::make_unique<tile::Module>()) {}
 
   void lower(const FunctionInfo &k, const std::vector<Type> &types, const std::vector<Attr> &attrs, SourceRange launch) {
+    launched_.insert(&k);
     std::string callee = launchConfig(k)[0].name == "callee" ? std::get<std::string>(launchConfig(k)[0].value) : k.name;
     std::string key = launchKey(callee, types, attrs);
     if (!seen_.insert(key).second) return;
@@ -201,6 +202,58 @@ public:
         forEachChild(n, walk);
       };
       for (Stmt *s : fn->def->body) walk(s);
+    }
+  }
+
+  // The kernels of `mod` that nothing launched, each lowered once from its signature: tensor
+  // parameters as annotated, with `sizes` for their symbols (the others stay symbolic, read when
+  // it runs); compile-time parameters from `sizes`, else the configuration, else their defaults.
+  // A kernel that its signature does not determine (an unannotated parameter) or that does not
+  // lower for it gets warning W0133 naming why.
+  void neverLaunched(const ModuleInfo &mod, const std::map<std::string, int64_t> &sizes) {
+    std::map<std::string, Dim> env;
+    for (auto &[s, v] : sizes) env[s] = Dim::constant(v);
+    for (const auto &fn : mod.functions) {
+      if (fn->kind != FunctionKind::Kernel || !fn->def || launched_.count(fn.get())) continue;
+      std::vector<Type> types;
+      std::vector<Attr> attrs = launchConfig(*fn);
+      std::string missing;
+      for (const sema::ParamInfo &prm : fn->params) {
+        if (prm.compileTime()) {
+          if (auto it = sizes.find(prm.name); it != sizes.end()) {
+            std::erase_if(attrs, [&](const Attr &a) { return a.name == prm.name; });
+            attrs.push_back({prm.name, it->second});
+          }
+          continue;
+        }
+        sema::TypeRef t = prm.annotated;
+        if (t && t->is(sema::TypeKind::Tensor)) {
+          std::vector<Dim> dims;
+          for (const Dim &d : t->dims) dims.push_back(d.substitute(env));
+          t = sema::T::withDims(t, std::move(dims));
+        }
+        auto ty = argType(t);
+        if (!ty) {
+          missing = "its parameter `" + prm.name + "` has no " + (prm.annotated ? "tensor or scalar type" : "annotation");
+          break;
+        }
+        types.push_back(*ty);
+      }
+      // (A compile-time parameter always has a value here: the checker requires a default, an
+      // autotune space or a schedule, E0507.)
+      if (missing.empty()) {
+        attrs.push_back({"grid", std::vector<Dim>(3, Dim::unknown())});
+        try {
+          lowerKernel(*m_, p_, *fn, types, attrs, attrs[0].name == "callee" ? std::get<std::string>(attrs[0].value) : fn->name);
+          continue;
+        } catch (CompileError &e) {
+          missing = e.what + " cannot be compiled yet";
+        } catch (tile::TileError &e) {
+          diags_.internalError(e.message, fn->def->nameRange);
+          continue;
+        }
+      }
+      diags_.report(DiagKind::NeverLaunched, fn->def->nameRange, {fn->name, missing});
     }
   }
 
@@ -270,11 +323,13 @@ private:
   DiagnosticEngine &diags_;
   std::unique_ptr<tile::Module> m_;
   std::set<std::string> seen_;
+  std::set<const FunctionInfo *> launched_;
 };
 
 } // namespace
 
-std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags) {
+std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags,
+                                                  const std::map<std::string, int64_t> *signatureSizes) {
   ProgramKernels pk(p, diags);
   for (const auto &g : graphs.graphs)
     for (const Op *op : g->ops) {
@@ -290,6 +345,7 @@ std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const 
       pk.lower(*k, types, op->attrs, {});
     }
   if (p.main) pk.hostLaunches(*p.main);
+  if (p.main && signatureSizes) pk.neverLaunched(*p.main, *signatureSizes);
   return pk.take();
 }
 

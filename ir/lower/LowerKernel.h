@@ -18,6 +18,7 @@
 #include "ir/tile/TileIR.h"
 #include "sema/Program.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,8 +48,14 @@ std::vector<Attr> launchConfig(const sema::FunctionInfo &k);
 /// that the main module's host functions launch (`k[grid](args)`, argument types from the
 /// checker, compile-time arguments from their known values), each lowered once per distinct
 /// launch signature and named after its callee. What cannot be lowered is reported as
-/// NotCompilableYet at the construct, with a note at the launch.
-std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags);
+/// NotCompilableYet at the construct, with a note at the launch; a launch whose argument types or
+/// compile-time arguments are known only at run time, as warning NotSpecializedAhead (W0132).
+/// With `signatureSizes` (tsrc --emit: `--specialize`'s sizes), the main module's kernels that
+/// nothing launches are lowered too, from their signatures: symbols and compile-time parameters
+/// from `signatureSizes`, else configurations and defaults; one that this does not determine is
+/// warning NeverLaunched (W0133) naming what is missing.
+std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags,
+                                                  const std::map<std::string, int64_t> *signatureSizes = nullptr);
 
 /// The parameters a kernel writes: the tensors that its tile.store / tile.atomic_add views
 /// reach, by name, in the order the body first mentions them (the results of a kernel_call).

@@ -164,10 +164,11 @@ static int writeBundleFile(const sema::Program &program, ir::Module &graphs, con
 }
 
 // `--specialize SYM=INT` names a size of the program: a symbol of a signature in its own modules
-// (not the stdlib's) or an int flag of `main` (the sizes the bundle's tiles are chosen for). Any
-// other name is a usage error (exit 2) naming it, so that a misspelt symbol does not silently
-// leave the tiles chosen for the default size. Returns 0 when every name is one of them.
-static int checkSpecializeSymbols(const sema::Program &p, const std::map<std::string, int64_t> &sizes) {
+// (not the stdlib's) or an int flag of `main` (the sizes the bundle's tiles are chosen for), and
+// with `kernelParams` (--emit=tile|llvm|ptx) also a compile-time int parameter of a kernel (`BLOCK`
+// of a kernel that nothing launches). Any other name is a usage error (exit 2) naming it, so that a
+// misspelt symbol does not silently leave the default. Returns 0 when every name is one of them.
+static int checkSpecializeSymbols(const sema::Program &p, const std::map<std::string, int64_t> &sizes, bool kernelParams) {
   std::set<std::string> known;
   for (const auto &m : p.modules) {
     if (m->isStdlib) continue;
@@ -175,7 +176,9 @@ static int checkSpecializeSymbols(const sema::Program &p, const std::map<std::st
       known.insert(fn->symbols.begin(), fn->symbols.end());
       for (const sema::ParamInfo &prm : fn->params) {
         const sema::TypeRef &t = prm.annotated ? prm.annotated : prm.defaultType;
-        if (t && t->is(sema::TypeKind::Int) && m.get() == p.main && fn->name == "main") known.insert(prm.name);
+        bool integer = t && t->is(sema::TypeKind::Int);
+        if (integer && m.get() == p.main && fn->name == "main") known.insert(prm.name);
+        if (integer && kernelParams && fn->kind == sema::FunctionKind::Kernel && prm.compileTime()) known.insert(prm.name);
       }
     }
   }
@@ -237,7 +240,8 @@ int main(int argc, char **argv) {
                                                     "none) on the CPU first and add the programs of the graphs and kernels it runs");
   std::vector<std::string> specialize;
   app.add_option("--specialize", specialize, "with -o: SYM=INT, the size of a symbol the bundle's tiles are chosen for "
-                                             "(other symbols: 1001); repeatable");
+                                             "(other symbols: 1001); with --emit=tile|llvm|ptx: a size or compile-time "
+                                             "parameter of the kernels that nothing launches; repeatable");
   bool graphKernels = false;
   app.add_flag("--graph-kernels", graphKernels,
                "with --emit=tile: also print the programs of the graphs' kernel steps that --emit=ptx compiles "
@@ -273,8 +277,24 @@ int main(int argc, char **argv) {
       else
         tile::printModule(std::cout, *m);
     });
-  // A bundle (-o): the options it takes, and none of --check and --emit.
+  // --specialize SYM=INT: a positive size per symbol, each given one value.
   bundle::WriteOptions bundleOpts;
+  for (const std::string &kv : specialize) {
+    const size_t eq = kv.find('=');
+    char *end = nullptr;
+    const long long v = eq == std::string::npos ? 0 : std::strtoll(kv.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || eq == 0 || !end || *end || eq + 1 == kv.size() || v < 1) {
+      std::cerr << "tsrc: --specialize " << kv << ": expected SYM=INT with a positive INT\n";
+      return 2;
+    }
+    const std::string sym = kv.substr(0, eq);
+    if (auto [it, fresh] = bundleOpts.sizes.emplace(sym, v); !fresh && it->second != v) {
+      std::cerr << "tsrc: --specialize " << kv << ": the symbol `" << sym << "` is already given as " << it->second << "\n";
+      return 2;
+    }
+  }
+  const bool kernelEmit = emit == "tile" || emit == "llvm" || emit == "ptx";
+  // A bundle (-o): the options it takes, and none of --check and --emit.
   if (!output.empty()) {
     if (check || !emit.empty()) {
       std::cerr << "tsrc: -o writes a bundle; it does not combine with --check or --emit\n";
@@ -290,28 +310,15 @@ int main(int argc, char **argv) {
       for (std::string a; std::getline(ss, a, ',');)
         if (std::find(bundleOpts.archs.begin(), bundleOpts.archs.end(), a) == bundleOpts.archs.end()) bundleOpts.archs.push_back(a);
     }
-    for (const std::string &kv : specialize) {
-      const size_t eq = kv.find('=');
-      char *end = nullptr;
-      const long long v = eq == std::string::npos ? 0 : std::strtoll(kv.c_str() + eq + 1, &end, 10);
-      if (eq == std::string::npos || eq == 0 || !end || *end || eq + 1 == kv.size() || v < 1) {
-        std::cerr << "tsrc: --specialize " << kv << ": expected SYM=INT with a positive INT\n";
-        return 2;
-      }
-      const std::string sym = kv.substr(0, eq);
-      if (auto [it, fresh] = bundleOpts.sizes.emplace(sym, v); !fresh && it->second != v) {
-        std::cerr << "tsrc: --specialize " << kv << ": the symbol `" << sym << "` is already given as " << it->second << "\n";
-        return 2;
-      }
-    }
     bundleOpts.cpuName = cpuName;
     if (traceOpt->count()) {
       std::stringstream ss(trace);
       bundleOpts.trace.emplace();
       for (std::string f; ss >> f;) bundleOpts.trace->push_back(f);
     }
-  } else if (!targetList.empty() || !specialize.empty() || traceOpt->count() || cpuName != "host") {
-    std::cerr << "tsrc: --target, --cpu, --specialize and --trace apply to a bundle: add -o FILE.bundle\n";
+  } else if (!targetList.empty() || (!specialize.empty() && !kernelEmit) || traceOpt->count() || cpuName != "host") {
+    std::cerr << "tsrc: --target, --cpu, --specialize and --trace apply to a bundle: add -o FILE.bundle"
+              << (specialize.empty() ? "" : " (--specialize also applies to --emit=tile, llvm and ptx)") << "\n";
     return 2;
   } else if (arch.find(',') != std::string::npos) {
     std::cerr << "tsrc: --emit=ptx compiles for one architecture: --arch sm_80 or --arch sm_90\n";
@@ -330,7 +337,7 @@ int main(int argc, char **argv) {
         sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
         auto program = sema::checkProgram(sm, diags, file, opts);
         if (!diags.hasErrors()) {
-          if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes)) return usage;
+          if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes, false)) return usage;
           // A graph that does not lower before run time (E0130: sizes or lengths known only
           // then) stays out of the bundle and compiles when it runs; an internal error is one.
           DiagnosticEngine lowering(sm);
@@ -359,16 +366,18 @@ int main(int argc, char **argv) {
           if (!diags.hasErrors())
             for (auto &g : graphs->graphs) ir::schedule::printSchedule(std::cout, *g, ir::schedule::planFusion(*g));
         }
+        if (kernelEmit && !diags.hasErrors())
+          if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes, true)) return usage;
         if (emit == "tile" && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
-          auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
+          auto kernels = ir::lowerProgramKernels(*program, *graphs, diags, &bundleOpts.sizes);
           std::vector<std::string> what;
           if (!diags.hasErrors() && graphKernels && !addGraphKernels(*graphs, *kernels, what)) rc = 1;
           if (!diags.hasErrors() && rc == 0) tile::printModule(std::cout, *kernels);
         }
         if ((emit == "llvm" || emit == "ptx") && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
-          auto kernels = ir::lowerProgramKernels(*program, *graphs, diags);
+          auto kernels = ir::lowerProgramKernels(*program, *graphs, diags, &bundleOpts.sizes);
           // The hand-written kernels first, then the graphs' (described by `what`).
           const size_t handWritten = diags.hasErrors() ? 0 : kernels->functions.size();
           std::vector<std::string> what;
