@@ -433,19 +433,42 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     }
     Value *r0 = get(st.operands[1 + size_t(rowAxis)]), *c0 = get(st.operands[1 + size_t(colAxis)]);
     const auto *dt = epiCast ? epiCast->attrAs<ir::DTypeAttr>("dtype") : nullptr;
+    // A thread's accumulators come in pairs of neighbouring columns (q = 0,1 and 2,3 of each
+    // m16n8 block): stored as one vector where the columns are contiguous and the pair aligned.
+    Type *mt = mtype(to);
+    const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
+    Value *rs = ti.strides[size_t(rowAxis)], *cs = ti.strides[size_t(colAxis)];
+    Value *pairs = B.CreateAnd(B.CreateICmpEQ(cs, c64(1)), B.CreateICmpEQ(B.CreateAnd(B.CreateOr(rs, base), c64(1)), c64(0)));
+    pairs = B.CreateAnd(pairs, B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(ti.data, i64()), c64(2 * elemBytes - 1)), c64(0)));
+    auto inside = [&](Value *gr, Value *gc) {
+      return B.CreateAnd(ok0, B.CreateAnd(B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, ti.shape[size_t(rowAxis)])),
+                                          B.CreateAnd(B.CreateICmpSGE(gc, c64(0)), B.CreateICmpSLT(gc, ti.shape[size_t(colAxis)]))));
+    };
     for (int64_t i = 0; i < MT; ++i)
       for (int64_t jn = 0; jn < NT; ++jn)
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < 4; q += 2) {
           Value *r = accRow(i, q), *c = accCol(jn, q);
           Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
-          Value *ok = B.CreateAnd(ok0, B.CreateAnd(B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, ti.shape[size_t(rowAxis)])),
-                                                   B.CreateAnd(B.CreateICmpSGE(gc, c64(0)), B.CreateICmpSLT(gc, ti.shape[size_t(colAxis)]))));
-          Value *x = fin[size_t((i * NT + jn) * 4 + q)];
-          if (dt) x = convert(x, DType::F32, dt->dtype, dt->policies.saturate);
-          ifThen(ok, [&] {
-            Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, ti.strides[size_t(rowAxis)]), B.CreateMul(c, ti.strides[size_t(colAxis)])));
-            B.CreateStore(toMem(to, x), B.CreateInBoundsGEP(mtype(to), ti.data, off));
-          });
+          Value *ok[2] = {inside(gr, gc), inside(gr, B.CreateAdd(gc, c64(1)))};
+          Value *x[2];
+          for (int e = 0; e < 2; ++e) {
+            x[e] = fin[size_t((i * NT + jn) * 4 + q + e)];
+            if (dt) x[e] = convert(x[e], DType::F32, dt->dtype, dt->policies.saturate);
+            x[e] = toMem(to, x[e]);
+          }
+          Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, rs), B.CreateMul(c, cs)));
+          BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
+                     *done = BasicBlock::Create(C, "epi.done", fn);
+          B.CreateCondBr(B.CreateAnd(pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
+          B.SetInsertPoint(vecBB);
+          Value *v = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), x[0], uint64_t(0)), x[1], uint64_t(1));
+          B.CreateAlignedStore(v, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
+          B.CreateBr(done);
+          B.SetInsertPoint(oneBB);
+          for (int e = 0; e < 2; ++e)
+            ifThen(ok[e], [&] { B.CreateStore(x[e], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), cs)))); });
+          B.CreateBr(done);
+          B.SetInsertPoint(done);
         }
     absorbed.insert(epiStore);
     if (epiCast) absorbed.insert(epiCast);
