@@ -9,11 +9,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tsr::exec {
 
@@ -86,11 +89,85 @@ rt::KernelArg scalarArg(int64_t i) {
   return a;
 }
 
+struct OpFailure {
+  std::string message;
+};
+
 struct Compiled {
   std::shared_ptr<const BackendProgram> code;
   std::array<sched::GridAxis, 3> grid;
   std::string name; // the tile function's
 };
+
+// A program that a step needs: its key in Impl::programs, its lowering, and the element-ops of
+// one launch (CompileHints).
+struct ProgramRequest {
+  std::string key;
+  std::function<sched::Kernel()> lower;
+  int64_t work = -1;
+};
+
+// The stages of a reduction of an operand shaped S0: one per reduced axis, innermost first, each
+// over its iteration shape `iter` into `out` (`iter` with the axis 1). No reduced axis: one stage
+// over an extra leading axis of extent 1 (a rounding into the result dtype).
+struct ReduceStage {
+  int axis;
+  Shape iter, out;
+  bool last;
+};
+
+std::vector<ReduceStage> reduceStages(const Op &op, const Shape &S0) {
+  const size_t rank = S0.size();
+  std::vector<bool> reduced(rank, false);
+  if (const auto *axes = op.attrAs<std::vector<int64_t>>("axes")) {
+    for (int64_t a : *axes) {
+      if (a < -int64_t(rank) || a >= int64_t(rank)) throw OpFailure{"axis " + std::to_string(a) + " is out of range"};
+      reduced[size_t(a < 0 ? a + int64_t(rank) : a)] = true;
+    }
+  } else {
+    reduced.assign(rank, true);
+  }
+  std::vector<int> order;
+  for (size_t d = rank; d-- > 0;) if (reduced[d]) order.push_back(int(d));
+  Shape S = S0;
+  if (order.empty()) { S.insert(S.begin(), 1); order.push_back(0); }
+  std::vector<ReduceStage> stages;
+  for (size_t s = 0; s < order.size(); ++s) {
+    Shape out = S;
+    out[size_t(order[s])] = 1;
+    stages.push_back({order[s], S, out, s + 1 == order.size()});
+    S = out;
+  }
+  return stages;
+}
+
+// The shapes of a matmul of operands shaped `as` and `bs` into R: a vector operand gets a unit
+// axis (a row for a, a column for b), absent from R.
+struct MatMulDims {
+  bool av = false, bv = false;
+  int64_t M = 0, K = 0, N = 0;
+  Shape batch, full; // full: [batch.., M, N]
+};
+
+MatMulDims matmulDims(Shape as, Shape bs, const Shape &R) {
+  if (as.empty() || bs.empty()) throw OpFailure{"matmul of a 0-d tensor"};
+  MatMulDims d;
+  d.av = as.size() == 1;
+  d.bv = bs.size() == 1;
+  if (d.av) as.insert(as.begin(), 1);
+  if (d.bv) bs.push_back(1);
+  d.M = as[as.size() - 2];
+  d.K = as.back();
+  d.N = bs.back();
+  if (bs[bs.size() - 2] != d.K) throw OpFailure{"the inner dims differ"};
+  const size_t vectors = (d.av ? 0 : 1) + (d.bv ? 0 : 1);
+  if (R.size() < vectors) throw OpFailure{"the result's rank does not fit the operands'"};
+  d.batch.assign(R.begin(), R.end() - ptrdiff_t(vectors));
+  d.full = d.batch;
+  d.full.push_back(d.M);
+  d.full.push_back(d.N);
+  return d;
+}
 
 std::array<int64_t, 3> gridOf(const std::array<sched::GridAxis, 3> &g, const Shape &s) {
   std::array<int64_t, 3> r{1, 1, 1};
@@ -103,12 +180,17 @@ std::array<int64_t, 3> gridOf(const std::array<sched::GridAxis, 3> &g, const Sha
   return r;
 }
 
-Compiled compile(StepBackend &backend, sched::Kernel k) {
+// Throws tile::TileError when a lowered program is malformed (a bug of lowering).
+void checkLowered(const sched::Kernel &k) {
   // TSR_DUMP_TILE=1 prints every program as it is compiled (for debugging lowering).
   if (const char *dump = std::getenv("TSR_DUMP_TILE"); dump && *dump == '1') std::cerr << tile::toString(*k.fn) << "\n";
   auto problems = tile::verify(*k.fn);
   if (!problems.empty()) throw tile::TileError{"the tile program `" + k.fn->name + "` is malformed: " + problems[0]};
-  return Compiled{backend.compile(*k.fn), k.grid, k.fn->name};
+}
+
+Compiled compile(StepBackend &backend, sched::Kernel k, int64_t work) {
+  checkLowered(k);
+  return Compiled{backend.compile(*k.fn, CompileHints{work}), k.grid, k.fn->name};
 }
 
 std::string shapeKey(const Shape &s) {
@@ -146,13 +228,141 @@ struct CompiledExecutor::Impl {
   // freed and another allocated at its address cannot alias a plan.
   std::unordered_map<std::string, Compiled> programs;
 
-  const Compiled &program(const std::string &key, const std::function<sched::Kernel()> &lower) {
-    auto it = programs.find(key);
+  const Compiled &program(const ProgramRequest &r) {
+    auto it = programs.find(r.key);
     if (it != programs.end()) return it->second;
-    return programs.emplace(key, compile(*backend, lower())).first->second;
+    Compiled c = compile(*backend, r.lower(), r.work);
+    ++stats.compiledLazily;
+    return programs.emplace(r.key, std::move(c)).first->second;
   }
 
   const sched::TileTarget &tiles() const { return backend->tileTarget(); }
+
+  // The programs of the steps (Impl::program finds them by key; `key` is the step's prefix).
+  ProgramRequest elementwiseProgram(const sched::Step &st, const std::string &key, const Shape &S, int64_t work) {
+    return {key + shapeKey(S), [this, &st, S] { return sched::lowerElementwise(st, S, "ew", tiles()); }, work};
+  }
+  ProgramRequest rowProgram(const sched::Step &st, const std::string &key, const Shape &S, int64_t work) {
+    return {key + shapeKey(S), [this, &st, S] { return sched::lowerRow(st, S, "row", tiles()); }, work};
+  }
+  ProgramRequest reduceProgram(const sched::Step &st, const std::string &key, size_t stage, const ReduceStage &rs,
+                               int64_t work) {
+    return {key + std::to_string(stage) + shapeKey(rs.iter) + (rs.last ? "L" : ""),
+            [this, &st, stage, rs] { return sched::lowerReduceStage(st, stage, rs.last, rs.iter, rs.axis, "reduce", tiles()); },
+            work};
+  }
+  ProgramRequest matmulProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
+                               int64_t work) {
+    return {key + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)),
+            [this, &op, d, adt, bdt] {
+              return sched::lowerMatMul(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K}, "matmul", tiles());
+            },
+            work};
+  }
+  ProgramRequest copyProgram(const std::string &keyPrefix, size_t rank, DType from, DType to, const Policies &pol,
+                             const Shape &shape) {
+    return {keyPrefix + "copy/" + std::to_string(rank) + std::string(dtypeName(from)) + ">" + std::string(dtypeName(to)) +
+                (pol.saturate ? "s" : "") + shapeKey(shape),
+            [this, rank, from, to, pol, shape] { return sched::lowerCopy(rank, from, to, pol, shape, "copy", tiles()); },
+            numelOf(shape)};
+  }
+
+  // Whether every kernel step compiles at its first call (no JIT threshold, or a backend that
+  // interprets nothing): then a graph's programs are known before it runs (prepare).
+  bool compilesEveryStep() const {
+    return !forceInterpret && (jitThreshold <= 0 || !backend->interpretsSmallSteps());
+  }
+  bool compileAhead = true;
+  // Graphs and sizes whose programs prepare() has compiled.
+  std::unordered_set<std::string> prepared;
+
+  // Before a graph's first run for some sizes, when every kernel step compiles at its first
+  // call: lowers the programs of all its kernel steps and compiles them as one batch
+  // (StepBackend::compileAll: on every core of the host CPU), instead of one at a time as the
+  // run reaches them. What it cannot know or do is left to the run, which compiles lazily and
+  // reports errors at their ops: a step whose shapes are not known (a `?` dim), or whose
+  // lowering or compilation fails; and the copies that views need (their layouts are known
+  // only when the run gets there).
+  void prepare(const sched::Schedule &plan, const std::string &graphKey,
+               const std::function<Shape(const Value *)> &shapeOf) {
+    std::vector<ProgramRequest> requests;
+    for (size_t si = 0; si < plan.steps.size(); ++si) {
+      const sched::Step &st = plan.steps[si];
+      const Op &op = *st.anchor;
+      const std::string key = graphKey + std::to_string(si) + "/";
+      try {
+        switch (st.kind) {
+        case sched::StepKind::Elementwise:
+          requests.push_back(elementwiseProgram(st, key, shapeOf(st.outputs[0]), stepWork(st, shapeOf).second));
+          break;
+        case sched::StepKind::Row:
+          requests.push_back(rowProgram(st, key, shapeOf(st.outputs[0]), stepWork(st, shapeOf).second));
+          break;
+        case sched::StepKind::Reduce: {
+          const int64_t work = stepWork(st, shapeOf).second;
+          const auto stages = reduceStages(op, shapeOf(op.operands[0]));
+          for (size_t i = 0; i < stages.size(); ++i) requests.push_back(reduceProgram(st, key, i, stages[i], work));
+          break;
+        }
+        case sched::StepKind::MatMul: {
+          const MatMulDims d = matmulDims(shapeOf(op.operands[0]), shapeOf(op.operands[1]), shapeOf(op.result()));
+          requests.push_back(matmulProgram(op, key, d, op.operands[0]->type.dtype, op.operands[1]->type.dtype,
+                                           stepWork(st, shapeOf).second));
+          break;
+        }
+        case sched::StepKind::Concat: {
+          Policies pol;
+          pol.saturate = op.result()->type.policies.saturate;
+          for (size_t i = 0; i < op.operands.size(); ++i) {
+            const Shape src = shapeOf(op.operands[i]);
+            if (numelOf(src) > 0)
+              requests.push_back(copyProgram(key + std::to_string(i), src.size(), op.operands[i]->type.dtype,
+                                             op.result()->type.dtype, pol, src));
+          }
+          break;
+        }
+        case sched::StepKind::View:
+        case sched::StepKind::Library:
+          break;
+        }
+      } catch (...) {
+        // a shape the run reports, or one not known yet
+      }
+    }
+    std::vector<sched::Kernel> kernels;
+    std::vector<std::string> keys;
+    std::vector<CompileRequest> batch;
+    std::unordered_set<std::string> seen;
+    for (ProgramRequest &r : requests) {
+      if (programs.count(r.key) || !seen.insert(r.key).second) continue;
+      try {
+        sched::Kernel k = r.lower();
+        checkLowered(k);
+        kernels.push_back(std::move(k));
+        keys.push_back(r.key);
+        batch.push_back({kernels.back().fn.get(), CompileHints{r.work}});
+      } catch (...) {
+        // the run lowers it again and reports the error at its op
+      }
+    }
+    const auto codes = backend->compileAll(batch);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      if (!codes[i]) continue;
+      programs.emplace(keys[i], Compiled{codes[i], kernels[i].grid, kernels[i].fn->name});
+      ++stats.compiledAhead;
+    }
+  }
+
+  // The iteration shape of a kernel step and the element-ops of one run of it (the JIT
+  // threshold's and CompileHints' measure). Throws OpFailure when a dim is not known.
+  static std::pair<Shape, int64_t> stepWork(const sched::Step &st, const std::function<Shape(const Value *)> &shapeOf) {
+    const Op &op = *st.anchor;
+    Shape in = st.kind == sched::StepKind::Reduce ? shapeOf(op.operands[0]) : shapeOf(op.result());
+    int64_t work = numelOf(in) * int64_t(std::max<size_t>(st.cone.size(), 1));
+    if (st.kind == sched::StepKind::MatMul && !op.operands[0]->type.dims.empty())
+      work *= std::max<int64_t>(1, shapeOf(op.operands[0]).back());
+    return {in, work};
+  }
 
   // The KernelArg of `v` for a program that reads it (or writes it: `write`).
   rt::KernelArg arg(const View &v, bool write = false) {
@@ -172,9 +382,7 @@ struct CompiledExecutor::Impl {
   void copy(const View &dst, const View &src, const Policies &pol, const std::string &keyPrefix) {
     const size_t n = src.shape.size();
     const DType to = dst.buf.dtype();
-    std::string key = keyPrefix + "copy/" + std::to_string(n) + std::string(dtypeName(src.buf.dtype())) + ">" +
-                      std::string(dtypeName(to)) + (pol.saturate ? "s" : "") + shapeKey(src.shape);
-    const Compiled &c = program(key, [&] { return sched::lowerCopy(n, src.buf.dtype(), to, pol, src.shape, "copy", tiles()); });
+    const Compiled &c = program(copyProgram(keyPrefix, n, src.buf.dtype(), to, pol, src.shape));
     launch(c, {arg(dst, true), arg(src)}, src.shape);
   }
 
@@ -208,8 +416,10 @@ struct CompiledExecutor::Impl {
   }
 };
 
-CompiledExecutor::CompiledExecutor(std::shared_ptr<StepBackend> backend, const ir::KernelRunner *runner, int64_t jitThreshold)
+CompiledExecutor::CompiledExecutor(std::shared_ptr<StepBackend> backend, const ir::KernelRunner *runner, int64_t jitThreshold,
+                                   bool compileAhead)
     : impl_(std::make_unique<Impl>()) {
+  impl_->compileAhead = compileAhead;
   kernels = runner;
   if (!backend) throw std::invalid_argument("CompiledExecutor: no StepBackend (exec/cpu/CpuBackend.h's cpuBackend() for the host CPU)");
   impl_->backend = std::move(backend);
@@ -247,10 +457,6 @@ std::string describe(const Op &op) {
   if (!op.results.empty()) s += " %" + std::to_string(op.results[0]->id);
   return s;
 }
-
-struct OpFailure {
-  std::string message;
-};
 
 // The run-time checks of a program (LowerGroups.h, checkedOps): a zeroed counter per checked op,
 // passed as the program's last argument, and the error of the first op that failed.
@@ -312,6 +518,12 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     return s;
   };
 
+  if (I.compileAhead && I.compilesEveryStep()) {
+    std::string signature = graphKey;
+    for (const auto &[name, size] : sizes) signature += name + "=" + std::to_string(size) + ",";
+    if (I.prepared.insert(signature).second) I.prepare(plan, graphKey, shapeOf);
+  }
+
   // The step after which each value is last read.
   std::unordered_map<const Value *, size_t> lastUse;
   for (size_t i = 0; i < plan.steps.size(); ++i)
@@ -370,18 +582,14 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     I.site = whereOf(m, g, op);
     const std::string key = graphKey + std::to_string(si) + "/";
     try {
+      int64_t work = -1; // element-ops of a kernel step (Impl::stepWork)
       // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).
       if (st.kind == sched::StepKind::Elementwise || st.kind == sched::StepKind::Reduce ||
           st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat || st.kind == sched::StepKind::Row) {
-        int64_t work = 0;
         Shape in;
         bool known = true; // a type with an unknown dim (`?`) leaves the step to the evaluator
         try {
-          if (st.kind == sched::StepKind::Reduce) in = shapeOf(op.operands[0]);
-          else in = shapeOf(op.result());
-          work = numelOf(in) * int64_t(std::max<size_t>(st.cone.size(), 1));
-          if (st.kind == sched::StepKind::MatMul && !op.operands[0]->type.dims.empty())
-            work *= std::max<int64_t>(1, shapeOf(op.operands[0]).back());
+          std::tie(in, work) = Impl::stepWork(st, shapeOf);
         } catch (const OpFailure &) {
           known = false;
         }
@@ -407,7 +615,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
         Checks checks(st.cone);
         checks.addArg(args, *I.backend);
-        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerElementwise(st, S, "ew", I.tiles()); });
+        const Compiled &c = I.program(I.elementwiseProgram(st, key, S, work));
         I.launch(c, args, S);
         checks.raise(m, g);
         views[root] = whole(out);
@@ -425,90 +633,58 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           args.push_back(I.arg(whole(outs.back()), true));
         }
         for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
-        const Compiled &c = I.program(key + shapeKey(S), [&] { return sched::lowerRow(st, S, "row", I.tiles()); });
+        const Compiled &c = I.program(I.rowProgram(st, key, S, work));
         I.launch(c, args, S);
         for (size_t i = 0; i < st.outputs.size(); ++i) views[st.outputs[i]] = whole(outs[i].reshape(shapeOf(st.outputs[i])));
         break;
       }
       case sched::StepKind::Reduce: {
-        const Value *operand = op.operands[0];
-        Shape S0 = shapeOf(operand);
-        const size_t rank = S0.size();
-        std::vector<bool> reduced(rank, false);
-        if (const auto *axes = op.attrAs<std::vector<int64_t>>("axes")) {
-          for (int64_t a : *axes) {
-            if (a < -int64_t(rank) || a >= int64_t(rank)) throw OpFailure{"axis " + std::to_string(a) + " is out of range"};
-            reduced[size_t(a < 0 ? a + int64_t(rank) : a)] = true;
-          }
-        } else {
-          reduced.assign(rank, true);
-        }
-        std::vector<int> order;
-        for (size_t d = rank; d-- > 0;) if (reduced[d]) order.push_back(int(d));
-        // No reduced axis: one stage over an extra leading axis of extent 1 (a rounding into the
-        // result dtype).
-        Shape S = S0;
-        if (order.empty()) { S.insert(S.begin(), 1); order.push_back(0); }
-        auto inputView = [&](const Value *v) { return broadcastView(viewOf(v), S); };
+        const std::vector<ReduceStage> stages = reduceStages(op, shapeOf(op.operands[0]));
+        auto inputView = [&](const Value *v) { return broadcastView(viewOf(v), stages[0].iter); };
         const bool extreme = op.kind == OpKind::ReduceMax || op.kind == OpKind::ReduceMin;
         const DType carry = sched::reductionCarryDType(op);
         Tensor prev;
-        for (size_t s = 0; s < order.size(); ++s) {
-          const int axis = order[s];
-          const bool last = s + 1 == order.size();
-          Shape outShape = S;
-          outShape[size_t(axis)] = 1;
-          if (extreme && S[size_t(axis)] == 0 && numelOf(outShape) > 0)
+        for (size_t s = 0; s < stages.size(); ++s) {
+          const ReduceStage &rs = stages[s];
+          if (extreme && rs.iter[size_t(rs.axis)] == 0 && numelOf(rs.out) > 0)
             throw OpFailure{std::string(ir::opSpelling(op.kind)) + " over an empty axis has no value"};
-          Tensor out = I.allocate(outShape, last ? op.result()->type.dtype : carry);
+          Tensor out = I.allocate(rs.out, rs.last ? op.result()->type.dtype : carry);
           std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
           if (s == 0) for (const Value *in : st.inputs) args.push_back(I.arg(inputView(in)));
           else args.push_back(I.arg(whole(prev)));
-          args.push_back(scalarArg(S[size_t(axis)]));
+          args.push_back(scalarArg(rs.iter[size_t(rs.axis)]));
           Checks checks(s == 0 ? st.cone : std::vector<const Op *>{});
           checks.addArg(args, *I.backend);
-          const Compiled &c = I.program(key + std::to_string(s) + shapeKey(S) + (last ? "L" : ""), [&] {
-            return sched::lowerReduceStage(st, s, last, S, axis, "reduce", I.tiles());
-          });
-          I.launch(c, args, S);
+          const Compiled &c = I.program(I.reduceProgram(st, key, s, rs, work));
+          I.launch(c, args, rs.iter);
           checks.raise(m, g);
           prev = out;
-          S = outShape;
         }
         views[op.result()] = whole(prev.reshape(shapeOf(op.result())));
         break;
       }
       case sched::StepKind::MatMul: {
         View a = viewOf(op.operands[0]), b = viewOf(op.operands[1]);
-        const bool av = a.shape.size() == 1, bv = b.shape.size() == 1;
-        if (a.shape.empty() || b.shape.empty()) throw OpFailure{"matmul of a 0-d tensor"};
-        if (av) { a.shape.insert(a.shape.begin(), 1); a.strides.insert(a.strides.begin(), 0); }
-        if (bv) { b.shape.push_back(1); b.strides.push_back(0); }
-        const int64_t M = a.shape[a.shape.size() - 2], K = a.shape.back(), N = b.shape.back();
-        if (b.shape[b.shape.size() - 2] != K) throw OpFailure{"the inner dims differ"};
         const Value *res = op.result();
         const Shape R = shapeOf(res);
-        Shape batch(R.begin(), R.end() - (av ? 0 : 1) - (bv ? 0 : 1));
-        Shape full = batch;
-        full.push_back(M);
-        full.push_back(N);
+        const MatMulDims d = matmulDims(a.shape, b.shape, R);
+        if (d.av) { a.shape.insert(a.shape.begin(), 1); a.strides.insert(a.strides.begin(), 0); }
+        if (d.bv) { b.shape.push_back(1); b.strides.push_back(0); }
+        const Shape &batch = d.batch, &full = d.full;
         Tensor out = I.allocate(R, res->type.dtype);
         View ov{out, 0, full, Shape(full.size(), 0)};
         {
           Shape rs = rowMajor(R);
           size_t j = 0;
-          for (size_t d = 0; d < batch.size(); ++d) ov.strides[d] = rs[j++];
-          ov.strides[batch.size()] = av ? 0 : rs[j++];
-          ov.strides[batch.size() + 1] = bv ? 0 : rs[j++];
+          for (size_t i = 0; i < batch.size(); ++i) ov.strides[i] = rs[j++];
+          ov.strides[batch.size()] = d.av ? 0 : rs[j++];
+          ov.strides[batch.size() + 1] = d.bv ? 0 : rs[j++];
         }
         Shape ash = batch, bsh = batch;
-        ash.push_back(M); ash.push_back(K);
-        bsh.push_back(K); bsh.push_back(N);
+        ash.push_back(d.M); ash.push_back(d.K);
+        bsh.push_back(d.K); bsh.push_back(d.N);
         std::vector<rt::KernelArg> args{I.arg(ov, true), I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
-        const DType adt = a.buf.dtype(), bdt = b.buf.dtype();
-        const Compiled &c = I.program(key + shapeKey(full), [&] {
-          return sched::lowerMatMul(op, batch.size(), adt, bdt, res->type, {M, N, K}, "matmul", I.tiles());
-        });
+        const Compiled &c = I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work));
         I.launch(c, args, full);
         views[res] = whole(out);
         break;

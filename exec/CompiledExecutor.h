@@ -5,7 +5,8 @@
 // Per graph and input shapes, once: fusion (ir/schedule/Fusion.h) partitions the graph into
 // steps, each kernel step is lowered to Tile IR (ir/schedule/LowerGroups.h) with the backend's
 // tile policy and compiled by the backend (cached by program key, so shapes that share tile sizes
-// share machine code). Per call: symbols are bound from the inputs as the
+// share machine code); when every step compiles at its first call, a graph's programs are
+// compiled as one batch before its first run (on every core of the host CPU). Per call: symbols are bound from the inputs as the
 // evaluator binds them, each value is a *view* (a buffer, an element offset, a shape and
 // strides), view ops only compute new views, kernel steps allocate their outputs and launch
 // their programs through the backend (every core; a GPU's stream), library steps (Fusion.h lists them) run the reference
@@ -34,8 +35,11 @@ public:
   /// launcher then). `jitThreshold`: on a backend that interprets small steps, a kernel step runs
   /// interpreted (the reference evaluator on its ops) until the element-ops it has done so reach
   /// this many, then compiled; 0 compiles every step at once (what the tests of compiled code use).
+  /// `compileAhead`: when every step compiles at its first call, compile a graph's programs as one
+  /// batch before its first run (in parallel on the host CPU); false compiles each as the run
+  /// reaches it (the tests' negative control of the batch).
   explicit CompiledExecutor(std::shared_ptr<StepBackend> backend, const ir::KernelRunner *runner = nullptr,
-                            int64_t jitThreshold = 0);
+                            int64_t jitThreshold = 0, bool compileAhead = true);
   ~CompiledExecutor() override;
 
   std::vector<rt::Tensor> run(const ir::Module &m, const ir::Graph &g, const std::vector<rt::Tensor> &inputs) override;
@@ -51,6 +55,8 @@ public:
     uint64_t interpretedSteps = 0;  // kernel steps run on the evaluator below the JIT threshold
     uint64_t unknownDimSteps = 0;   // kernel steps run on the evaluator: a type with a `?` dim
     uint64_t librarySteps = 0;      // library steps (Fusion.h): the evaluator's code by design
+    uint64_t compiledAhead = 0;     // programs compiled in a batch before a graph's first run
+    uint64_t compiledLazily = 0;    // programs compiled when a step reached them (copies of views included)
   };
   Stats stats() const;
   /// Number of kernel launches since construction (stats().launches).
@@ -62,9 +68,13 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-/// About one JIT compilation's worth of interpreted work (element-ops) on this machine: a step
-/// that does less than this over a whole run is cheaper to interpret than to compile.
-constexpr int64_t kDefaultJitThreshold = int64_t(1) << 23;
+/// `tsr run` compiles every kernel step at its first call: a graph's programs compile as one
+/// batch on every core, small programs at the host JIT's quick tier (codegen/cpu/CpuKernel.h),
+/// and from the persistent cache in later processes, so interpreting small steps until they have
+/// earned a compilation no longer pays (the digits ViT's five first epochs: 7.2 s against 16.0 s
+/// with the earlier threshold of 2^23 element-ops; docs/performance.md). TSR_JIT_THRESHOLD=N
+/// still interprets a step until it has done N element-ops.
+constexpr int64_t kDefaultJitThreshold = 0;
 
 /// TSR_TEST_FORCE_INTERPRET=1 makes every kernel step run interpreted as if below the JIT
 /// threshold. It exists for the tests' negative controls only (a test that asserts compiled code

@@ -82,7 +82,7 @@ const KernelLauncher::Entry &KernelLauncher::entry(const sema::FunctionInfo &k, 
     }
     throw LaunchError(where + err.what + " cannot run yet", err.range, err.what);
   }
-  e->compiled = backend_->compile(*e->fn);
+  e->compiled = backend_->compile(*e->fn, {});
   if (k.def && P_.sm.has(k.def->range.file)) {
     const SourceFile &f = P_.sm.file(k.def->range.file);
     LineCol lc = f.lineCol(k.def->nameRange.begin);

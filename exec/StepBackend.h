@@ -36,6 +36,21 @@ struct LaunchSite {
   std::string source;
 };
 
+/// What the executor knows of a program when it asks for its code. `launchWork`: the element-ops
+/// of one launch (numel of its iteration space times its fused ops, times k for a matrix
+/// product), or -1 when unknown; a backend may optimize a program of little work less, since
+/// compiling it would cost more than it ever runs (the host CPU's quick tier,
+/// exec/cpu/CpuBackend.cpp).
+struct CompileHints {
+  int64_t launchWork = -1;
+};
+
+/// One program of a batch (StepBackend::compileAll).
+struct CompileRequest {
+  const tile::Function *fn = nullptr;
+  CompileHints hints;
+};
+
 class StepBackend {
 public:
   virtual ~StepBackend() = default;
@@ -56,7 +71,22 @@ public:
   /// Compiles a verified tile function (or finds its code). Throws codegen::CodegenError (a
   /// construct with no lowering on this target), the target's error, or std::runtime_error naming
   /// the program where the backend has no code for it and no compiler.
-  virtual std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) = 0;
+  virtual std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &hints) = 0;
+  /// Compiles a batch of independent programs (a graph's programs before its first run), in
+  /// parallel where the backend can; the result has one entry per request, null where that one
+  /// failed (the step that runs it compiles it again, and reports the error at its op). By
+  /// default one after the other.
+  virtual std::vector<std::shared_ptr<const BackendProgram>> compileAll(const std::vector<CompileRequest> &requests) {
+    std::vector<std::shared_ptr<const BackendProgram>> out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      try {
+        out[i] = compile(*requests[i].fn, requests[i].hints);
+      } catch (...) {
+        // left null: reported when its step runs
+      }
+    }
+    return out;
+  }
   /// Launches `p` over `grid` (each extent >= 1) on `args` (the KernelArg array of
   /// runtime/KernelArg.h). May return before the program has run (a device's stream); failures
   /// found later name `site`.

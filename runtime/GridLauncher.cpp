@@ -28,8 +28,8 @@ public:
   int size() const { return std::max(int(workers_.size()), 1); }
 
   // Runs fn over [0, total) in chunks on up to `threads` threads (the caller among them when
-  // `callerJoins`).
-  void run(int64_t total, int threads, bool callerJoins, const std::function<void(int64_t, int64_t)> &fn) {
+  // `callerJoins`); chunks of `chunk` indices, or 0: about four per thread.
+  void run(int64_t total, int threads, bool callerJoins, const std::function<void(int64_t, int64_t)> &fn, int64_t chunk = 0) {
     const int n = int(std::min<int64_t>(threads, total));
     const int nWorkers = std::min(int(workers_.size()), callerJoins ? n - 1 : std::max(n, 1));
     if (tInWorker || nWorkers <= 0) {
@@ -42,7 +42,7 @@ public:
       std::lock_guard<std::mutex> lk(mu_);
       job_ = &fn;
       total_ = total;
-      chunk_ = std::max<int64_t>(1, total / (int64_t(parts) * 4));
+      chunk_ = chunk > 0 ? chunk : std::max<int64_t>(1, total / (int64_t(parts) * 4));
       next_.store(0);
       wanted_ = nWorkers;
       pending_ = nWorkers;
@@ -121,6 +121,14 @@ void launchGrid(HostEntry fn, const KernelArg *args, std::array<int64_t, 3> grid
   const int n = threads <= 0 ? pool.size() : std::min(threads, pool.size());
   const int64_t *g = grid.data();
   pool.run(total, n, callerJoins, [&](int64_t b, int64_t e) { fn(args, b, e, g); });
+}
+
+void runTasks(int64_t n, const std::function<void(int64_t)> &task) {
+  if (n <= 0) return;
+  Pool &pool = Pool::instance();
+  pool.run(n, pool.size(), true, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) task(i);
+  }, 1);
 }
 
 } // namespace tsr::rt

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace tsr::rt {
 
@@ -34,5 +35,11 @@ int launcherThreads();
 /// that thread. Thread-safe: launches are serialized. Throws std::invalid_argument for a negative
 /// grid size.
 void launchGrid(HostEntry fn, const KernelArg *args, std::array<int64_t, 3> grid, int threads = 0, bool callerJoins = false);
+
+/// Runs task(i) for every i in [0, n) on the worker pool and the calling thread, each thread
+/// taking the next index as it finishes one: for coarse independent tasks of uneven length, such
+/// as compiling a graph's programs. Returns when all have run; `task` must not throw. Serialized
+/// with launches; from inside a worker, runs the tasks on that thread.
+void runTasks(int64_t n, const std::function<void(int64_t)> &task);
 
 } // namespace tsr::rt

@@ -4,8 +4,8 @@
 //
 // A tile::Function compiles to machine code that runs a range of its grid's programs; launch()
 // splits the grid over worker threads (one per core by default). Compilation is cached by the
-// function's printed text (its identity), so a kernel specialized once is compiled once per
-// process.
+// function's printed text (its identity) and the optimization tier, so a kernel specialized once
+// is compiled once per process (and kept on disk across processes: runtime/DiskCache.h).
 //
 // ABI (between launch() and the generated code; the layout is checked by static_asserts in
 // codegen/llvm/TileToLLVM.cpp): each kernel's entry is
@@ -53,9 +53,26 @@ public:
   virtual const std::string &name() const = 0;
 };
 
+/// How much LLVM optimizes a program: compile time against run time.
+///  - Full: the new pass manager's O3 with the loop and SLP vectorizers, unrolling and
+///    interleaving, and the code generator's aggressive level. What large tiles need to run at
+///    memory speed (layer_norm [4096, 1024] about 1.5x faster than Quick).
+///  - Quick: O2's simplifications and the loop vectorizer (which halves the digits ViT's step
+///    time against none), but no SLP vectorizer, unrolling or interleaving, and the code
+///    generator's "less" level: about a third of Full's compile time (tile loops fully unrolled
+///    and interleaved are most of Full's instructions, and DSE and instruction selection scale
+///    with them). For programs whose launches do little work, where compiling costs more than
+///    running.
+/// Both compute the same results bit for bit (and so does a bundle's llc): the generated code
+/// leaves LLVM no choice of floating-point association (a reduction's association is fixed by
+/// its lanes, codegen/llvm/lower/Shape.cpp).
+enum class OptTier { Quick, Full };
+
 /// Machine code for `f` on this CPU (vectorised for its features), compiled once per distinct
-/// function text and process. Throws CodegenError. Thread-safe.
-std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f);
+/// function text, tier and process. Throws CodegenError. Thread-safe: different programs compile
+/// concurrently (each in its own LLVM context and target machine), and a program asked for by
+/// two threads at once compiles once.
+std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f, OptTier tier = OptTier::Full);
 
 /// The LLVM IR (optimized or not) that compileForHost builds for `f`: `tsrc --emit=llvm`.
 std::string hostLLVMText(const tile::Function &f, bool optimized);

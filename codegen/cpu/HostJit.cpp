@@ -1,7 +1,12 @@
-// The host CPU back end: Tile IR -> LLVM IR (codegen/llvm) -> O3 for this CPU -> object code ->
-// ORC LLJIT, a compile cache keyed by the function's text (in the process, and on disk across
-// processes: runtime/DiskCache.h); grids run on the runtime's launcher (runtime/GridLauncher.h),
-// and the generated code's conversion helpers are the runtime's (runtime/CodegenHelpers.h).
+// The host CPU back end: Tile IR -> LLVM IR (codegen/llvm) -> the tier's pipeline for this CPU
+// (OptTier, CpuKernel.h) -> object code -> ORC LLJIT, a compile cache keyed by the tier and the
+// function's text (in the process, and on disk across processes: runtime/DiskCache.h); grids run
+// on the runtime's launcher (runtime/GridLauncher.h), and the generated code's conversion helpers
+// are the runtime's (runtime/CodegenHelpers.h).
+//
+// Compilations run concurrently (the executor compiles a graph's programs on every core before
+// its first run): each builds its module in its own LLVMContext and emits it with its own
+// TargetMachine, since neither is thread-safe; only the cache and the JIT's linking are locked.
 //
 // The entry each kernel gets (its ABI, used by launch() only):
 //   void entry(const KernelArg *args, int64_t begin, int64_t end, const int64_t *grid)
@@ -33,6 +38,7 @@
 #include "llvm/TargetParser/Host.h"
 
 #include <algorithm>
+#include <future>
 #include <mutex>
 #include <unordered_map>
 
@@ -93,11 +99,17 @@ void initNative() {
   });
 }
 
-std::unique_ptr<TargetMachine> hostMachine() {
+CodeGenOptLevel codeGenLevel(OptTier tier) {
+  return tier == OptTier::Full ? CodeGenOptLevel::Aggressive : CodeGenOptLevel::Less;
+}
+
+/// A target machine for this CPU whose code generator works at `tier`'s level (one per
+/// compilation: a TargetMachine may not emit two modules at once).
+std::unique_ptr<TargetMachine> hostMachine(OptTier tier) {
   initNative();
   auto jtmb = orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb) throw CodegenError("internal error: cannot describe the host CPU to LLVM: " + toString(jtmb.takeError()));
-  jtmb->setCodeGenOptLevel(CodeGenOptLevel::Aggressive);
+  jtmb->setCodeGenOptLevel(codeGenLevel(tier));
   auto tm = jtmb->createTargetMachine();
   if (!tm) throw CodegenError("internal error: no LLVM target for the host CPU: " + toString(tm.takeError()));
   return std::move(*tm);
@@ -160,23 +172,25 @@ std::unique_ptr<Module> buildModule(const tile::Function &f, LLVMContext &ctx, T
   return m;
 }
 
-/// The new pass manager's O3 pipeline with loop and SLP vectorization, for `tm`'s CPU.
-void optimize(Module &m, TargetMachine &tm) {
+/// The tier's pipeline of the new pass manager (OptTier, CpuKernel.h) for `tm`'s CPU.
+void optimize(Module &m, TargetMachine &tm, OptTier tier) {
+  const bool full = tier == OptTier::Full;
   LoopAnalysisManager lam;
   FunctionAnalysisManager fam;
   CGSCCAnalysisManager cgam;
   ModuleAnalysisManager mam;
   PipelineTuningOptions pto;
   pto.LoopVectorization = true;
-  pto.SLPVectorization = true;
-  pto.LoopUnrolling = true;
+  pto.SLPVectorization = full;
+  pto.LoopUnrolling = full;
+  pto.LoopInterleaving = full;
   PassBuilder pb(&tm, pto);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(OptimizationLevel::O3);
+  ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(full ? OptimizationLevel::O3 : OptimizationLevel::O1);
   mpm.run(m, mam);
 }
 
@@ -206,14 +220,21 @@ private:
   int64_t frame_;
 };
 
+using KernelPtr = std::shared_ptr<const CompiledKernel>;
+
 struct Jit {
   std::unique_ptr<orc::LLJIT> jit;
-  std::unique_ptr<TargetMachine> tm;
+  // The host as the persistent cache's keys name it: triple, CPU and features.
+  std::string hostKey;
+  // `mu` guards `cache` and the JIT's adding and looking up of objects; compilation runs
+  // outside it. A program being compiled is in `cache` already, as a future that a second
+  // thread asking for it waits on.
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>> cache;
+  std::unordered_map<std::string, std::shared_future<KernelPtr>> cache;
 
   Jit() {
-    tm = hostMachine();
+    auto tm = hostMachine(OptTier::Full);
+    hostKey = tm->getTargetTriple().str() + "|" + tm->getTargetCPU().str() + "|" + tm->getTargetFeatureString().str();
     auto jtmb = orc::JITTargetMachineBuilder::detectHost();
     if (!jtmb) throw CodegenError("internal error: " + toString(jtmb.takeError()));
     jtmb->setCodeGenOptLevel(CodeGenOptLevel::Aggressive);
@@ -250,57 +271,92 @@ void checkVerified(const tile::Function &f) {
 
 } // namespace
 
-std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f) {
-  checkVerified(f);
-  std::string key = tile::toString(f);
-  Jit &j = theJit();
-  std::lock_guard<std::mutex> lk(j.mu);
-  if (auto it = j.cache.find(key); it != j.cache.end()) return it->second;
-  int64_t frame = tileFrameBytes(f);
-  if (frame > int64_t(rt::kWorkerStackBytes) - (int64_t(16) << 20))
-    throw CodegenError("tile function @" + f.name + " needs " + std::to_string(frame >> 20) +
-                       " MiB of tiles per program, more than the CPU back end's thread stacks hold");
-  // The entry's symbol comes from the program's text, so that object code from the persistent
-  // cache (runtime/DiskCache.h) links under the same name in every process; the in-process cache
-  // above keeps one text from being added twice.
-  char h[40];
-  std::snprintf(h, sizeof h, "%016llx%016llx", static_cast<unsigned long long>(rt::fnv1a64(key)),
-                static_cast<unsigned long long>(rt::fnv1a64(key, 0x84222325cbf29ce4ull)));
-  std::string sym = "tsr_kernel_" + std::string(h) + "_" + f.name;
-  // The object code depends on the program, the CPU and its features, and the compiler's build.
-  const std::string cacheKey = std::string("host-obj|") + buildId() + "|" + j.tm->getTargetTriple().str() + "|" +
-                               j.tm->getTargetCPU().str() + "|" + j.tm->getTargetFeatureString().str() + "|" + sym + "|" + key;
+namespace {
+
+/// Object code of `f` at `tier` whose entry is `sym`: from the persistent cache, or compiled
+/// (and stored there). Runs without the JIT's lock.
+std::string objectCode(const tile::Function &f, OptTier tier, const std::string &sym, const std::string &key,
+                       const std::string &hostKey) {
+  // The object code depends on the program and tier (`key`), the CPU and its features, and the
+  // compiler's build.
+  const std::string cacheKey = std::string("host-obj|") + buildId() + "|" + hostKey + "|" + sym + "|" + key;
   rt::DiskCache &disk = rt::DiskCache::process();
-  std::optional<std::string> object = disk.get("host-obj", cacheKey);
-  if (!object) {
-    auto ctx = std::make_unique<LLVMContext>();
-    auto m = buildModule(f, *ctx, *j.tm, sym);
-    optimize(*m, *j.tm);
-    // Object code from the JIT's own target machine: what LLJIT's compile layer would make.
-    SmallVector<char, 0> buf;
-    raw_svector_ostream os(buf);
-    legacy::PassManager pm;
-    if (j.tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::ObjectFile))
-      throw CodegenError("internal error: LLVM cannot emit object code for the host CPU");
-    pm.run(*m);
-    object = std::string(buf.data(), buf.size());
-    disk.put("host-obj", cacheKey, *object);
+  if (std::optional<std::string> object = disk.get("host-obj", cacheKey)) return std::move(*object);
+  auto tm = hostMachine(tier);
+  LLVMContext ctx;
+  auto m = buildModule(f, ctx, *tm, sym);
+  optimize(*m, *tm, tier);
+  // Object code from a target machine like the JIT's own: what LLJIT's compile layer would make.
+  SmallVector<char, 0> buf;
+  raw_svector_ostream os(buf);
+  legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::ObjectFile))
+    throw CodegenError("internal error: LLVM cannot emit object code for the host CPU");
+  pm.run(*m);
+  std::string object(buf.data(), buf.size());
+  disk.put("host-obj", cacheKey, object);
+  return object;
+}
+
+} // namespace
+
+std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f, OptTier tier) {
+  checkVerified(f);
+  const std::string text = tile::toString(f);
+  const std::string key = std::string(tier == OptTier::Full ? "full|" : "quick|") + text;
+  Jit &j = theJit();
+  std::promise<KernelPtr> promise;
+  {
+    std::unique_lock<std::mutex> lk(j.mu);
+    // A program compiled fully serves a quick request too.
+    auto it = j.cache.find(key);
+    if (tier == OptTier::Quick && it == j.cache.end()) it = j.cache.find("full|" + text);
+    if (it != j.cache.end()) {
+      std::shared_future<KernelPtr> pending = it->second;
+      lk.unlock();
+      return pending.get(); // rethrows the compiling thread's error
+    }
+    j.cache.emplace(key, promise.get_future().share());
   }
-  if (auto e = j.jit->addObjectFile(MemoryBuffer::getMemBufferCopy(*object, sym)))
-    throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(std::move(e)));
-  auto addr = j.jit->lookup(sym);
-  if (!addr) throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(addr.takeError()));
-  auto k = std::make_shared<HostKernel>(f.name, addr->toPtr<EntryFn>(), f.params.size(), frame);
-  j.cache.emplace(std::move(key), k);
-  return k;
+  try {
+    int64_t frame = tileFrameBytes(f);
+    if (frame > int64_t(rt::kWorkerStackBytes) - (int64_t(16) << 20))
+      throw CodegenError("tile function @" + f.name + " needs " + std::to_string(frame >> 20) +
+                         " MiB of tiles per program, more than the CPU back end's thread stacks hold");
+    // The entry's symbol comes from the program's text and tier, so that object code from the
+    // persistent cache (runtime/DiskCache.h) links under the same name in every process, and
+    // both tiers of one program can be linked at once.
+    char h[40];
+    std::snprintf(h, sizeof h, "%016llx%016llx", static_cast<unsigned long long>(rt::fnv1a64(key)),
+                  static_cast<unsigned long long>(rt::fnv1a64(key, 0x84222325cbf29ce4ull)));
+    const std::string sym = "tsr_kernel_" + std::string(h) + "_" + f.name;
+    const std::string object = objectCode(f, tier, sym, key, j.hostKey);
+    KernelPtr k;
+    {
+      std::lock_guard<std::mutex> lk(j.mu);
+      if (auto e = j.jit->addObjectFile(MemoryBuffer::getMemBufferCopy(object, sym)))
+        throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(std::move(e)));
+      auto addr = j.jit->lookup(sym);
+      if (!addr) throw CodegenError("internal error: JIT of @" + f.name + ": " + toString(addr.takeError()));
+      k = std::make_shared<HostKernel>(f.name, addr->toPtr<EntryFn>(), f.params.size(), frame);
+    }
+    promise.set_value(k);
+    return k;
+  } catch (...) {
+    // Waiting threads get the error; a later call compiles again.
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lk(j.mu);
+    j.cache.erase(key);
+    throw;
+  }
 }
 
 std::string hostLLVMText(const tile::Function &f, bool optimized) {
   checkVerified(f);
-  auto tm = hostMachine();
+  auto tm = hostMachine(OptTier::Full);
   LLVMContext ctx;
   auto m = buildModule(f, ctx, *tm, f.name);
-  if (optimized) optimize(*m, *tm);
+  if (optimized) optimize(*m, *tm, OptTier::Full);
   std::string s;
   raw_string_ostream os(s);
   m->print(os, nullptr);

@@ -75,7 +75,7 @@ public:
     return static_cast<char *>(w.data());
   }
 
-  std::shared_ptr<const exec::BackendProgram> compile(const tile::Function &fn) override {
+  std::shared_ptr<const exec::BackendProgram> compile(const tile::Function &fn, const exec::CompileHints &hints) override {
     const std::string text = tile::toString(fn);
     const std::string key = rb::programKey(text);
     std::lock_guard<std::mutex> lock(mu_);
@@ -125,7 +125,7 @@ public:
       ++stats_.compiled;
       if (opts_.verbose)
         log_ << "tsr: bundle: compiling program `" << fn.name << "` (key " << key << ") for " << inner_->name() << ": " << why << "\n";
-      p->inner = inner_->compile(fn);
+      p->inner = inner_->compile(fn, hints);
     }
     cache_.emplace(key, p);
     return p;

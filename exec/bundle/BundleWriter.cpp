@@ -407,9 +407,9 @@ public:
     return inner_->allocate(shape, dtype, forWhat);
   }
   char *address(const rt::Tensor &t, bool write, const char *forWhat) override { return inner_->address(t, write, forWhat); }
-  std::shared_ptr<const exec::BackendProgram> compile(const tile::Function &fn) override {
+  std::shared_ptr<const exec::BackendProgram> compile(const tile::Function &fn, const exec::CompileHints &hints) override {
     record_(fn);
-    return inner_->compile(fn);
+    return inner_->compile(fn, hints);
   }
   void launch(const exec::BackendProgram &p, const std::vector<codegen::KernelArg> &args, const std::array<int64_t, 3> &grid,
               const exec::LaunchSite &site) override {

@@ -2,6 +2,10 @@
 #include "exec/cpu/CpuBackend.h"
 
 #include "codegen/cpu/CpuKernel.h"
+#include "ir/tile/TileText.h"
+#include "runtime/GridLauncher.h"
+
+#include <unordered_map>
 
 namespace tsr::exec {
 namespace {
@@ -24,10 +28,41 @@ public:
     rt::Tensor w = t; // the same storage; the non-const data() marks a host write
     return static_cast<char *>(w.data());
   }
-  std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) override {
+  std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &hints) override {
     auto p = std::make_shared<CpuProgram>();
-    p->code = codegen::compileForHost(fn);
+    p->code = codegen::compileForHost(fn, tierFor(hints));
     return p;
+  }
+  // On every core: the JIT compiles different programs concurrently (codegen/cpu/CpuKernel.h).
+  // Requests of one text (the same program in several steps or graphs) compile once, at the
+  // highest tier any of them wants: a thread given a duplicate would wait for the one compiling
+  // it instead of working.
+  std::vector<std::shared_ptr<const BackendProgram>> compileAll(const std::vector<CompileRequest> &requests) override {
+    std::vector<size_t> first(requests.size());
+    std::vector<size_t> unique;
+    std::vector<CompileHints> hints;
+    std::unordered_map<std::string, size_t> byText;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto [it, fresh] = byText.emplace(tile::toString(*requests[i].fn), unique.size());
+      if (fresh) {
+        unique.push_back(i);
+        hints.push_back(requests[i].hints);
+      } else if (tierFor(requests[i].hints) == codegen::OptTier::Full) {
+        hints[it->second] = requests[i].hints;
+      }
+      first[i] = it->second;
+    }
+    std::vector<std::shared_ptr<const BackendProgram>> done(unique.size()), out(requests.size());
+    rt::runTasks(int64_t(unique.size()), [&](int64_t u) {
+      const size_t i = unique[size_t(u)];
+      try {
+        done[size_t(u)] = compile(*requests[i].fn, hints[size_t(u)]);
+      } catch (...) {
+        // left null: its step compiles it again and reports the error at its op
+      }
+    });
+    for (size_t i = 0; i < requests.size(); ++i) out[i] = done[first[i]];
+    return out;
   }
   void launch(const BackendProgram &p, const std::vector<rt::KernelArg> &args, const std::array<int64_t, 3> &grid,
               const LaunchSite &) override {
@@ -35,6 +70,15 @@ public:
   }
 
 private:
+  // A program whose launches do fewer element-ops than this gets the quick tier: at 1-4 GB/s for
+  // such small tiles a launch of 2^22 element-ops takes about a millisecond, and the full
+  // pipeline's extra 0.1-0.5 s of compilation would pay for itself only over hundreds of
+  // launches. (The digits ViT's programs, all below it, run equally fast either way.)
+  static constexpr int64_t kQuickTierWork = int64_t(1) << 22;
+  static codegen::OptTier tierFor(const CompileHints &h) {
+    return h.launchWork >= 0 && h.launchWork < kQuickTierWork ? codegen::OptTier::Quick : codegen::OptTier::Full;
+  }
+
   int threads_;
   ir::schedule::TileTarget target_ = ir::schedule::TileTarget::cpu();
 };

@@ -105,7 +105,7 @@ public:
     return reinterpret_cast<char *>(p);
   }
 
-  std::shared_ptr<const BackendProgram> compile(const tile::Function &fn) override {
+  std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &) override {
     if (!source_.compile)
       throw std::runtime_error("the program `" + fn.name + "` has no code for " + dev_.name() + ", and this runner compiles no PTX");
     const CompiledPtx c = source_.compile(fn, arch_);

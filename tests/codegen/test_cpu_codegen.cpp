@@ -733,3 +733,116 @@ TEST_CASE("constructs without a lowering and malformed functions are CodegenErro
   REQUIRE(!tile::verify(h).empty());
   CHECK_THROWS_AS(codegen::compileForHost(h), codegen::CodegenError);
 }
+
+// y = x * c + y over blocks of 256: a small program whose text differs with c.
+static void buildAxpyConst(Function &f, double c) {
+  Value *x = f.addParam("x", Type::tensor(1, DType::F32));
+  Value *y = f.addParam("y", Type::tensor(1, DType::F32));
+  TB t{f, f.body};
+  const int64_t BLOCK = 256;
+  Value *start = t.mul(t.pid(0), t.i64(BLOCK));
+  Value *xb = t.loadBox(x, {start}, {BLOCK});
+  Value *yb = t.loadBox(y, {start}, {BLOCK});
+  t.storeBox(y, {start}, {BLOCK}, t.add(t.mul(xb, t.cst(c, DType::F32, {BLOCK})), yb));
+}
+
+// Runs an axpy kernel of buildAxpyConst over n elements; true when y = x * c + y everywhere.
+static bool axpyRuns(const codegen::CompiledKernel &k, double c, int64_t n) {
+  auto X = rt::Tensor::empty({n}, DType::F32), Y = rt::Tensor::empty({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) {
+    X.data<float>()[i] = float(i % 13) - 6.0f;
+    Y.data<float>()[i] = float(i % 7);
+  }
+  KernelArg args[2] = {arg(X), arg(Y)};
+  k.launch(args, 2, {(n + 255) / 256, 1, 1});
+  for (int64_t i = 0; i < n; ++i)
+    if (Y.data<float>()[i] != (float(i % 13) - 6.0f) * float(c) + float(i % 7)) return false;
+  return true;
+}
+
+TEST_CASE("optimization tiers: quick and full code of one program agree; full code serves a quick request") {
+  Function f("tiers");
+  buildAxpyConst(f, 1.5);
+  REQUIRE(tile::verify(f).empty());
+  auto quick = codegen::compileForHost(f, codegen::OptTier::Quick);
+  auto full = codegen::compileForHost(f, codegen::OptTier::Full);
+  CHECK(quick.get() != full.get()); // the tier is part of the key: two compilations
+  CHECK(axpyRuns(*quick, 1.5, 1000));
+  CHECK(axpyRuns(*full, 1.5, 1000));
+  CHECK(!axpyRuns(*full, 2.5, 1000)); // the check itself can fail
+  // Once a program has full code, a quick request takes it rather than compiling again.
+  Function g("tiers_full_first");
+  buildAxpyConst(g, 0.25);
+  auto gFull = codegen::compileForHost(g, codegen::OptTier::Full);
+  CHECK(codegen::compileForHost(g, codegen::OptTier::Quick).get() == gFull.get());
+}
+
+TEST_CASE("a float sum's association is the code's: quick and full tiers give the same bits") {
+  // Rows of 1000 (62 lanes' chunks and a remainder) summed along the contiguous axis.
+  const int64_t rows = 3, n = 1000;
+  Function f("tier_sum");
+  Value *x = f.addParam("x", Type::tensor(2, DType::F32));
+  Value *o = f.addParam("o", Type::tensor(1, DType::F32));
+  TB t{f, f.body};
+  Value *z = t.i64(0);
+  t.storeBox(o, {z}, {rows}, t.op(OpKind::ReduceSum, {t.loadBox(x, {z, z}, {rows, n})}, {A("axis", int64_t(1))}));
+  REQUIRE(tile::verify(f).empty());
+  auto X = rt::Tensor::empty({rows, n}, DType::F32);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < rows * n; ++i) X.data<float>()[i] = u(rng) * std::ldexp(1.0f, int(i % 23) - 11); // magnitudes 2^-11..2^11
+  auto sums = [&](const codegen::CompiledKernel &k) {
+    auto O = rt::Tensor::empty({rows}, DType::F32);
+    KernelArg args[2] = {arg(X), arg(O)};
+    k.launch(args, 2, {1, 1, 1});
+    return std::vector<float>(O.data<float>(), O.data<float>() + rows);
+  };
+  auto quick = sums(*codegen::compileForHost(f, codegen::OptTier::Quick));
+  auto full = sums(*codegen::compileForHost(f, codegen::OptTier::Full));
+  std::vector<float> serial(rows, 0.0f), lanes(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    float part[16] = {};
+    for (int64_t i = 0; i < n; ++i) {
+      serial[size_t(r)] += X.data<float>()[r * n + i];
+      part[i % 16] += X.data<float>()[r * n + i];
+    }
+    lanes[size_t(r)] = part[0];
+    for (int l = 1; l < 16; ++l) lanes[size_t(r)] += part[l];
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    CHECK(std::memcmp(&quick[size_t(r)], &full[size_t(r)], sizeof(float)) == 0);
+    CHECK(full[size_t(r)] == lanes[size_t(r)]); // the documented association, exactly
+  }
+  CHECK(serial != lanes); // control: the association shows in these sums
+}
+
+TEST_CASE("programs compile concurrently: distinct ones each once, a shared one once for all threads") {
+  constexpr int kThreads = 6;
+  std::vector<std::unique_ptr<Function>> own, shared;
+  for (int i = 0; i < kThreads; ++i) {
+    own.push_back(std::make_unique<Function>("concurrent_" + std::to_string(i)));
+    buildAxpyConst(*own.back(), 3.0 + i);
+    shared.push_back(std::make_unique<Function>("concurrent_shared"));
+    buildAxpyConst(*shared.back(), -0.5); // one text, built separately per thread
+  }
+  std::vector<std::shared_ptr<const codegen::CompiledKernel>> mine(kThreads), common(kThreads);
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        common[size_t(i)] = codegen::compileForHost(*shared[size_t(i)], codegen::OptTier::Quick);
+        mine[size_t(i)] = codegen::compileForHost(*own[size_t(i)], codegen::OptTier::Quick);
+      } catch (const std::exception &e) {
+        errors[size_t(i)] = e.what();
+      }
+    });
+  for (std::thread &t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    INFO("thread " << i << ": " << errors[size_t(i)]);
+    REQUIRE(errors[size_t(i)].empty());
+    CHECK(common[size_t(i)].get() == common[0].get());
+    CHECK(axpyRuns(*mine[size_t(i)], 3.0 + i, 777));
+  }
+  CHECK(axpyRuns(*common[0], -0.5, 777));
+}

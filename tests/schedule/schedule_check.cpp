@@ -24,7 +24,10 @@
 // with itself): per graph, with --jit-threshold 0 every kernel step must run compiled (a step that
 // falls back to the evaluator fails the graph) and a graph with kernel steps must launch
 // programs; with a middle threshold (--mixed) the whole run must have both compiled and
-// interpreted steps. A graph on which the reference fails at every size prints
+// interpreted steps. With --jit-threshold 0 a graph's programs are compiled as one batch before
+// its first run (CompiledExecutor's compileAhead): a graph whose steps compiled programs only as
+// the run reached them, none ahead, fails (--no-compile-ahead turns the batch off: the check's
+// negative control). A graph on which the reference fails at every size prints
 // `note FILE @GRAPH: no size assignment ran` (run_schedule_tests.py holds the list of expected
 // ones). Each line ends with the graph's counts: launches, compiled/interpreted/library steps.
 #include "ir/Text.h"
@@ -117,7 +120,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> files, sizeSets;
   std::string only;
   int64_t jitThreshold = 0;
-  bool mixed = false;
+  bool mixed = false, compileAhead = true;
   std::string device;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -131,6 +134,8 @@ int main(int argc, char **argv) {
       device = argv[++i];
     } else if (a == "--mixed") {
       mixed = true;
+    } else if (a == "--no-compile-ahead") {
+      compileAhead = false;
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
@@ -155,7 +160,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!backend) backend = exec::cpuBackend();
-  exec::CompiledExecutor exec(backend, nullptr, jitThreshold);
+  exec::CompiledExecutor exec(backend, nullptr, jitThreshold, compileAhead);
   for (const std::string &file : files) {
     std::ifstream in(file);
     std::stringstream buf;
@@ -245,15 +250,21 @@ int main(int argc, char **argv) {
       const exec::CompiledExecutor::Stats after = exec.stats();
       const uint64_t launched = after.launches - before.launches, compiled = after.compiledSteps - before.compiledSteps,
                      interpreted = after.interpretedSteps - before.interpretedSteps,
-                     unknown = after.unknownDimSteps - before.unknownDimSteps, library = after.librarySteps - before.librarySteps;
+                     unknown = after.unknownDimSteps - before.unknownDimSteps, library = after.librarySteps - before.librarySteps,
+                     ahead = after.compiledAhead - before.compiledAhead, lazily = after.compiledLazily - before.compiledLazily;
       const std::string counts = " (" + std::to_string(launched) + " launches; steps: " + std::to_string(compiled) + " compiled, " +
                                  std::to_string(interpreted) + " interpreted, " + std::to_string(unknown) + " with unknown dims, " +
-                                 std::to_string(library) + " library)";
+                                 std::to_string(library) + " library; programs: " + std::to_string(ahead) + " compiled ahead, " +
+                                 std::to_string(lazily) + " as reached)";
       if (ran == 0)
         std::cout << "note " << file << " @" << g.name << ": no size assignment ran on the reference: "
                   << (lastRefErr.empty() ? "no assignment gave every input a shape" : lastRefErr) << "\n";
       if (ran > 0 && !mixed && jitThreshold == 0 && interpreted > 0) {
         std::cout << "FAIL " << file << " @" << g.name << ": " << interpreted << " kernel steps fell back to the evaluator at JIT threshold 0" << counts << "\n";
+        bad = true;
+      }
+      if (ran > 0 && !mixed && jitThreshold == 0 && compiled > 0 && ahead == 0 && lazily > 0) {
+        std::cout << "FAIL " << file << " @" << g.name << ": programs compiled only as the run reached them, none ahead" << counts << "\n";
         bad = true;
       }
       if (ran > 0 && !mixed && compiled + interpreted > 0 && launched == 0) {

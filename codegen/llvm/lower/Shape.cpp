@@ -159,6 +159,11 @@ bool Lowering::cooperativeReduce(const TOp &op, int64_t outer, int64_t R, const 
   return true;
 }
 
+// Partial results of a float sum or product along the contiguous axis on the CPU (one AVX-512
+// vector of f32, two of AVX2): enough independent accumulators that the add's latency does not
+// bound a row that streams from memory.
+constexpr int64_t kReduceLanes = 16;
+
 void Lowering::lowerClassReduce(const TOp &op) {
   const TType &in = op.operands[0]->type, &rt = op.result()->type;
   DType d = in.dtype;
@@ -183,21 +188,25 @@ void Lowering::lowerClassReduce(const TOp &op) {
       return d == DType::Bool ? B.getTrue() : ConstantInt::get(ct, APInt::getSignedMaxValue(ct->getIntegerBitWidth()));
     }
   };
+  // On a GPU float sums and products are reassociable, so that a reduction along the contiguous
+  // axis vectorizes. On the CPU the association is fixed by the code (lanes below) and never
+  // LLVM's: its choices (vector width, interleaving, unrolling) differ between the JIT's tiers
+  // and a bundle's llc, and results must not.
+  const bool reassoc = threads > 1;
   auto combine = [&](Value *acc, Value *x) -> Value * {
     switch (op.kind) {
     case OpKind::ReduceSum:
       if (!fl) return d == DType::Bool ? B.CreateOr(acc, x) : B.CreateAdd(acc, x);
       {
-        // Reassociable, so that a reduction along the contiguous axis vectorizes.
         auto *s = cast<Instruction>(B.CreateFAdd(acc, x));
-        s->setHasAllowReassoc(true);
+        s->setHasAllowReassoc(reassoc);
         return s;
       }
     case OpKind::ReduceProd:
       if (!fl) return d == DType::Bool ? B.CreateAnd(acc, x) : B.CreateMul(acc, x);
       {
         auto *s = cast<Instruction>(B.CreateFMul(acc, x));
-        s->setHasAllowReassoc(true);
+        s->setHasAllowReassoc(reassoc);
         return s;
       }
     default: return binary(op.kind == OpKind::ReduceMax ? OpKind::Max : OpKind::Min, fl ? (ct->isDoubleTy() ? DType::F64 : DType::F32) : d, acc, x);
@@ -219,6 +228,43 @@ void Lowering::lowerClassReduce(const TOp &op) {
   std::optional<Redundant> red;
   if (scalarOut) red.emplace(*this);
   Value *out = scalarOut ? nullptr : alloc(rt);
+  const bool sumOrProd = op.kind == OpKind::ReduceSum || op.kind == OpKind::ReduceProd;
+  if (!isArg && inner == 1 && fl && sumOrProd && !reassoc && R >= kReduceLanes) {
+    // Along the contiguous axis on the CPU, in a fixed association: kReduceLanes partial results,
+    // lane l taking elements l, l + kReduceLanes, ... in order, then the lanes combined in order.
+    // The lane loop is elementwise, so it vectorizes without reassociation.
+    AllocaInst *lanes = nullptr;
+    {
+      IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+      lanes = ab.CreateAlloca(ArrayType::get(ct, kReduceLanes));
+      lanes->setAlignment(Align(64));
+    }
+    auto lane = [&](Value *l) { return B.CreateInBoundsGEP(ArrayType::get(ct, kReduceLanes), lanes, {c64(0), l}); };
+    Value *out = scalarOut ? nullptr : alloc(rt);
+    std::optional<Redundant> red;
+    if (scalarOut) red.emplace(*this);
+    const int64_t chunks = R / kReduceLanes, rest = R % kReduceLanes;
+    loopN(outer, [&](Value *o) {
+      loopN(kReduceLanes, [&](Value *l) { B.CreateStore(identity(), lane(l)); });
+      Value *row = B.CreateMul(o, c64(R));
+      auto accumulate = [&](Value *first, int64_t n) {
+        loopN(n, [&](Value *l) {
+          Value *x = loadElem(src, d, B.CreateAdd(first, l));
+          B.CreateStore(combine(B.CreateLoad(ct, lane(l)), x), lane(l));
+        });
+      };
+      loopN(chunks, [&](Value *c) { accumulate(B.CreateAdd(row, B.CreateMul(c, c64(kReduceLanes))), kReduceLanes); });
+      if (rest) accumulate(B.CreateAdd(row, c64(chunks * kReduceLanes)), rest);
+      Value *acc = B.CreateLoad(ct, lane(c64(0)));
+      for (int64_t l = 1; l < kReduceLanes; ++l) acc = combine(acc, B.CreateLoad(ct, lane(c64(l))));
+      if (narrowFloat(d)) acc = roundTo(d, acc, false);
+      if (scalarOut) B.CreateStore(acc, lane(c64(0)));
+      else storeElem(out, rt.dtype, o, acc);
+    });
+    if (scalarOut) set(op.result(), B.CreateLoad(ct, lane(c64(0)))); // outer == 1: the result, reloaded
+    else set(op.result(), out);
+    return;
+  }
   if (!isArg && inner == 1) {
     // Along the contiguous axis: a scalar accumulator per output.
     AllocaInst *accSlot = nullptr;
