@@ -14,8 +14,8 @@
 #   lists it (`FILE: reason substring` of tsrc's first error line, or of "no kernel"), and a listed
 #   file that lowers or is not among the files: the list must be updated either way;
 # - a ptxas error, a `// kernel` header without its .entry, or a graph's kernel above the 48 KiB
-#   of dynamic shared memory its tiles are chosen for (ir/schedule/LowerGroups.h; 160 KiB for a
-#   matrix product on the tensor cores, whose PTX has mma.sync or wgmma, and for a row step's
+#   of dynamic shared memory its tiles are chosen for (ir/schedule/LowerGroups.h; 200 KiB for a
+#   matrix product on the tensor cores, whose PTX has mma.sync or wgmma, 160 KiB for a row step's
 #   program, kRowSharedBytes, which keeps a block of whole rows);
 # - no sm_90 kernel that multiplies with wgmma (the Hopper path not taken), or an sm_80 one that does;
 # - fewer than MIN_KERNELS kernels assembled in all (both archs), so that it cannot pass vacuously.
@@ -39,7 +39,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ptxas_kernels.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 list="$src/tests/ptx/not_lowered.txt"
 graphShared=49152  # TileTarget::gpu's default budget
-matmulShared=163840  # a bf16/f16 matrix product's (kMatMulSharedBytes, ir/schedule/LowerGroups.cpp)
+matmulShared=204800  # a bf16/f16 matrix product's (kMatMulSharedBytes, ir/schedule/LowerGroups.cpp)
 rowShared=163840  # a row step's (kRowSharedBytes, ir/schedule/LowerGroups.h)
 # The most dynamic shared memory a CTA may opt into: 163 KiB on sm_80, 227 KiB on sm_90 (CUDA C++
 # Programming Guide, compute capabilities table). Hand-written kernels above it are noted.
@@ -143,6 +143,9 @@ for f in "${files[@]}"; do
         if (graph[k] && shared[k] > lim)
           printf "FAIL %s %s %s: a graph kernel with %s bytes of dynamic shared memory, above the %s its tiles are chosen for\n",
                  file, arch, k, shared[k], lim
+        else if (graph[k] && shared[k] > archMax)
+          printf "FAIL %s %s %s: a graph kernel with %s bytes of dynamic shared memory, above the %s a CTA may have on %s\n",
+                 file, arch, k, shared[k], archMax, arch
       }' "$out" "$log")
     echo "$report"
     over=$(grep -c '^FAIL' <<<"$report") || over=0
