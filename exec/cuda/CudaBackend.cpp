@@ -77,7 +77,7 @@ void packParameters(const CudaProgram &p, const std::vector<rt::KernelArg> &args
     const rt::TensorMapSpec &spec = p.tensorMaps[s];
     if (spec.param < 0 || size_t(spec.param) >= args.size()) continue;
     unsigned char *map = block.data() + rt::tensorMapOffset(args.size()) + s * rt::kTensorMapBytes;
-    const bool made = cuda::encodeTensorMap(spec, args[size_t(spec.param)], map);
+    const bool made = !noMaps && cuda::encodeTensorMap(spec, args[size_t(spec.param)], map);
     packed[spec.param].i = made ? rt::kTensorMapPresent : 0;
   }
 }
