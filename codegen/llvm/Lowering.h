@@ -209,6 +209,36 @@ private:
     self->replaceOperandWith(0, self);
     back->setMetadata(LLVMContext::MD_loop, self);
   }
+  /// for (j = 0; j < n; ++j) carrying the f32 values `carried0` (a tensor-core loop's
+  /// accumulators; may be empty), at the insertion point: `body` gets j and the values at the top
+  /// of the iteration and returns them at its end. Returns the values at the exit, with the
+  /// insertion point there; `keepRolled` as loop()'s.
+  std::vector<Value *> countedLoop(Value *n, const std::vector<Value *> &carried0, const std::string &name,
+                                   const std::function<std::vector<Value *>(Value *, std::vector<Value *>)> &body,
+                                   bool keepRolled = false) {
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *head = BasicBlock::Create(C, name + ".head", fn), *bodyBB = BasicBlock::Create(C, name + ".body", fn),
+               *exit = BasicBlock::Create(C, name + ".exit", fn);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    PHINode *j = B.CreatePHI(i64(), 2, name + ".j");
+    j->addIncoming(c64(0), pre);
+    std::vector<PHINode *> phis(carried0.size());
+    for (size_t q = 0; q < phis.size(); ++q) {
+      phis[q] = B.CreatePHI(carried0[q]->getType(), 2);
+      phis[q]->addIncoming(carried0[q], pre);
+    }
+    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
+    B.SetInsertPoint(bodyBB);
+    std::vector<Value *> next = body(j, std::vector<Value *>(phis.begin(), phis.end()));
+    BasicBlock *latch = B.GetInsertBlock();
+    j->addIncoming(B.CreateAdd(j, c64(1)), latch);
+    for (size_t q = 0; q < phis.size(); ++q) phis[q]->addIncoming(next[q], latch);
+    BranchInst *back = B.CreateBr(head);
+    if (keepRolled) markRolled(back);
+    B.SetInsertPoint(exit);
+    return std::vector<Value *>(phis.begin(), phis.end());
+  }
   void loopN(int64_t n, const std::function<void(Value *)> &body, bool keepRolled = false) {
     loop(c64(0), c64(n), body, keepRolled);
   }

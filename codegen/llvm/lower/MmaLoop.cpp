@@ -310,80 +310,62 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     }
 
     // ---- the main loop ----
-    BasicBlock *pre = B.GetInsertBlock();
-    BasicBlock *head = BasicBlock::Create(C, "mma.head", fn), *bodyBB = BasicBlock::Create(C, "mma.body", fn),
-               *exit = BasicBlock::Create(C, "mma.exit", fn);
-    B.CreateBr(head);
-    B.SetInsertPoint(head);
-    PHINode *j = B.CreatePHI(i64(), 2, "mma.j");
-    j->addIncoming(c64(0), pre);
-    std::vector<PHINode *> acc(acc0.size());
-    for (size_t q = 0; q < acc.size(); ++q) {
-      acc[q] = B.CreatePHI(f32(), 2);
-      acc[q]->addIncoming(acc0[q], pre);
-    }
-    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
-    B.SetInsertPoint(bodyBB);
-    // Tile j has landed (at most D-1 later groups pending), and every warp is done with the tile
-    // whose stage the next copy overwrites, j+D-S: mma.sync, tile j-1 (its products ran before
-    // this barrier); wgmma, tile j-1-inFlight (each warpgroup waited for all but its last
-    // inFlight groups).
-    waitGroups(D - 1);
-    // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
-    if (p.wgmma) mma::ptx(B, "fence.proxy.async.shared::cta;");
-    sync();
-    Value *nextJ = B.CreateAdd(j, c64(D));
-    ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S)), kMajorB); });
-    commit();
-    Value *stage = B.CreateURem(j, c64(S));
-    Value *aBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(stage, c64(p.stageBytesA())));
-    Value *bBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ops[1].ringOffset), B.CreateMul(stage, c64(p.stageBytesB()))));
-    Value *laneRow = B.CreateAnd(lane, c64(15)), *laneCol = B.CreateMul(B.CreateLShr(lane, c64(4)), c64(8));
-    std::vector<Value *> cur(acc.begin(), acc.end());
-    const bool bf16 = p.dtype == DType::BF16;
-    Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
-    if (p.wgmma) {
-      cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
-      cur = mma::wgmmaKTile(B, p, aBase, bBase, warp, kMajorB, cur);
-      mma::ptx(B, "wgmma.commit_group.sync.aligned;");
-      cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
-    }
-    for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
-      std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
-      std::vector<std::array<Value *, 2>> bfr(static_cast<size_t>(NT));
-      for (int64_t i = 0; i < MT; ++i) {
-        Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(rowW, B.CreateAdd(c64(16 * i), laneRow)), c64(p.pitchA())),
-                               B.CreateAdd(c64(16 * kk), laneCol));
-        Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {sharedPtr},
-                                     {B.CreateInBoundsGEP(i8(), aBase, B.CreateMul(e, c64(2)))});
-        for (unsigned q = 0; q < 4; ++q) af[size_t(i)][q] = B.CreateExtractValue(r, q);
+    std::vector<Value *> out = countedLoop(n, acc0, "mma", [&](Value *j, std::vector<Value *> cur) {
+      // Tile j has landed (at most D-1 later groups pending), and every warp is done with the tile
+      // whose stage the next copy overwrites, j+D-S: mma.sync, tile j-1 (its products ran before
+      // this barrier); wgmma, tile j-1-inFlight (each warpgroup waited for all but its last
+      // inFlight groups).
+      waitGroups(D - 1);
+      // wgmma reads shared memory through the async proxy; cp.async wrote it through the generic one.
+      if (p.wgmma) mma::ptx(B, "fence.proxy.async.shared::cta;");
+      sync();
+      Value *nextJ = B.CreateAdd(j, c64(D));
+      ifThen(B.CreateICmpSLT(nextJ, n), [&] { issue(nextJ, B.CreateURem(nextJ, c64(S)), kMajorB); });
+      commit();
+      Value *stage = B.CreateURem(j, c64(S));
+      Value *aBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(stage, c64(p.stageBytesA())));
+      Value *bBase = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ops[1].ringOffset), B.CreateMul(stage, c64(p.stageBytesB()))));
+      Value *laneRow = B.CreateAnd(lane, c64(15)), *laneCol = B.CreateMul(B.CreateLShr(lane, c64(4)), c64(8));
+      const bool bf16 = p.dtype == DType::BF16;
+      Type *h2 = FixedVectorType::get(B.getHalfTy(), 2);
+      if (p.wgmma) {
+        cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
+        cur = mma::wgmmaKTile(B, p, aBase, bBase, warp, kMajorB, cur);
+        mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+        cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
       }
-      for (int64_t jj = 0; jj < NT / 2; ++jj) {
-        Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(c64(16 * kk), laneRow), c64(p.pitchB())),
-                               B.CreateAdd(colW, B.CreateAdd(c64(16 * jj), laneCol)));
-        Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16, {sharedPtr},
-                                     {B.CreateInBoundsGEP(i8(), bBase, B.CreateMul(e, c64(2)))});
-        bfr[size_t(2 * jj)] = {B.CreateExtractValue(r, 0), B.CreateExtractValue(r, 1)};
-        bfr[size_t(2 * jj + 1)] = {B.CreateExtractValue(r, 2), B.CreateExtractValue(r, 3)};
-      }
-      for (int64_t i = 0; i < MT; ++i)
-        for (int64_t jn = 0; jn < NT; ++jn) {
-          std::vector<Value *> args;
-          for (Value *a : af[size_t(i)]) args.push_back(bf16 ? a : B.CreateBitCast(a, h2));
-          for (Value *b : bfr[size_t(jn)]) args.push_back(bf16 ? b : B.CreateBitCast(b, h2));
-          size_t at = size_t((i * NT + jn) * 4);
-          for (int q = 0; q < 4; ++q) args.push_back(cur[at + size_t(q)]);
-          Value *r = B.CreateIntrinsic(bf16 ? Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32,
-                                       {}, args);
-          for (unsigned q = 0; q < 4; ++q) cur[at + q] = B.CreateExtractValue(r, q);
+      for (int64_t kk = 0; !p.wgmma && kk < p.BK / 16; ++kk) {
+        std::vector<std::array<Value *, 4>> af(static_cast<size_t>(MT));
+        std::vector<std::array<Value *, 2>> bfr(static_cast<size_t>(NT));
+        for (int64_t i = 0; i < MT; ++i) {
+          Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(rowW, B.CreateAdd(c64(16 * i), laneRow)), c64(p.pitchA())),
+                                 B.CreateAdd(c64(16 * kk), laneCol));
+          Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_b16, {sharedPtr},
+                                       {B.CreateInBoundsGEP(i8(), aBase, B.CreateMul(e, c64(2)))});
+          for (unsigned q = 0; q < 4; ++q) af[size_t(i)][q] = B.CreateExtractValue(r, q);
         }
-    }
-    BasicBlock *latch = B.GetInsertBlock();
-    j->addIncoming(B.CreateAdd(j, c64(1)), latch);
-    for (size_t q = 0; q < acc.size(); ++q) acc[q]->addIncoming(cur[q], latch);
-    B.CreateBr(head);
-    B.SetInsertPoint(exit);
-    std::vector<Value *> out(acc.begin(), acc.end());
+        for (int64_t jj = 0; jj < NT / 2; ++jj) {
+          Value *e = B.CreateAdd(B.CreateMul(B.CreateAdd(c64(16 * kk), laneRow), c64(p.pitchB())),
+                                 B.CreateAdd(colW, B.CreateAdd(c64(16 * jj), laneCol)));
+          Value *r = B.CreateIntrinsic(Intrinsic::nvvm_ldmatrix_sync_aligned_m8n8_x4_trans_b16, {sharedPtr},
+                                       {B.CreateInBoundsGEP(i8(), bBase, B.CreateMul(e, c64(2)))});
+          bfr[size_t(2 * jj)] = {B.CreateExtractValue(r, 0), B.CreateExtractValue(r, 1)};
+          bfr[size_t(2 * jj + 1)] = {B.CreateExtractValue(r, 2), B.CreateExtractValue(r, 3)};
+        }
+        for (int64_t i = 0; i < MT; ++i)
+          for (int64_t jn = 0; jn < NT; ++jn) {
+            std::vector<Value *> args;
+            for (Value *a : af[size_t(i)]) args.push_back(bf16 ? a : B.CreateBitCast(a, h2));
+            for (Value *b : bfr[size_t(jn)]) args.push_back(bf16 ? b : B.CreateBitCast(b, h2));
+            size_t at = size_t((i * NT + jn) * 4);
+            for (int q = 0; q < 4; ++q) args.push_back(cur[at + size_t(q)]);
+            Value *r = B.CreateIntrinsic(bf16 ? Intrinsic::nvvm_mma_m16n8k16_row_col_bf16 : Intrinsic::nvvm_mma_m16n8k16_row_col_f32_f32,
+                                         {}, args);
+            for (unsigned q = 0; q < 4; ++q) cur[at + q] = B.CreateExtractValue(r, q);
+          }
+      }
+      return cur;
+    });
     if (p.wgmma) out = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
     return out;
   };

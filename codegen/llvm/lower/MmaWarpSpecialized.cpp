@@ -127,23 +127,6 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   });
   T.barrier(B); // every thread of the CTA, the producer warpgroup's too
 
-  // A counted loop over the k tiles j in [0, n) at the insert point; `body` gets j.
-  auto kLoop = [&](const std::function<void(Value *)> &body) {
-    BasicBlock *pre = B.GetInsertBlock();
-    BasicBlock *head = BasicBlock::Create(C, "ws.head", fn), *bodyBB = BasicBlock::Create(C, "ws.body", fn),
-               *exit = BasicBlock::Create(C, "ws.exit", fn);
-    B.CreateBr(head);
-    B.SetInsertPoint(head);
-    PHINode *j = B.CreatePHI(i64(), 2, "ws.j");
-    j->addIncoming(c64(0), pre);
-    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
-    B.SetInsertPoint(bodyBB);
-    body(j);
-    j->addIncoming(B.CreateAdd(j, c64(1)), B.GetInsertBlock());
-    markRolled(B.CreateBr(head));
-    B.SetInsertPoint(exit);
-  };
-
   // ---- the producer warpgroup ----
   BasicBlock *producerBB = BasicBlock::Create(C, "ws.producer", fn), *consumerBB = BasicBlock::Create(C, "ws.consumer", fn);
   B.CreateCondBr(B.CreateICmpUGE(tid, c64(threads)), producerBB, consumerBB);
@@ -166,7 +149,7 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
     }
   };
   auto producerLoop = [&](bool kMajor) {
-    kLoop([&](Value *j) {
+    countedLoop(n, {}, "ws", [&](Value *j, std::vector<Value *>) -> std::vector<Value *> {
       Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
       // A stage is free once the consumers released its previous tile; a fresh barrier's
       // phase of parity 1 counts as complete, so the first round does not wait.
@@ -174,7 +157,8 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
       mma::mbarrierArriveExpectTx(B, full(s), p.stageBytesA() + p.stageBytesB());
       copies(0, kMajor, j, s, full(s));
       copies(1, kMajor, j, s, full(s));
-    });
+      return {};
+    }, /*keepRolled=*/true);
   };
   ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] {
     BasicBlock *kb = BasicBlock::Create(C, "ws.produce.kmajor", fn), *nb = BasicBlock::Create(C, "ws.produce.nmajor", fn),
@@ -195,39 +179,21 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
   Value *warp = B.CreateLShr(tid, c64(5)), *lane = B.CreateAnd(tid, c64(31));
   auto consumerLoop = [&](bool kMajor) {
-    BasicBlock *pre = B.GetInsertBlock();
-    BasicBlock *head = BasicBlock::Create(C, "ws.mma.head", fn), *bodyBB = BasicBlock::Create(C, "ws.mma.body", fn),
-               *exit = BasicBlock::Create(C, "ws.mma.exit", fn);
-    B.CreateBr(head);
-    B.SetInsertPoint(head);
-    PHINode *j = B.CreatePHI(i64(), 2, "ws.mma.j");
-    j->addIncoming(c64(0), pre);
-    std::vector<PHINode *> acc(acc0.size());
-    for (size_t q = 0; q < acc.size(); ++q) {
-      acc[q] = B.CreatePHI(f32(), 2);
-      acc[q]->addIncoming(acc0[q], pre);
-    }
-    B.CreateCondBr(B.CreateICmpSLT(j, n), bodyBB, exit);
-    B.SetInsertPoint(bodyBB);
-    Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
-    mma::mbarrierWait(B, full(s), B.CreateAnd(round, c64(1)));
-    std::vector<Value *> cur(acc.begin(), acc.end());
-    Value *aStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(s, c64(p.stageBytesA())));
-    Value *bStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[1]), B.CreateMul(s, c64(p.stageBytesB()))));
-    cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
-    cur = mma::wgmmaKTile(B, p, aStage, bStage, warp, kMajor, cur);
-    mma::ptx(B, "wgmma.commit_group.sync.aligned;");
-    cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
-    // Tile j - inFlight's products are done in this warp: its stage may be refilled.
-    Value *done = B.CreateSub(j, c64(p.inFlight));
-    ifThen(B.CreateAnd(B.CreateICmpSGE(done, c64(0)), B.CreateICmpEQ(lane, c64(0))),
-           [&] { mma::mbarrierArrive(B, empty(B.CreateURem(done, c64(S)))); });
-    BasicBlock *latch = B.GetInsertBlock();
-    j->addIncoming(B.CreateAdd(j, c64(1)), latch);
-    for (size_t q = 0; q < acc.size(); ++q) acc[q]->addIncoming(cur[q], latch);
-    B.CreateBr(head);
-    B.SetInsertPoint(exit);
-    std::vector<Value *> out(acc.begin(), acc.end());
+    std::vector<Value *> out = countedLoop(n, acc0, "ws.mma", [&](Value *j, std::vector<Value *> cur) {
+      Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
+      mma::mbarrierWait(B, full(s), B.CreateAnd(round, c64(1)));
+      Value *aStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(s, c64(p.stageBytesA())));
+      Value *bStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[1]), B.CreateMul(s, c64(p.stageBytesB()))));
+      cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
+      cur = mma::wgmmaKTile(B, p, aStage, bStage, warp, kMajor, cur);
+      mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+      cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
+      // Tile j - inFlight's products are done in this warp: its stage may be refilled.
+      Value *done = B.CreateSub(j, c64(p.inFlight));
+      ifThen(B.CreateAnd(B.CreateICmpSGE(done, c64(0)), B.CreateICmpEQ(lane, c64(0))),
+             [&] { mma::mbarrierArrive(B, empty(B.CreateURem(done, c64(S)))); });
+      return cur;
+    });
     return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
   };
   // Three ways out of the consumers' branch: the K-major and N-major loops with maps, and the
