@@ -3,6 +3,8 @@
 LLVM in it and runs traced bundles as `tsr run` runs their sources.
 
     bundle_runner_nollvm.py TSRC TSR RUNNER ROOT BUILD_DIR
+    bundle_runner_nollvm.py TSRC TSR RUNNER ROOT BUILD_DIR --only NAME   (tests/bundle/programs/NAME.tsr
+                                                             alone, for a negative control)
     bundle_runner_nollvm.py --links-only BINARY BUILD_DIR   (the link check alone: its negative
                                                              control runs it on `tsr`)
 
@@ -15,7 +17,9 @@ LLVM in it and runs traced bundles as `tsr run` runs their sources.
    with `tsrc -o X.bundle --target cpu --trace "FLAGS"`, then run by the runner alone in an empty
    folder (TESSERA_STDLIB and TESSERA_PATH at broken modules): same exit code and standard output
    as `tsr run SOURCE FLAGS` (times masked), the same files written, and every program from the
-   bundle (`N programs from the bundle, 0 compiled here`; N >= 1 for the examples).
+   bundle (`N programs from the bundle, 0 compiled here`; N >= 1 for the examples). The programs of
+   tests/bundle/programs with a `# stdout:` block run the same way, their output checked against it
+   too (scalar_views: `x[i]` after a kernel launch, whose rank-0 `copy` the bundle must hold).
 3. Refusals: a bundle made without --trace lacks programs: the runner exits 3 naming the first
    (`the program `ew` (key ...) is not in the bundle for cpu`), where `tsr run` compiles it and
    prints the source's output; the runner with the bundle's code ignored
@@ -108,7 +112,16 @@ def run_programs_flags(path, root):
     return args, code, env
 
 
-def roundtrip(tsrc, tsr, runner, work, name, src, flags, need_programs):
+def expected_stdout(path):
+    """The `# stdout:` block of a program (`# | LINE` lines), or None without one."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    if "# stdout:" not in lines:
+        return None
+    block = lines[lines.index("# stdout:") + 1:]
+    return "".join(ln[4:] + "\n" for ln in block if ln.startswith("# | ") or ln == "# |")
+
+
+def roundtrip(tsrc, tsr, runner, work, name, src, flags, need_programs, expect=None):
     base = os.path.join(work, name)
     os.makedirs(base)
     bundle = os.path.join(base, name + ".bundle")
@@ -132,6 +145,8 @@ def roundtrip(tsrc, tsr, runner, work, name, src, flags, need_programs):
         problems.append(f"exit {got.returncode}, the source's {want.returncode}: {got.stderr.strip()[-800:]}")
     if TIME.sub("T", got.stdout) != TIME.sub("T", want.stdout):
         problems.append(f"stdout differs:\n--- tsr run {name}.tsr\n{want.stdout}--- tsr-run-bundle\n{got.stdout}")
+    if expect is not None and want.stdout != expect:
+        problems.append(f"tsr run's stdout is not the program's `# stdout:`:\n--- expected\n{expect}--- got\n{want.stdout}")
     wrote = [f for f in files_in(alone) if f != name + ".bundle"]
     if wrote != files_in(srcdir):
         problems.append(f"wrote {wrote}, the source's run wrote {files_in(srcdir)}")
@@ -187,8 +202,18 @@ def main():
         report(not found, f"{os.path.basename(sys.argv[2])} links no LLVM or codegen", "; ".join(found))
         return summary(passed, failed, minimum=1, what="checks")
     tsrc, tsr, runner, root, build = (os.path.abspath(a) for a in sys.argv[1:6])
+    only = sys.argv[7] if sys.argv[6:7] == ["--only"] else None
+    if only:
+        with tempfile.TemporaryDirectory() as work:
+            src = os.path.join(root, "tests", "bundle", "programs", only + ".tsr")
+            roundtrip(tsrc, tsr, runner, work, "bundle_" + only, src, [], True, expected_stdout(src))
+        return summary(passed, failed, minimum=1, what="checks")
     check_links(runner, tsr, build)
     with tempfile.TemporaryDirectory() as work:
+        for src in sorted(glob.glob(os.path.join(root, "tests", "bundle", "programs", "*.tsr"))):
+            expect = expected_stdout(src)
+            if expect is not None:
+                roundtrip(tsrc, tsr, runner, work, "bundle_" + os.path.basename(src)[:-4], src, [], True, expect)
         for src in sorted(glob.glob(os.path.join(root, "examples", "*.tsr"))):
             name = os.path.basename(src)[:-4]
             if name in SKIP_EXAMPLES or "def main(" not in open(src, encoding="utf-8").read():
