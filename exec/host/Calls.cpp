@@ -265,6 +265,9 @@ ValueRef Interpreter::Impl::callFunction(const sema::FunctionInfo &fn, const std
   return result;
 }
 
+// A call's shape guard: the sizes the arguments bring against the callee's annotations. A size
+// that does not fit is the program's error found before anything runs (exit 1, as a shape
+// mismatch the checker reports), not a fault of the device (exit 3).
 void Interpreter::Impl::guardCall(const sema::FunctionInfo &fn, const std::vector<std::pair<std::string, ValueRef>> &bound, SourceRange at) {
   std::map<std::string, std::pair<int64_t, std::string>> sizes; // symbol -> (size, argument)
   for (auto &[n, v] : bound) {
@@ -276,7 +279,7 @@ void Interpreter::Impl::guardCall(const sema::FunctionInfo &fn, const std::vecto
     if (shape.size() != want->dims.size()) {
       fail("argument `" + n + "` of `" + fn.name + "` has rank " + std::to_string(shape.size()) + ", but the parameter is " +
                sema::typeStr(want),
-           at, 3);
+           at);
     }
     for (size_t i = 0; i < shape.size(); ++i) {
       const Dim &d = want->dims[i];
@@ -284,7 +287,7 @@ void Interpreter::Impl::guardCall(const sema::FunctionInfo &fn, const std::vecto
         if (*c != shape[i])
           fail("argument `" + n + "` of `" + fn.name + "` has size " + std::to_string(shape[i]) + " in axis " + std::to_string(i) +
                    ", but the parameter is " + sema::typeStr(want),
-               at, 3);
+               at);
         continue;
       }
       if (!d.isSymbol()) continue;
@@ -293,7 +296,7 @@ void Interpreter::Impl::guardCall(const sema::FunctionInfo &fn, const std::vecto
       if (!fresh && it->second.first != shape[i])
         fail("shape guard failed: symbol \"" + sym + "\" is bound to " + std::to_string(it->second.first) + " by `" + it->second.second +
                  "` and to " + std::to_string(shape[i]) + " by `" + n + "` in this call of `" + fn.name + "`",
-             at, 3);
+             at);
     }
   }
 }
