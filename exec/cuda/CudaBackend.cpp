@@ -1,5 +1,7 @@
 #include "exec/cuda/CudaBackend.h"
 
+#include "ir/tile/TileText.h"
+#include "runtime/GridLauncher.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
@@ -9,7 +11,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace tsr::exec {
 namespace {
@@ -110,6 +114,41 @@ public:
       throw std::runtime_error("the program `" + fn.name + "` has no code for " + dev_.name() + ", and this runner compiles no PTX");
     const CompiledPtx c = source_.compile(fn, arch_);
     return load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps});
+  }
+
+  // The PTX of a batch on every core, as the CPU backend compiles its batches: each compilation
+  // has its own LLVM context and target machine (codegen/nvptx), and the persistent cache takes
+  // concurrent writers. The modules are then loaded on this thread, one after the other, into
+  // the device's context. Requests of one text (the same program in several steps) compile once.
+  std::vector<std::shared_ptr<const BackendProgram>> compileAll(const std::vector<CompileRequest> &requests) override {
+    if (!source_.compile) return StepBackend::compileAll(requests);
+    std::vector<size_t> first(requests.size()), unique;
+    std::unordered_map<std::string, size_t> byText;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto [it, fresh] = byText.emplace(tile::toString(*requests[i].fn), unique.size());
+      if (fresh) unique.push_back(i);
+      first[i] = it->second;
+    }
+    std::vector<std::optional<CompiledPtx>> ptx(unique.size());
+    rt::runTasks(int64_t(unique.size()), [&](int64_t u) {
+      try {
+        ptx[size_t(u)] = source_.compile(*requests[unique[size_t(u)]].fn, arch_);
+      } catch (...) {
+        // left empty: its step compiles it again and reports the error at its op
+      }
+    });
+    std::vector<std::shared_ptr<const BackendProgram>> done(unique.size()), out(requests.size());
+    for (size_t u = 0; u < unique.size(); ++u) {
+      if (!ptx[u]) continue;
+      try {
+        const CompiledPtx &c = *ptx[u];
+        done[u] = load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps});
+      } catch (...) {
+        // as above: the step's own compile reports the driver's error
+      }
+    }
+    for (size_t i = 0; i < requests.size(); ++i) out[i] = done[first[i]];
+    return out;
   }
 
   std::shared_ptr<const BackendProgram> load(const PtxCode &code) override {
