@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
 """The CPU benchmark: Tessera's compiled path against PyTorch on this CPU, as ratios.
 
-    cpu_ops.py TSR [--reps N] [--rounds N] [--threads N]
+    cpu_ops.py TSR [--reps N] [--rounds N] [--threads N] [--big N] [--big-rounds N] [--train 0|1]
 
 Runs tools/bench/cpu_ops.tsr with `tsr run` (GEMM f32 1024^3, nn.layer_norm, nn.rms_norm and
 nn.softmax over [4096, 1024] f32, each a @jit graph compiled through fusion -> Tile IR -> LLVM;
 the normalizations once as row steps (static row length) and once as the multi-step plan
-(`_steps`, a symbolic row length)) and the same ops in PyTorch (torch.matmul, F.layer_norm with
-weight and bias, x * rsqrt(mean(x^2) + eps) * w (F.rms_norm where the torch has it), torch.softmax) with
-torch.set_num_threads(threads) (default 2, the cores Tessera's launches use here), in the same
-run. Each figure is the best of `rounds` rounds of `reps` calls after a warm-up call (which
+(`_steps`, a symbolic row length); GEMM f32 big^3 (default 4096, 0 skips it; best of
+--big-rounds single calls, default 2); the main job's training step: value_and_grad and
+adamw.update of examples/digits_vit.tsr on 64 images) and the same ops in PyTorch (torch.matmul,
+F.layer_norm with weight and bias, x * rsqrt(mean(x^2) + eps) * w (F.rms_norm where the torch has
+it), torch.softmax, and tools/bench/digits_vit_torch.py's model with loss.backward() and
+torch.optim.AdamW) with torch.set_num_threads(threads) (default: the machine's cores, which
+Tessera's launches use), in the same run. The first line says which BLAS the torch links
+(BLAS_INFO; Debian's 1.13 says `generic`, the reference BLAS, so its GEMMs are no baseline; a
+PyTorch wheel says `mkl` or `open`). Tessera runs on the CPU whatever TSR_DEVICE says. Each figure is the best of `rounds` rounds of `reps` calls after a warm-up call (which
 compiles, for Tessera). Prints a Markdown table: seconds per call, GFLOP/s or GB/s, and the ratio
 tessera_time / torch_time (below 1: Tessera is faster). Checksums guard against a fast wrong
 result: sum(y^2) of layer_norm is about rows*size and sum(softmax) is rows whatever the data;
-the GEMM's depends on the data, which the two sides draw from different generators (Tessera's
+the training step's is its first loss (about log 10 = 2.30 on both sides); the GEMM's depends on the data, which the two sides draw from different generators (Tessera's
 Philox, torch's), so only its magnitude compares (the compiled GEMM's correctness is the
 compiled_vs_reference test's).
 
@@ -21,6 +26,7 @@ Needs torch: runs itself again under /usr/bin/python3 (or TSR_TORCH_PYTHON) when
 interpreter lacks it.
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -63,11 +69,16 @@ def main():
     import torch.nn.functional as F
 
     tsr = sys.argv[1]
-    reps, rounds, threads = arg("--reps", 10), arg("--rounds", 3), arg("--threads", 2)
+    reps, rounds, threads = arg("--reps", 10), arg("--rounds", 3), arg("--threads", os.cpu_count())
+    big, big_rounds, train = arg("--big", 4096), arg("--big-rounds", 2), arg("--train", 1)
     size, rows = 1024, 4096
 
-    r = subprocess.run([tsr, "run", os.path.join(HERE, "cpu_ops.tsr"), "--reps", str(reps), "--rounds", str(rounds)],
-                       capture_output=True, text=True)
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    env = dict(os.environ, TESSERA_PATH=os.path.join(root, "examples"))
+    r = subprocess.run([tsr, "run", os.path.join(HERE, "cpu_ops.tsr"), "--device", "cpu", "--reps", str(reps),
+                        "--rounds", str(rounds), "--big", str(big), "--big_rounds", str(big_rounds),
+                        "--train", str(train), "--data", os.path.join(root, "examples", "data", "digits.csv.gz")],
+                       capture_output=True, text=True, env=env, cwd=root)
     if r.returncode != 0:
         sys.exit("tsr run failed:\n" + r.stderr)
     tess = {}
@@ -94,25 +105,49 @@ def main():
     }
     for name in ["layer_norm", "softmax", "rms_norm"]:
         torch_t[name + "_steps"] = torch_t[name]
+    if big > 0:
+        ab, bb = torch.randn(big, big), torch.randn(big, big)
+        # No warm-up call: a BLAS compiles nothing, and the reference BLAS takes tens of seconds.
+        best = float("inf")
+        for _ in range(big_rounds):
+            t0 = time.perf_counter()
+            cb = ab @ bb
+            best = min(best, time.perf_counter() - t0)
+        torch_t["gemm_big"] = (best, float(cb.sum()))
+    if train > 0:
+        sys.path.insert(0, HERE)
+        import digits_vit_torch as dv
+        xt, yt = dv.load_digits(os.path.join(root, "examples", "data", "digits.csv.gz"))
+        model = dv.build_model()
+        opt = dv.make_optimizer(model, 1e-3)
+        first = dv.train_step(model, opt, xt[:64], yt[:64])
+        torch_t["train_step"] = (best_of(lambda: dv.train_step(model, opt, xt[:64], yt[:64]), reps, rounds), first)
     work = {  # (amount, unit): flops for gemm, bytes moved (read x, write y) for the others
         "gemm": (2.0 * size ** 3, "GFLOP/s"),
         "layer_norm": (2.0 * 4 * rows * size, "GB/s"),
         "softmax": (2.0 * 4 * rows * size, "GB/s"),
         "rms_norm": (2.0 * 4 * rows * size, "GB/s"),
+        "gemm_big": (2.0 * big ** 3, "GFLOP/s"),
+        "train_step": (64.0e6, "k images/s"),  # 64 images a step; the 1e6 makes the 1e9 below 1e3
     }
     for name in ["layer_norm", "softmax", "rms_norm"]:
         work[name + "_steps"] = work[name]
-    print(f"threads: {threads} (torch {torch.__version__}), reps {reps}, best of {rounds} rounds; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    blas = blas.group(1) if blas else "unknown"
+    print(f"threads: {threads} (torch {torch.__version__}, BLAS_INFO={blas}"
+          f"{': the reference BLAS, no GEMM baseline' if blas == 'generic' else ''}), reps {reps}, "
+          f"best of {rounds} rounds; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print()
     print("| op | Tessera | PyTorch | ratio (Tessera / PyTorch) | checksums (Tessera, PyTorch) |")
     print("|---|---|---|---|---|")
-    for name in ["gemm", "layer_norm", "layer_norm_steps", "rms_norm", "rms_norm_steps", "softmax", "softmax_steps"]:
+    for name in ["gemm", "gemm_big", "train_step", "layer_norm", "layer_norm_steps", "rms_norm", "rms_norm_steps", "softmax", "softmax_steps"]:
         if name not in tess:
             continue
         ts, tc = tess[name]
         ps, pc = torch_t[name]
         amount, unit = work[name]
+        if name == "gemm_big":
+            name = f"gemm {big}^3"
         print(f"| {name} | {ts * 1e3:.2f} ms ({amount / ts / 1e9:.1f} {unit}) | {ps * 1e3:.2f} ms ({amount / ps / 1e9:.1f} {unit}) "
               f"| {ts / ps:.2f} | {tc:.4e}, {pc:.4e} |")
 
