@@ -279,7 +279,7 @@ std::string objectCode(const tile::Function &f, OptTier tier, const std::string 
                        const std::string &hostKey) {
   // The object code depends on the program and tier (`key`), the CPU and its features, and the
   // compiler's build.
-  const std::string cacheKey = std::string("host-obj|") + buildId() + "|" + hostKey + "|" + sym + "|" + key;
+  const std::string cacheKey = std::string("host-obj|") + buildId() + "|" + hostKey + "|" + loweringSwitches() + "|" + sym + "|" + key;
   rt::DiskCache &disk = rt::DiskCache::process();
   if (std::optional<std::string> object = disk.get("host-obj", cacheKey)) return std::move(*object);
   auto tm = hostMachine(tier);

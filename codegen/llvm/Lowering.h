@@ -25,6 +25,7 @@
 
 namespace tsr::codegen {
 struct MmaPlan;
+struct RegisterPlan;
 }
 
 namespace tsr::codegen::lower {
@@ -75,6 +76,11 @@ public:
   void lowerClassSpecial(const TOp &op);
 
 private:
+  // The lowering of a program whose tiles all live in registers (RegisterPlan.h), which uses the
+  // scalar semantics, conversions and memory helpers below.
+  friend class RegisterTiles;
+  /// Lowers op `op` by the dispatch table (its class's method), with no special cases.
+  void dispatch(const TOp &op);
   const tile::Function &F;
   Module &M;
   LLVMContext &C;
@@ -342,6 +348,10 @@ private:
   void lowerBroadcast(const TOp &op);
   void lowerTranspose(const TOp &op);
   void lowerDot(const TOp &op);
+  /// The identity of reduction `k` over dtype `d` (its compute type), and `acc` combined with `x`
+  /// by it; float sums and products are marked reassociable when `reassoc`.
+  Value *reduceIdentity(OpKind k, DType d);
+  Value *reduceCombine(OpKind k, DType d, Value *acc, Value *x, bool reassoc);
   /// A reduction along the contiguous axis whose outputs are fewer than the threads, shared by
   /// groups of threads (warp shuffles, shared memory across warps); false (nothing emitted)
   /// where it does not apply. `combine` and `identity` are the reduction's.
@@ -382,5 +392,11 @@ private:
   TensorInfo &tensor(const TValue *v);
   void atomicAdd(DType d, Value *ptr, Value *x);
 };
+
+/// lower/RegisterTiles.cpp: lowers the body of `f` with every tile in registers when its
+/// RegisterPlan exists and the target and TSR_REGISTER_TILES allow it (GPU targets by default;
+/// `0`: never; `all`: also a CPU target's single thread, for testing); false (nothing emitted)
+/// otherwise.
+bool lowerRegisterProgram(Lowering &l, const tile::Function &f, const TargetDesc &t, int threads);
 
 } // namespace tsr::codegen::lower

@@ -154,6 +154,8 @@ constexpr LowerFn kLower[] = {
 #include "ir/tile/TileOps.def"
 };
 
+void Lowering::dispatch(const TOp &op) { (this->*kLower[static_cast<size_t>(op.kind)])(op); }
+
 void Lowering::lowerBlock(const tile::Block &b) {
   const tile::Block *outer = curBlock;
   // With shared tile buffers: the last op of `b` that reads each value (a read inside a region
@@ -292,7 +294,7 @@ void Lowering::run() {
     }
     set(pv, v);
   }
-  lowerBlock(*F.body);
+  if (!lowerRegisterProgram(*this, F, T, threads)) lowerBlock(*F.body);
   B.CreateRetVoid();
 }
 

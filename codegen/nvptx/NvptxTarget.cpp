@@ -396,7 +396,7 @@ std::string codegenSwitches() {
     const char *v = std::getenv(name);
     s += std::string(name) + "=" + (v ? v : "") + ";";
   }
-  return s;
+  return s + loweringSwitches();
 }
 
 std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const PtxOptions &opts) {

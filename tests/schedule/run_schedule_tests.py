@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--min-graphs", type=int, default=1)
     ap.add_argument("--goldens-only", action="store_true", help="compare the goldens only (the negative control)")
     ap.add_argument("--device", default="", help="run the compiled side on this GPU (tools/gpu/suite.sh)")
+    ap.add_argument("--programs", default="", help="only these programs of tests/ir/programs and graphs of "
+                    "tests/schedule (comma-separated names), and no goldens: a shorter run under another lowering (TSR_REGISTER_TILES=all)")
     a = ap.parse_args()
     tsrc, check, root = a.tsrc, a.check, a.root
     here = os.path.join(root, "tests", "schedule")
@@ -60,7 +62,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if not a.goldens_only:
             graphs = []
+            only = set(filter(None, a.programs.split(",")))
             for src in sorted(glob.glob(os.path.join(root, "tests", "ir", "programs", "*.tsr"))):
+                if only and os.path.basename(src)[:-4] not in only:
+                    continue
                 out = os.path.join(tmp, os.path.basename(src)[:-4] + ".graph")
                 r = run([tsrc, src, "--emit=graph"], cwd=root)
                 if not r.ok or not r.stdout.strip():
@@ -70,7 +75,8 @@ def main():
                 with open(out, "w") as f:
                     f.write(r.stdout)
                 graphs.append(out)
-            graphs += sorted(glob.glob(os.path.join(here, "*.graph")))
+            graphs += [g for g in sorted(glob.glob(os.path.join(here, "*.graph")))
+                       if not only or os.path.basename(g)[:-6] in only]
             dev = ["--device", a.device] if a.device else []
             r = run([check] + dev + graphs, cwd=root, timeout=1200)
             failed += check_run(r, "schedule_check")
@@ -79,23 +85,24 @@ def main():
                 print(f"FAIL schedule_check: {graphs_passed} graphs passed; at least {a.min_graphs} must")
                 failed += 1
             # Graphs the reference runs at no size: expected ones only (no_size_runs.txt).
-            exp = Expectations(os.path.join(here, "no_size_runs.txt"), "the reference runs at no size")
-            noted = set()
-            for m in re.finditer(r"^note (\S+) @(\S+): (.*)$", r.stdout, re.M):
-                name = f"{os.path.basename(m.group(1))} @{m.group(2)}"
-                noted.add(name)
-                exp.check(name, m.group(3))
-            failed += exp.finish(noted)
+            if not only:
+                exp = Expectations(os.path.join(here, "no_size_runs.txt"), "the reference runs at no size")
+                noted = set()
+                for m in re.finditer(r"^note (\S+) @(\S+): (.*)$", r.stdout, re.M):
+                    name = f"{os.path.basename(m.group(1))} @{m.group(2)}"
+                    noted.add(name)
+                    exp.check(name, m.group(3))
+                failed += exp.finish(noted)
             # Interpreted and compiled steps mixed in one graph (tsr run's JIT threshold): steps of
             # fewer than 2000 element-ops stay interpreted.
             mixed = [g for g in graphs if os.path.basename(g) in ("nn_functions.graph", "views.graph", "layout.graph")]
             # (not on a GPU, which compiles every step)
-            if not a.device:
+            if not a.device and not only:
                 r = run([check, "--mixed", "--jit-threshold", "2000"] + mixed, cwd=root, timeout=1200)
                 r.stdout = r.stdout.replace("\nok", "\nok (mixed)")
                 failed += check_run(r, "schedule_check --mixed")
 
-    for src in sorted(glob.glob(os.path.join(here, "*.tsr"))):
+    for src in [] if a.programs else sorted(glob.glob(os.path.join(here, "*.tsr"))):
         golden = os.path.join(goldens, os.path.basename(src)[:-4] + ".schedule")
         r = run([tsrc, os.path.relpath(src, root), "--emit=schedule"], cwd=root)
         if not r.ok:

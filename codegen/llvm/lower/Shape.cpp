@@ -164,6 +164,46 @@ bool Lowering::cooperativeReduce(const TOp &op, int64_t outer, int64_t R, const 
 // bound a row that streams from memory.
 constexpr int64_t kReduceLanes = 16;
 
+Value *Lowering::reduceIdentity(OpKind k, DType d) {
+  Type *ct = ctype(d);
+  const bool fl = isFloat(d);
+  switch (k) {
+  case OpKind::ReduceSum: return fl ? cf(ct, 0.0) : ConstantInt::get(ct, 0);
+  case OpKind::ReduceProd: return fl ? cf(ct, 1.0) : ConstantInt::get(ct, 1);
+  case OpKind::ReduceMax:
+  case OpKind::ArgMax:
+    if (fl) return cf(ct, -INFINITY);
+    return d == DType::Bool ? B.getFalse() : ConstantInt::get(ct, APInt::getSignedMinValue(ct->getIntegerBitWidth()));
+  default:
+    if (fl) return cf(ct, INFINITY);
+    return d == DType::Bool ? B.getTrue() : ConstantInt::get(ct, APInt::getSignedMaxValue(ct->getIntegerBitWidth()));
+  }
+}
+
+Value *Lowering::reduceCombine(OpKind k, DType d, Value *acc, Value *x, bool reassoc) {
+  const bool fl = isFloat(d);
+  Type *ct = ctype(d);
+  switch (k) {
+  case OpKind::ReduceSum:
+    if (!fl) return d == DType::Bool ? B.CreateOr(acc, x) : B.CreateAdd(acc, x);
+    {
+      auto *s = cast<Instruction>(B.CreateFAdd(acc, x));
+      s->setHasAllowReassoc(reassoc);
+      return s;
+    }
+  case OpKind::ReduceProd:
+    if (!fl) return d == DType::Bool ? B.CreateAnd(acc, x) : B.CreateMul(acc, x);
+    {
+      auto *s = cast<Instruction>(B.CreateFMul(acc, x));
+      s->setHasAllowReassoc(reassoc);
+      return s;
+    }
+  default:
+    return binary(k == OpKind::ReduceMax ? OpKind::Max : OpKind::Min, fl ? (ct->isDoubleTy() ? DType::F64 : DType::F32) : d,
+                  acc, x);
+  }
+}
+
 void Lowering::lowerClassReduce(const TOp &op) {
   const TType &in = op.operands[0]->type, &rt = op.result()->type;
   DType d = in.dtype;
@@ -176,42 +216,13 @@ void Lowering::lowerClassReduce(const TOp &op) {
   bool isArg = op.kind == OpKind::ArgMax || op.kind == OpKind::ArgMin;
   bool fl = isFloat(d);
 
-  auto identity = [&]() -> Value * {
-    switch (op.kind) {
-    case OpKind::ReduceSum: return fl ? cf(ct, 0.0) : ConstantInt::get(ct, 0);
-    case OpKind::ReduceProd: return fl ? cf(ct, 1.0) : ConstantInt::get(ct, 1);
-    case OpKind::ReduceMax:
-      if (fl) return cf(ct, -INFINITY);
-      return d == DType::Bool ? B.getFalse() : ConstantInt::get(ct, APInt::getSignedMinValue(ct->getIntegerBitWidth()));
-    default:
-      if (fl) return cf(ct, INFINITY);
-      return d == DType::Bool ? B.getTrue() : ConstantInt::get(ct, APInt::getSignedMaxValue(ct->getIntegerBitWidth()));
-    }
-  };
   // On a GPU float sums and products are reassociable, so that a reduction along the contiguous
   // axis vectorizes. On the CPU the association is fixed by the code (lanes below) and never
   // LLVM's: its choices (vector width, interleaving, unrolling) differ between the JIT's tiers
   // and a bundle's llc, and results must not.
   const bool reassoc = threads > 1;
-  auto combine = [&](Value *acc, Value *x) -> Value * {
-    switch (op.kind) {
-    case OpKind::ReduceSum:
-      if (!fl) return d == DType::Bool ? B.CreateOr(acc, x) : B.CreateAdd(acc, x);
-      {
-        auto *s = cast<Instruction>(B.CreateFAdd(acc, x));
-        s->setHasAllowReassoc(reassoc);
-        return s;
-      }
-    case OpKind::ReduceProd:
-      if (!fl) return d == DType::Bool ? B.CreateAnd(acc, x) : B.CreateMul(acc, x);
-      {
-        auto *s = cast<Instruction>(B.CreateFMul(acc, x));
-        s->setHasAllowReassoc(reassoc);
-        return s;
-      }
-    default: return binary(op.kind == OpKind::ReduceMax ? OpKind::Max : OpKind::Min, fl ? (ct->isDoubleTy() ? DType::F64 : DType::F32) : d, acc, x);
-    }
-  };
+  auto identity = [&]() { return reduceIdentity(op.kind, d); };
+  auto combine = [&](Value *acc, Value *x) { return reduceCombine(op.kind, d, acc, x, reassoc); };
   // The best so far for argmax/argmin: strictly better, or NaN where the best is not (the first
   // NaN wins, as the first extreme does).
   auto better = [&](Value *x, Value *best) -> Value * {
