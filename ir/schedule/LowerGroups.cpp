@@ -49,13 +49,32 @@ int64_t gpuTileElems(const TileTarget &t) { return 8 * int64_t(t.threads()); }
 // A 1-d tile: one element per thread for short extents, else 8.
 int64_t gpuTile1d(int64_t extent, const TileTarget &t) { return bucket(extent, {t.threads(), gpuTileElems(t)}); }
 
-// A 2-d tile {rows, cols} over extents {rows, cols} (cols the later axis). A box's rows are split
-// over the threads (a row per thread), so rows come first: up to one per thread; the columns
-// then fill the tile's elements, at most 128 (a thread's share of a box row).
+// A 2-d tile {rows, cols} over extents {rows, cols} (cols the later axis) of a reduction along
+// the earlier axis, whose programs are one per block of columns: rows first, up to one per thread,
+// then the columns fill the tile's elements, at most 128, so that a narrow tensor still makes
+// several programs.
 std::pair<int64_t, int64_t> gpuTile2d(int64_t rows, int64_t cols, const TileTarget &t) {
   const int64_t T = t.threads();
   const int64_t br = rows <= 1 ? 1 : bucket(rows, {8, 32, T});
   const int64_t bc = std::min(bucket(cols, {8, 32, 128}), std::max<int64_t>(8, gpuTileElems(t) / br));
+  return {br, bc};
+}
+
+// A 2-d tile {rows, cols} whose rows are contiguous in memory, for programs that keep their tiles
+// in registers (codegen/llvm/RegisterPlan.h: elementwise steps, copies, reductions along the
+// last axis): the columns first, as wide as the tile's elements allow, so that a warp's threads
+// read consecutive 16-byte vectors of one row; the largest power of two from 128 up that divides
+// the extent (no masked lanes), else the bucket above it; then as many rows as fill the tile.
+std::pair<int64_t, int64_t> gpuTileWide(int64_t rows, int64_t cols, const TileTarget &t) {
+  const int64_t E = gpuTileElems(t);
+  int64_t bc = 0;
+  for (int64_t c = E; c >= 128; c /= 2)
+    if (cols % c == 0) {
+      bc = c;
+      break;
+    }
+  if (!bc) bc = std::min(E, bucket(cols, {8, 32, 128, 512, 1024, E}));
+  const int64_t br = rows <= 1 ? 1 : std::min(bucket(rows, {2, 4, 8, 16, 32, 64, 128}), std::max<int64_t>(1, E / bc));
   return {br, bc};
 }
 
@@ -458,7 +477,7 @@ std::vector<int64_t> outputTiles(const std::vector<int64_t> &shape, const TileTa
   if (n == 0) return {1, 1};
   if (t.gpuTarget()) {
     if (n == 1) return {1, gpuTile1d(shape[0], t)};
-    auto [br, bc] = gpuTile2d(shape[n - 2], shape[n - 1], t);
+    auto [br, bc] = gpuTileWide(shape[n - 2], shape[n - 1], t);
     return {br, bc};
   }
   // CPU: BR * BC about kTileElems.
@@ -555,7 +574,7 @@ std::vector<int64_t> reductionTiles(const std::vector<int64_t> &shape, int axis,
     if (cax < 0) return {1, gpuTile1d(K, t)};
     // The tile's axes in order: (c, reduced) when the reduced axis is the last, else (reduced, c).
     if (axis == int(n) - 1) {
-      auto [bc, bk] = gpuTile2d(shape[size_t(cax)], K, t);
+      auto [bc, bk] = gpuTileWide(shape[size_t(cax)], K, t);
       return {bc, bk};
     }
     auto [bk, bc] = gpuTile2d(K, shape[size_t(cax)], t);
