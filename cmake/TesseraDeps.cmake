@@ -15,6 +15,12 @@ if(NOT ANTLR4_TOOL)
 endif()
 find_path(ANTLR4_INCLUDE_DIR antlr4-runtime.h PATH_SUFFIXES antlr4-runtime)
 find_library(ANTLR4_RUNTIME_LIB NAMES libantlr4-runtime.a antlr4-runtime)
+if(TSR_PYTHON)
+  # The Python extension modules (python/) link the shared runtime: Debian's static one is not
+  # position-independent.
+  find_library(ANTLR4_RUNTIME_SHARED_LIB NAMES libantlr4-runtime.so antlr4-runtime)
+  set(ANTLR4_RUNTIME_LIB ${ANTLR4_RUNTIME_SHARED_LIB})
+endif()
 if(NOT ANTLR4_INCLUDE_DIR OR NOT ANTLR4_RUNTIME_LIB)
   message(FATAL_ERROR "tessera: the ANTLR 4 C++ runtime is missing; run tools/setup.sh")
 endif()

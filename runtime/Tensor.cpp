@@ -81,6 +81,7 @@ struct Tensor::Storage {
   bool devValid = false;
 
   explicit Storage(size_t n) : bytes(n), host(allocate(n)) {}
+  Storage(size_t n, std::shared_ptr<std::byte> external) : bytes(n), host(std::move(external)) {}
   Storage(DeviceMemory &d, size_t n, const char *forWhat) : bytes(n), hostValid(false), dev(&d), devValid(true) {
     if (n) devPtr = d.allocate(n, forWhat);
   }
@@ -173,6 +174,14 @@ Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype) {
   if (uint64_t(n) > (uint64_t(std::numeric_limits<int64_t>::max()) - kAlign) / item)
     throw std::length_error("tensor shape " + formatShape(shape) + " is too large");
   return Tensor(dtype, std::move(shape), n, std::make_shared<Storage>(size_t(n) * item));
+}
+
+Tensor Tensor::wrapHost(void *data, std::vector<int64_t> shape, DType dtype, std::shared_ptr<void> owner) {
+  const int64_t n = shapeNumel(shape);
+  if (n > 0 && reinterpret_cast<uintptr_t>(data) % kAlign != 0)
+    throw std::invalid_argument("Tensor::wrapHost: the data is not " + std::to_string(kAlign) + "-byte aligned");
+  std::shared_ptr<std::byte> host(std::move(owner), static_cast<std::byte *>(data));
+  return Tensor(dtype, std::move(shape), n, std::make_shared<Storage>(size_t(n) * dtypeSize(dtype), std::move(host)));
 }
 
 Tensor Tensor::zeros(std::vector<int64_t> shape, DType dtype) {

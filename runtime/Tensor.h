@@ -70,6 +70,12 @@ public:
   /// Throws std::invalid_argument when values.size() differs from the element count.
   static Tensor fromF64(std::vector<int64_t> shape, DType dtype, std::span<const double> values);
   static Tensor fromI64(std::vector<int64_t> shape, DType dtype, std::span<const int64_t> values);
+  /// A tensor over contiguous row-major host memory that the caller owns, without a copy (the
+  /// Python package's DLPack inputs): `owner` is released with the last handle. `data` must be
+  /// 64-byte aligned (compiled code may read, never write, to the end of the 64-byte block that
+  /// holds the last element, which then stays on the last element's page); std::invalid_argument
+  /// otherwise.
+  static Tensor wrapHost(void *data, std::vector<int64_t> shape, DType dtype, std::shared_ptr<void> owner);
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t> &shape() const { return shape_; }

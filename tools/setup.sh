@@ -9,6 +9,7 @@ PACKAGES=(
   antlr4 default-jre-headless libantlr4-runtime-dev        # the grammar (ANTLR 4.7.2 tool, 4.9 runtime)
   libcli11-dev doctest-dev nlohmann-json3-dev              # command line, unit tests, JSON
   python3 python3-numpy python3-torch                      # test oracles
+  python3-dev python3-venv pybind11-dev libdlpack-dev       # the tessera Python package (python/)
   neovim                                                   # the language server's editor test (0.7)
 )
 

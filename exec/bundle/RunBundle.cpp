@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 namespace tsr::bundle {
 
@@ -95,6 +96,44 @@ private:
 };
 
 } // namespace
+
+std::unique_ptr<OpenedBundle> openBundle(const std::string &path, const std::string &device, const Compilers &compilers) {
+  if (device != "cpu")
+    throw std::invalid_argument("device `" + device + "`: bundles opened for calls run on the CPU so far (`cpu`)");
+  auto o = std::make_unique<OpenedBundle>();
+  try {
+    o->bundle = std::make_shared<const rb::Bundle>(rb::Bundle::open(path));
+    rb::Device dev;
+    dev.name = "cpu";
+    rb::checkRunnable(*o->bundle, dev);
+  } catch (const rb::BundleError &e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  BackendOptions bo;
+  bo.verbose = envIs("TSR_BUNDLE_VERBOSE", "1");
+  bo.compileMissing = bool(compilers.cpu);
+  o->backend = bundleBackend(compilers.cpu ? compilers.cpu() : nullptr, o->bundle, bo, std::cerr);
+  o->sm = std::make_unique<SourceManager>();
+  o->diags = std::make_unique<DiagnosticEngine>(*o->sm);
+  std::string diagnostics;
+  const int rc = runWithLargeStack(size_t(512) << 20, [&]() -> int {
+    {
+      SourceTree tree(*o->bundle);
+      o->program = sema::checkProgram(*o->sm, *o->diags, tree.mainFile(), tree.options(*o->sm));
+    }
+    std::ostringstream out;
+    o->diags->render(out);
+    diagnostics = out.str();
+    return o->diags->hasErrors() || o->diags->hasInternalError() ? 1 : 0;
+  });
+  if (rc != 0 || !o->program) throw std::runtime_error(path + ": the bundle's program does not check:\n" + diagnostics);
+  if (o->program->main) o->program->main->path = path;
+  int64_t threshold = 0;
+  if (const char *t = std::getenv("TSR_JIT_THRESHOLD"); t && *t) threshold = std::atoll(t);
+  o->executor = std::make_unique<exec::CompiledExecutor>(o->backend, nullptr, threshold);
+  o->interpreter = std::make_unique<host::Interpreter>(*o->program, *o->executor, std::cout, o->backend);
+  return o;
+}
 
 int runBundleCommand(const std::vector<std::string> &args, const Compilers &compilers, const std::string &prog) {
   const std::string file = args.at(0);

@@ -24,12 +24,18 @@
 
 #include "exec/StepBackend.h"
 #include "exec/cuda/CudaBackend.h"
+#include "exec/host/Interpreter.h"
+#include "sema/Program.h"
+#include "support/Diagnostics.h"
+#include "support/Source.h"
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace tsr::rt::bundle { class Bundle; }
 
 namespace tsr::bundle {
 
@@ -42,6 +48,25 @@ struct Compilers {
   /// The GPU's PTX compiler (exec::nvptxSource()).
   std::optional<exec::PtxSource> cuda;
 };
+
+/// A bundle opened for calls from an embedder (the Python package, python/): read and validated,
+/// its program re-checked from its modules, and an interpreter over the compiled executor on the
+/// CPU (the BundleBackend: the bundle's code, and `compilers.cpu` for what it lacks; without it,
+/// such a program is an error naming it). Members are destroyed in reverse order.
+struct OpenedBundle {
+  std::shared_ptr<const rt::bundle::Bundle> bundle;
+  std::unique_ptr<SourceManager> sm;
+  std::unique_ptr<DiagnosticEngine> diags; // the program's (sema::Program keeps a reference)
+  std::unique_ptr<sema::Program> program;
+  std::shared_ptr<exec::StepBackend> backend;
+  std::unique_ptr<host::GraphExecutor> executor;
+  std::unique_ptr<host::Interpreter> interpreter;
+};
+
+/// Opens `path` for `device` ("cpu"; a GPU is not served yet: std::invalid_argument). Throws
+/// std::runtime_error carrying what `tsr run` prints: a refusal (`FILE: KIND: DETAILS`) or the
+/// checker's diagnostics.
+std::unique_ptr<OpenedBundle> openBundle(const std::string &path, const std::string &device, const Compilers &compilers);
 
 /// Whether `path` names a bundle: its name ends in `.bundle`, or its first bytes are the magic.
 bool isBundleFile(const std::string &path);

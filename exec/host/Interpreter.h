@@ -97,6 +97,18 @@ public:
   /// `--help`). Returns the exit code; errors are printed as diagnostics to `err`.
   int runMain(const std::string &entry, const std::vector<std::string> &flags, std::ostream &err);
 
+  // For embedders (python/: the `tessera` package, exec/host/Embed.cpp).
+  /// The main module's function `name` as a value call() takes; null when it has none.
+  ValueRef function(const std::string &name) const;
+  /// Calls `callee` with positional `args` as host code would (a graph function compiles and runs
+  /// its graph for the arguments' shapes). Throws RuntimeError.
+  ValueRef call(const ValueRef &callee, const std::vector<ValueRef> &args);
+  /// vjp(callee, *args): the pair (result, pullback); call(pullback, {cotangent}) gives the
+  /// cotangents of the arguments. Throws RuntimeError.
+  ValueRef vjp(const ValueRef &callee, const std::vector<ValueRef> &args);
+  /// `e` as runMain prints it: the location, `error[CODE]: message`, the source line, the notes.
+  std::string describe(const RuntimeError &e) const;
+
   struct Impl;
 
 private:

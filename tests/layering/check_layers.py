@@ -28,6 +28,7 @@ ALLOWED = {
     "lsp": {"support", "frontend", "sema"},
     "codegen": {"support", "sema", "ir", "runtime"},
     "exec": {"support", "frontend", "sema", "ir", "runtime", "codegen"},
+    "python": {"support", "frontend", "sema", "ir", "runtime", "codegen", "exec"},
 }
 # Third-party headers that only some folders may include.
 RESTRICTED = [
@@ -39,7 +40,9 @@ RESTRICTED = [
 NO_COMPILER = ["exec/StepBackend.h", "exec/CompiledExecutor.h", "exec/CompiledExecutor.cpp", "exec/KernelLauncher.h",
                "exec/KernelLauncher.cpp", "exec/host", "exec/cuda/CudaBackend.h", "exec/cuda/CudaBackend.cpp",
                "exec/bundle/BundleBackend.h", "exec/bundle/BundleBackend.cpp", "exec/bundle/RunBundle.h",
-               "exec/bundle/RunBundle.cpp", "tools/tsr-run-bundle"]
+               "exec/bundle/RunBundle.cpp", "tools/tsr-run-bundle",
+               # tessera._runtime (python/): bundles without a compiler; only _compiler links one
+               "python/src/Program.h", "python/src/Program.cpp", "python/src/runtime_module.cpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
 
 
