@@ -1,7 +1,8 @@
 """The GPU benchmark's PyTorch side (tools/bench/gpu/ops.sh): the same ops and sizes as ops.tsr,
-eager (cuBLAS for the GEMM; F.rms_norm where this torch has it, else x * rsqrt(mean(x^2) + eps) * w),
-timed the same way (best of rounds of reps, synchronized at the end of each round). Prints
-`NAME SECONDS_PER_CALL`."""
+eager (cuBLAS for the GEMM; F.rms_norm where this torch has it, else x * rsqrt(mean(x^2) + eps) * w)
+and, for the normalizations, under torch.compile (`NAME_compiled`, Inductor's Triton kernels), plus
+`copy` (x.clone(): the device's copy bandwidth for the same bytes), timed the same way (best of
+rounds of reps, synchronized at the end of each round). Prints `NAME SECONDS_PER_CALL`."""
 import sys
 import time
 
@@ -43,3 +44,15 @@ def rms(t, weight):
 
 
 bench("rms_norm", lambda: rms(x, w))
+
+
+bench("copy", lambda: x.clone())
+# torch.compile of the same functions (a failure to compile skips the line, with the reason).
+for name, f in [("layer_norm", lambda t: torch.nn.functional.layer_norm(t, (cols,), w, bias)),
+                ("softmax", lambda t: torch.softmax(t, -1)),
+                ("rms_norm", lambda t: rms(t, w))]:
+    try:
+        cf = torch.compile(f)
+        bench(name + "_compiled", lambda: cf(x))
+    except Exception as e:  # noqa: BLE001
+        print(f"# {name}_compiled: torch.compile failed: {type(e).__name__}: {e}", file=sys.stderr)

@@ -28,4 +28,15 @@ print(f"{'op':<18}{'tessera':>14}{'pytorch':>14}  ratio (tessera speed / pytorch
 for k, (amount, unit) in work.items():
     if k in t and k in p:
         print(f"{k:<18}{amount / t[k]:>10.1f} {unit:<4}{amount / p[k]:>9.1f} {unit:<5} {p[k] / t[k]:.3f}")
+# The normalizations against torch.compile's kernels and as a fraction of the copy bandwidth.
+if "copy" in p:
+    copy = work["layer_norm"][0] / p["copy"]
+    print(f"copy bandwidth (x.clone()): {copy:.1f} GB/s")
+    print(f"{'op':<18}{'tessera':>14}{'compiled':>14}  ratio (tessera / torch.compile)  tessera / copy")
+    for k in ["layer_norm", "rms_norm", "softmax"]:
+        c = p.get(k + "_compiled")
+        if k in t:
+            amount = work[k][0]
+            comp = f"{amount / c:>9.1f} GB/s  {c / t[k]:.3f}" if c else f"{'-':>9}       -    "
+            print(f"{k:<18}{amount / t[k]:>10.1f} GB/s{comp}{'':>20}{amount / t[k] / copy:.3f}")
 PY
