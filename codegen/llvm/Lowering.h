@@ -366,6 +366,9 @@ private:
   void microKernel(Value *out, Value *a, Value *lda, Value *b, Value *ldb, int64_t K, int64_t N, int64_t row0,
                    int64_t rowBlocks, int64_t MR, int64_t col0, int64_t colBlocks, int64_t NV, int64_t W);
   bool deferToDot(const tile::Block &b, size_t index);
+  /// Whether the CPU may read the load_box `op` (of the block being lowered) from the tensor in
+  /// place instead of copying it into a tile (Memory.cpp).
+  bool readsInPlace(const TOp &op);
   void lowerBox(const TOp &op);
   void lowerGather(const TOp &op);
   void lowerFor(const TOp &op);

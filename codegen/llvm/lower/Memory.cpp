@@ -50,6 +50,38 @@ void Lowering::atomicAdd(DType d, Value *ptr, Value *x) {
   }
 }
 
+// On the CPU a load_box of one row (every tile axis but the last of extent 1) whose storage is
+// the tile's (f32, f64, i32, i64) is read where it lies when the box is inside the tensor with
+// unit stride: the tile is then a pointer into the tensor, and a row program that reads x, the
+// weight and the bias (layer_norm) copies none of them (three 4 KiB copies a row of 1024 f32).
+// Only where nothing can write the tensor while the tile is read: every use is a plain op of
+// the same block (no region, no yield that would carry the pointer out), and no store or atomic
+// runs from the load to the last use.
+bool Lowering::readsInPlace(const TOp &op) {
+  if (threads != 1 || !curBlock) return false;
+  const bool *masked = op.attrAs<bool>("masked");
+  if (masked && *masked) return false;
+  const TType &tt = op.result()->type;
+  const DType d = tt.dtype;
+  if (tt.isScalar() || !(d == DType::F32 || d == DType::F64 || d == DType::I32 || d == DType::I64)) return false;
+  for (size_t i = 0; i + 1 < tt.shape.size(); ++i)
+    if (tt.shape[i] != 1) return false;
+  const auto &ops = curBlock->ops;
+  size_t at = 0;
+  while (at < ops.size() && ops[at] != &op) ++at;
+  if (at == ops.size()) return false;
+  int left = uses[op.result()];
+  for (size_t j = at + 1; j < ops.size() && left > 0; ++j) {
+    const TOp *u = ops[j];
+    if (!u->regions.empty() || u->kind == OpKind::Yield || u->kind == OpKind::Store || u->kind == OpKind::StoreBox ||
+        u->kind == OpKind::AtomicAdd || u->kind == OpKind::AtomicAddBox)
+      return false;
+    for (const TValue *v : u->operands)
+      if (v == op.result()) --left;
+  }
+  return left == 0;
+}
+
 // load_box / store_box / atomic_add_box: nested loops over the box. A fast path without any
 // per-element test runs when the box lies inside the tensor, there is no mask and the innermost
 // box axis has stride 1; otherwise each element is tested against the tensor's bounds (and the
@@ -74,6 +106,7 @@ void Lowering::lowerBox(const TOp &op) {
   bool scalarTile = tt.isScalar();
   Value *valBuf = valueV ? get(valueV) : nullptr;
   Value *maskBuf = maskV ? get(maskV) : nullptr;
+  const bool inPlace = isLoad && !scalarTile && readsInPlace(op);
   Value *out = isLoad && !scalarTile ? alloc(tt) : nullptr;
   Value *other = isLoad ? (op.attr("other") ? constantOf(d, *op.attr("other")) : constantOf(d, int64_t(0))) : nullptr;
   Type *mt = mtype(d);
@@ -185,6 +218,21 @@ void Lowering::lowerBox(const TOp &op) {
     });
   };
   B.SetInsertPoint(fastBB);
+  if (inPlace) {
+    Value *row = elemAt(baseOff);
+    BasicBlock *fastEnd = B.GetInsertBlock();
+    B.CreateBr(endBB);
+    B.SetInsertPoint(slowBB);
+    nest(false);
+    BasicBlock *slowEnd = B.GetInsertBlock();
+    B.CreateBr(endBB);
+    B.SetInsertPoint(endBB);
+    PHINode *tile = B.CreatePHI(row->getType(), 2, "box.tile");
+    tile->addIncoming(row, fastEnd);
+    tile->addIncoming(out, slowEnd);
+    set(op.result(), tile);
+    return;
+  }
   nest(true);
   B.CreateBr(endBB);
   B.SetInsertPoint(slowBB);

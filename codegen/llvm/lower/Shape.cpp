@@ -264,7 +264,12 @@ void Lowering::lowerClassReduce(const TOp &op) {
           B.CreateStore(combine(B.CreateLoad(ct, lane(l)), x), lane(l));
         });
       };
-      loopN(chunks, [&](Value *c) { accumulate(B.CreateAdd(row, B.CreateMul(c, c64(kReduceLanes))), kReduceLanes); });
+      // The chunks stay a loop: fully unrolled, LLVM would forward the stores of the ops before
+      // into it and keep their tiles in registers through the sum, and a tile read again after
+      // it (layer_norm's x - mean, live across the variance) spilled on every row
+      // (docs/performance.md, "CPU execution", has the figures).
+      loopN(chunks, [&](Value *c) { accumulate(B.CreateAdd(row, B.CreateMul(c, c64(kReduceLanes))), kReduceLanes); },
+            /*keepRolled=*/true);
       if (rest) accumulate(B.CreateAdd(row, c64(chunks * kReduceLanes)), rest);
       Value *acc = B.CreateLoad(ct, lane(c64(0)));
       for (int64_t l = 1; l < kReduceLanes; ++l) acc = combine(acc, B.CreateLoad(ct, lane(c64(l))));
