@@ -4,9 +4,11 @@
 #include "ir/tile/TileText.h"
 #include "ir/schedule/Fusion.h"
 #include "ir/schedule/LowerGroups.h"
+#include "support/RunModes.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -91,6 +93,7 @@ rt::KernelArg scalarArg(int64_t i) {
 
 struct OpFailure {
   std::string message;
+  bool programError = false; // the program's own error (exit 1), not one of its compilation
 };
 
 struct Compiled {
@@ -458,6 +461,31 @@ std::string describe(const Op &op) {
   return s;
 }
 
+// An index or slice of a graph (`x[i]`, `x[a:b]` with a bound known only at run time) whose
+// extent along axis `d` is not the one its type says: the index lies outside the axis (Python
+// would raise IndexError), or the slice is clipped where the checker took its bounds to be in
+// range (docs/language.md, slicing). The program's error, at the subscript; checked on every run,
+// since the view's extent is computed on the host anyway.
+void checkSliceBounds(const Op &op, size_t d, int64_t n, int64_t lo, int64_t hi, int64_t got) {
+  const Value *res = op.result();
+  if (!res || d >= res->type.dims.size()) return;
+  const auto want = res->type.dims[d].constantValue();
+  if (!want || *want == got) return;
+  // A graph parameter's name; a host expression's operands are `_0`, `_1`, ... (no name of the
+  // program's).
+  const std::string &pn = op.operands[0]->name;
+  const bool named = !pn.empty() && !(pn[0] == '_' && pn.find_first_not_of("0123456789", 1) == std::string::npos);
+  const std::string name = named ? "`" + pn + "`" : "the tensor";
+  std::string m;
+  if (hi - lo == 1 && *want == 1)
+    m = "index " + std::to_string(lo) + " is out of bounds for axis " + std::to_string(d) + " of " + name + ", whose extent is " +
+        std::to_string(n);
+  else
+    m = "slice " + std::to_string(lo) + ":" + std::to_string(hi) + " of axis " + std::to_string(d) + " of " + name +
+        " (extent " + std::to_string(n) + ") has " + std::to_string(got) + " elements where its type says " + std::to_string(*want);
+  throw OpFailure{m, true};
+}
+
 // The run-time checks of a program (LowerGroups.h, checkedOps): a zeroed counter per checked op,
 // passed as the program's last argument, and the error of the first op that failed.
 struct Checks {
@@ -576,6 +604,84 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     for (size_t r = 0; r < res.size() && r < outs.size(); ++r) views[outs[r]] = whole(res[r]);
   };
 
+  // Debug mode's NaN/Inf sentinel (support/RunModes.h): after step `si`, each float value it
+  // produced is read back; where one holds a NaN or an infinity, the step's ops are evaluated
+  // again one by one on the reference evaluator to find the first of them that produced it, and
+  // the program stops at that op's line. Steps run in order and each is checked, so that op is the
+  // first of the run to produce one: its inputs were finite.
+  const bool sentinels = runModes().debug;
+  auto firstNonFinite = [](const Tensor &t) -> int64_t {
+    if (!isFloat(t.dtype())) return -1;
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
+      if (!std::isfinite(t.toF64(i))) return i;
+    return -1;
+  };
+  auto sentinel = [&](const sched::Step &st, size_t si, const std::string &key) {
+    std::vector<const Value *> produced = st.outputs;
+    if (produced.empty())
+      for (const Value *r : st.anchor->results) produced.push_back(r);
+    bool found = false;
+    for (size_t q = 0; q < produced.size() && !found; ++q) {
+      const Value *v = produced[q];
+      auto it = views.find(v);
+      if (it == views.end() || v->type.isKey() || !isFloat(v->type.dtype)) continue;
+      found = firstNonFinite(I.materialize(it->second, v->type.dtype, {}, key + "sentinel" + std::to_string(q) + "/")) >= 0;
+    }
+    if (!found) return;
+    // The step's ops in graph order, each result an output of a graph of their own.
+    std::vector<const Op *> ops = st.cone;
+    if (ops.empty() || ops.back() != st.anchor) ops.push_back(st.anchor);
+    ir::Graph sub(g.name);
+    std::unordered_map<const Value *, Value *> map;
+    std::vector<Tensor> args;
+    for (const Value *in : st.inputs) {
+      Value *p = sub.addParam(std::to_string(in->id), in->type);
+      map[in] = p;
+      const View &w = viewOf(in);
+      args.push_back(in->type.isKey() ? w.buf : I.materialize(w, w.buf.dtype(), {}, key + "sentinel-in/"));
+    }
+    std::vector<std::pair<const Op *, size_t>> results;
+    for (const Op *o : ops) {
+      std::vector<Value *> operands;
+      for (const Value *x : o->operands) operands.push_back(map.at(x));
+      std::vector<ir::Type> types;
+      for (const Value *r : o->results) types.push_back(r->type);
+      Op *c = sub.addWithTypes(o->kind, operands, o->attrs, types, o->loc);
+      for (size_t r = 0; r < c->results.size(); ++r) {
+        map[o->results[r]] = c->results[r];
+        sub.outputs.push_back(c->results[r]);
+        results.push_back({o, r});
+      }
+    }
+    const std::vector<Tensor> res = ir::evaluate(m, sub, args, kernels, sizes);
+    for (size_t k = 0; k < res.size() && k < results.size(); ++k) {
+      const int64_t i = firstNonFinite(res[k]);
+      if (i < 0) continue;
+      const Op &maker = *results[k].first;
+      const Tensor &t = res[k];
+      const double x = t.toF64(i);
+      std::string what = std::isnan(x) ? "NaN" : x > 0 ? "inf" : "-inf";
+      // The graph as the program names it: a function (its specializations are `f#2`, ...) or
+      // an expression of host code (`eager12`).
+      const std::string fn = g.name.substr(0, g.name.find('#'));
+      const bool host = fn.rfind("eager", 0) == 0 && fn.find_first_not_of("0123456789", 5) == std::string::npos;
+      what += " produced by `" + std::string(ir::opSpelling(maker.kind)) + "` (step " + std::to_string(si) + " of " +
+              (host ? std::string("host code") : "`" + fn + "`") + ", the first step of the run to produce a non-finite value)";
+      if (!t.shape().empty()) {
+        std::string idx;
+        for (size_t d = t.shape().size(), rest = size_t(i); d-- > 0;) {
+          idx = std::to_string(rest % size_t(t.shape()[d])) + (idx.empty() ? "" : ", ") + idx;
+          rest /= size_t(t.shape()[d]);
+        }
+        what += ": element [" + idx + "] of its result of shape " + rt::formatShape(t.shape());
+      }
+      throw ir::ProgramCheckError(what, {}, whereOf(m, g, maker));
+    }
+    throw ir::ProgramCheckError("a non-finite value in the result of step " + std::to_string(si) + " of @" + g.name +
+                                    " (its ops, evaluated again one by one, give none: the compiled step and the evaluator differ)",
+                                {}, whereOf(m, g, *st.anchor));
+  };
+
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const sched::Step &st = plan.steps[si];
     const Op &op = *st.anchor;
@@ -598,6 +704,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           std::vector<const Op *> ops = st.cone;
           if (st.kind != sched::StepKind::Elementwise && st.kind != sched::StepKind::Row) ops.push_back(&op);
           interpret(op, ops, st.inputs, st.outputs, key);
+          if (sentinels) sentinel(st, si, key);
           for (const Value *v : st.inputs) {
             auto lu = lastUse.find(v);
             if (lu != lastUse.end() && lu->second == si) views.erase(v);
@@ -727,10 +834,12 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
             const int64_t n = x.shape[d], s = (*step)[d];
             if (s <= 0) throw OpFailure{"step " + std::to_string(s) + " on axis " + std::to_string(d) + " (steps are positive)"};
             auto clip = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
-            const int64_t lo = clip(ir::evaluateDim((*start)[d], sizes)), hi = clip(ir::evaluateDim((*stop)[d], sizes));
+            const int64_t rawLo = ir::evaluateDim((*start)[d], sizes), rawHi = ir::evaluateDim((*stop)[d], sizes);
+            const int64_t lo = clip(rawLo), hi = clip(rawHi);
             r.shape[d] = hi > lo ? (hi - lo + s - 1) / s : 0;
             r.offset += lo * x.strides[d];
             r.strides[d] = x.strides[d] * s;
+            checkSliceBounds(op, d, n, rawLo, rawHi, r.shape[d]);
           }
           break;
         }
@@ -806,14 +915,18 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       }
       }
     } catch (const OpFailure &f) {
+      if (f.programError) throw ir::ProgramCheckError(f.message, {}, whereOf(m, g, op));
       throw EvalError(whereOf(m, g, op), describe(op) + ": " + f.message);
     } catch (const EvalError &) {
+      throw;
+    } catch (const ir::ProgramCheckError &) {
       throw;
     } catch (const tile::TileError &e) {
       throw EvalError(whereOf(m, g, op), describe(op) + ": internal error: " + e.message);
     } catch (const std::exception &e) {
       throw EvalError(whereOf(m, g, op), describe(op) + ": " + e.what());
     }
+    if (sentinels) sentinel(st, si, key);
     for (const Value *v : st.inputs) {
       auto lu = lastUse.find(v);
       if (lu != lastUse.end() && lu->second == si) views.erase(v);

@@ -12,6 +12,53 @@ namespace tsr::exec {
 
 using namespace tsr::ast;
 
+namespace {
+
+// One index check of a kernel lowered in debug mode (ir/lower/kernel/DebugChecks.cpp): its
+// `debug_sites` entry, ACCESS|TENSOR|AXIS|FILE:LINE:COL.
+struct DebugSite {
+  std::string access, tensor, where;
+  int64_t axis = 0;
+};
+using DebugSites = std::vector<DebugSite>;
+
+DebugSites debugSites(const tile::Function &f) {
+  DebugSites out;
+  const std::string *text = nullptr;
+  for (const ir::Attr &a : f.config)
+    if (a.name == "debug_sites") text = std::get_if<std::string>(&a.value);
+  if (!text) return out;
+  auto split = [](const std::string &s, char sep) {
+    std::vector<std::string> parts;
+    size_t from = 0;
+    for (size_t at; (at = s.find(sep, from)) != std::string::npos; from = at + 1) parts.push_back(s.substr(from, at - from));
+    parts.push_back(s.substr(from));
+    return parts;
+  };
+  for (const std::string &entry : split(*text, ';')) {
+    auto p = split(entry, '|');
+    if (p.size() != 4) throw std::runtime_error("internal error: a malformed debug_sites entry `" + entry + "` in @" + f.name);
+    out.push_back(DebugSite{p[0], p[1], p[3], std::stoll(p[2])});
+  }
+  return out;
+}
+
+// The first check of `record` (3 slots per check: count, an index, the extent) that failed.
+void raiseIndexCheck(const sema::FunctionInfo &k, const DebugSites &sites, const rt::Tensor &record) {
+  const auto *r = static_cast<const int64_t *>(record.data());
+  for (size_t i = 0; i < sites.size(); ++i) {
+    const int64_t count = r[3 * i], index = r[3 * i + 1], extent = r[3 * i + 2];
+    if (count == 0) continue;
+    const DebugSite &s = sites[i];
+    std::string m = "index out of bounds in kernel `" + k.name + "`: " + s.access + " of `" + s.tensor + "` at index " +
+                    std::to_string(index) + " along axis " + std::to_string(s.axis) + ", whose extent is " + std::to_string(extent);
+    if (count > 1) m += " (out of bounds " + std::to_string(count) + " times in this launch)";
+    throw ir::ProgramCheckError(m, {}, s.where);
+  }
+}
+
+} // namespace
+
 struct KernelLauncher::Entry {
   const tile::Function *fn = nullptr;
   std::shared_ptr<const BackendProgram> compiled;
@@ -106,7 +153,8 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   }
   const Entry &e = entry(k, attrs, args);
   const tile::Function &f = *e.fn;
-  if (f.params.size() != args.size())
+  const DebugSites sites = debugSites(f);
+  if (f.params.size() != args.size() + (sites.empty() ? 0 : 1))
     throw LaunchError("kernel `" + k.name + "`: " + std::to_string(args.size()) + " arguments for " + std::to_string(f.params.size()) + " parameters", {}, "");
   std::vector<rt::KernelArg> kargs(args.size());
   const std::vector<size_t> written = writtenOperands(k);
@@ -132,7 +180,17 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
     }
   }
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;
+  rt::Tensor record;
+  if (!sites.empty()) {
+    record = rt::Tensor::zeros({int64_t(3 * sites.size())}, DType::I64);
+    rt::KernelArg r;
+    r.data = backend_->address(record, true, "debug-mode index checks");
+    r.shape[0] = record.numel();
+    r.strides[0] = 1;
+    kargs.push_back(r);
+  }
   backend_->launch(*e.compiled, kargs, g, LaunchSite{f.name, e.site});
+  if (!sites.empty()) raiseIndexCheck(k, sites, record);
 }
 
 std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid) const {

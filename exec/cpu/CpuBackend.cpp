@@ -4,6 +4,7 @@
 #include "codegen/cpu/CpuKernel.h"
 #include "ir/tile/TileText.h"
 #include "runtime/GridLauncher.h"
+#include "support/RunModes.h"
 
 #include <unordered_map>
 
@@ -12,7 +13,19 @@ namespace {
 
 struct CpuProgram final : BackendProgram {
   std::shared_ptr<const codegen::CompiledKernel> code;
+  bool atomics = false; // whether its programs add into memory they share (atomic_add)
 };
+
+// Whether `fn` has an atomic_add: programs that add into shared memory in whatever order the
+// worker threads reach them, which --deterministic fixes (CpuBackend::launch).
+bool hasAtomics(const tile::Block &b) {
+  for (const tile::Op *op : b.ops) {
+    if (op->kind == tile::OpKind::AtomicAdd || op->kind == tile::OpKind::AtomicAddBox) return true;
+    for (const tile::Block *r : op->regions)
+      if (hasAtomics(*r)) return true;
+  }
+  return false;
+}
 
 class CpuBackend final : public StepBackend {
 public:
@@ -31,6 +44,7 @@ public:
   std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &hints) override {
     auto p = std::make_shared<CpuProgram>();
     p->code = codegen::compileForHost(fn, tierFor(hints));
+    p->atomics = hasAtomics(*fn.body);
     return p;
   }
   // On every core: the JIT compiles different programs concurrently (codegen/cpu/CpuKernel.h).
@@ -64,9 +78,13 @@ public:
     for (size_t i = 0; i < requests.size(); ++i) out[i] = done[first[i]];
     return out;
   }
+  // In deterministic mode (support/RunModes.h) a program with atomics runs its grid on one thread,
+  // in grid order, so that its float additions happen in the same order every run; the others
+  // write disjoint elements, so their order never shows.
   void launch(const BackendProgram &p, const std::vector<rt::KernelArg> &args, const std::array<int64_t, 3> &grid,
               const LaunchSite &) override {
-    static_cast<const CpuProgram &>(p).code->launch(args.data(), args.size(), grid, threads_);
+    const auto &cp = static_cast<const CpuProgram &>(p);
+    cp.code->launch(args.data(), args.size(), grid, cp.atomics && runModes().deterministic ? 1 : threads_);
   }
 
 private:

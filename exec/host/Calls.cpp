@@ -91,6 +91,8 @@ ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::Fu
   attrs.push_back({"grid", std::vector<Dim>(sizes.size(), Dim::unknown())});
   try {
     kernels->launch(k, attrs, args, sizes);
+  } catch (const ir::ProgramCheckError &e) {
+    failCheck(e, c->range);
   } catch (const exec::LaunchError &e) {
     if (!e.construct.empty()) fail(e.construct + " cannot run yet", e.range.valid() ? e.range : c->range);
     fail(e.what(), c->range);
@@ -347,6 +349,8 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
   std::vector<rt::Tensor> outs;
   try {
     outs = exec.run(graphs, *g, ins);
+  } catch (const ir::ProgramCheckError &e) {
+    failCheck(e, at);
   } catch (std::exception &err) {
     fail(err.what(), at, 3);
   }

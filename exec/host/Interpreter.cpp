@@ -147,6 +147,8 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   std::vector<rt::Tensor> outs;
   try {
     outs = exec.run(graphs, *g, ins);
+  } catch (const ir::ProgramCheckError &err) {
+    failCheck(err, e->range);
   } catch (std::exception &err) {
     fail(err.what(), e->range, 3);
   }
@@ -321,6 +323,30 @@ Interpreter::Interpreter(const sema::Program &p, GraphExecutor &exec, std::ostre
                          std::shared_ptr<exec::StepBackend> kernelBackend)
     : impl_(std::make_unique<Impl>(p, exec, out, std::move(kernelBackend))) {}
 Interpreter::~Interpreter() = default;
+
+void Interpreter::Impl::failCheck(const ir::ProgramCheckError &e, SourceRange at) {
+  RuntimeError r{e.what(), e.range, 1};
+  if (!r.range.valid() && !e.where.empty()) {
+    // FILE:LINE:COL of one of the program's files: the start of that line and column.
+    const size_t c2 = e.where.rfind(':'), c1 = c2 == std::string::npos ? c2 : e.where.rfind(':', c2 - 1);
+    if (c1 != std::string::npos) {
+      const std::string path = e.where.substr(0, c1);
+      const uint32_t line = uint32_t(std::stoul(e.where.substr(c1 + 1, c2 - c1 - 1)));
+      const uint32_t col = uint32_t(std::stoul(e.where.substr(c2 + 1)));
+      for (FileId id = 1; P.sm.has(id); ++id) {
+        const SourceFile &f = P.sm.file(id);
+        if (f.path() != path || line < 1 || line > f.lineCount()) continue;
+        const uint32_t off = f.lineStart(line) + (col > 0 ? col - 1 : 0);
+        r.range = SourceRange{id, off, off + 1};
+        break;
+      }
+    }
+    if (!r.range.valid()) r.message = e.where + ": " + r.message;
+  }
+  if (at.valid() && P.sm.has(at.file) && !(r.range.valid() && r.range.file == at.file && r.range.begin == at.begin))
+    r.notes.push_back("reached from " + P.sm.describe(at));
+  throw r;
+}
 
 int Interpreter::runMain(const std::string &entry, const std::vector<std::string> &flags, std::ostream &err) {
   Impl &I = *impl_;

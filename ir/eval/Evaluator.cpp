@@ -541,6 +541,8 @@ public:
         throw EvalError(where(op), describe(op) + ": " + f.message);
       } catch (const EvalError &) {
         throw;
+      } catch (const ProgramCheckError &) {
+        throw;
       } catch (const std::exception &e) {
         throw EvalError(where(op), describe(op) + ": " + e.what());
       }

@@ -57,6 +57,19 @@
 
 namespace tsr::ir {
 
+/// The program's own error, found by a check that its compiled code made as it ran (debug mode:
+/// a kernel's index outside its axis, a graph step's first NaN or Inf; support/RunModes.h). It is
+/// the program's error, not the evaluator's (exit code 1), so evaluation passes it on unwrapped.
+/// `range`: the source range of the access when known (invalid otherwise); `where`: the same
+/// place as "FILE:LINE:COL", or empty.
+class ProgramCheckError : public std::runtime_error {
+public:
+  ProgramCheckError(const std::string &message, SourceRange range, std::string where)
+      : std::runtime_error(message), range(range), where(std::move(where)) {}
+  SourceRange range;
+  std::string where;
+};
+
 /// An evaluation failure. what() is "WHERE: OP: PROBLEM" (WHERE a source location `f.tsr:3:7`
 /// or `graph @name`; OP e.g. `matmul %4`, absent for input binding).
 class EvalError : public std::runtime_error {

@@ -82,6 +82,7 @@ void KernelLowering::run(const FunctionInfo &k, const std::vector<Type> &operand
   } catch (Returned &) {
   }
   frames_.pop_back();
+  finishDebugChecks();
 }
 
 Loc KernelLowering::loc(SourceRange r) {

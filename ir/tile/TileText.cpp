@@ -325,9 +325,12 @@ private:
       undefine(args);
       regions.push_back(body);
     } else {
+      // Operands are separated by commas: an op without results (a store) may be followed by a
+      // line that starts with the next op's result, which is not one of its operands.
       while (tok_.kind == Tok::Local) {
         operands.push_back(use());
-        if (isPunct(",")) advance();
+        if (!isPunct(",")) break;
+        advance();
       }
       if (*kind == OpKind::If) {
         Block *then = f_->newBlock(nullptr);

@@ -17,6 +17,8 @@
 #   examples_gpu      every examples/ program (the spec's examples) on the GPU and the CPU: same output
 #   mma_matmul        tensor-core matrix products (hand-written and graph; ragged, transposed,
 #                     batched) against the CUDA-core path
+#   debug_checks      --debug on the GPU: index checks in the kernels' PTX (exit 1 naming the tensor,
+#                     index, extent and line) and the NaN/Inf sentinel after graph steps
 #   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
 #   bundle_gpu        a cuda bundle runs from an empty folder on the GPU with its own PTX; a cpu-only
 #                     bundle is refused there (bundle_cpu_refused)
@@ -69,6 +71,10 @@ step run_programs "python3 tests/run/run_programs.py '$BIN/tsr' --device cuda"
 step tile_kernels_gpu "python3 tests/tile/run_kernels.py '$BIN/tsr' --device cuda examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr tests/tile/programs/stdlib_kernels.tsr tests/tile/programs/tile_ops.tsr"
 step examples_gpu "python3 tools/gpu/compare_examples.py '$BIN/tsr' examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr examples/train_regression.tsr examples/transformer_block.tsr"
 step mma_matmul "python3 tests/expect.py --exit 0 --has 'mma_matmul ok' -- '$BIN/tsr' run tests/gpu/mma_matmul.tsr --device cuda"
+# Debug mode (--debug) on the device: a correct kernel passes its index checks; an index outside
+# its axis is exit 1 at the load with the tensor, the index and the extent; a NaN is exit 1 at the
+# op that made it.
+step debug_checks "set -e; python3 tests/expect.py --exit 0 --has 'debug_checks ok' -- '$BIN/tsr' run tests/gpu/debug_checks.tsr --device cuda --debug --case 0; python3 tests/expect.py --exit 1 --has 'debug_checks.tsr:12:9: error: index out of bounds in kernel .shift_rows.: load of .x. at index (6[4-9]|7[01]) along axis 0, whose extent is 64' -- '$BIN/tsr' run tests/gpu/debug_checks.tsr --device cuda --debug --case 1; python3 tests/expect.py --exit 1 --has 'debug_checks.tsr:17:12: error: NaN produced by .sqrt.' -- '$BIN/tsr' run tests/gpu/debug_checks.tsr --device cuda --debug --case 2"
 step device_oom "python3 tests/expect.py --exit 3 --has 'out of memory' --has 'device_oom.tsr:6' -- '$BIN/tsr' run tests/gpu/device_oom.tsr --device cuda"
 # Bundles made where the compiler is (tools/gpu/pack.sh puts them in BIN_DIR): the cuda one runs
 # from an empty folder on the GPU with its own code; the cpu-only one is refused there with both

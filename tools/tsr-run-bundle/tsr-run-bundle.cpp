@@ -12,6 +12,7 @@
 // Exit codes as `tsr run`: 0 success, 1 an error of the program, 2 usage, 3 a refused bundle,
 // an unusable device or a program not in the bundle, 70 internal error.
 #include "exec/bundle/RunBundle.h"
+#include "support/RunModes.h"
 
 #include <cstring>
 #include <iostream>
@@ -19,7 +20,7 @@
 #include <vector>
 
 int main(int argc, char **argv) {
-  const char *usage = "usage: tsr-run-bundle FILE.bundle [--entry NAME] [--device auto|cpu|cuda[:N]] [MAIN FLAGS...]\n";
+  const char *usage = "usage: tsr-run-bundle FILE.bundle [--entry NAME] [--device auto|cpu|cuda[:N]] [--debug] [MAIN FLAGS...]\n";
   if (argc < 2) {
     std::cerr << "tsr-run-bundle: " << usage;
     return 2;
@@ -32,6 +33,13 @@ int main(int argc, char **argv) {
     std::cout << "tsr-run-bundle 0.1 (Tessera)\n";
     return 0;
   }
-  const std::vector<std::string> args(argv + 1, argv + argc);
+  // --debug, --deterministic: the modes of support/RunModes.h (a bundle made with tsrc --debug
+  // holds the checked kernels that --debug looks up).
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    if (i > 1 && std::strcmp(argv[i], "--debug") == 0) tsr::runModes().debug = true;
+    else if (i > 1 && std::strcmp(argv[i], "--deterministic") == 0) tsr::runModes().deterministic = true;
+    else args.push_back(argv[i]);
+  }
   return tsr::bundle::runBundleCommand(args, tsr::bundle::Compilers{}, "tsr-run-bundle");
 }

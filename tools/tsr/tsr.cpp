@@ -14,6 +14,7 @@
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
 #include "sema/Program.h"
+#include "support/RunModes.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
@@ -56,6 +57,14 @@ int main(int argc, char **argv) {
     if (rest.empty()) {
       std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
       return 2;
+    }
+    // --debug, --deterministic: the modes of support/RunModes.h, for sources and bundles alike,
+    // set before anything compiles.
+    for (size_t i = 1; i < rest.size();) {
+      if (rest[i] == "--debug") tsr::runModes().debug = true;
+      else if (rest[i] == "--deterministic") tsr::runModes().deterministic = true;
+      else { ++i; continue; }
+      rest.erase(rest.begin() + std::ptrdiff_t(i));
     }
     // A bundle (docs/bundle.md) runs from its own modules and code: exec/bundle/RunBundle.h.
     // Programs the bundle lacks are compiled here, as without a bundle.

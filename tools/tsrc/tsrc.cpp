@@ -15,6 +15,7 @@
 #include "exec/bundle/BundleWriter.h"
 #include "ir/tile/TileText.h"
 #include "sema/Program.h"
+#include "support/RunModes.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -247,6 +248,10 @@ int main(int argc, char **argv) {
                "with --emit=tile: also print the programs of the graphs' kernel steps that --emit=ptx compiles "
                "(GPU tiles, symbolic sizes at 1001)");
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
+  // The modes of support/RunModes.h, for the kernels that --emit=tile|llvm|ptx and -o compile.
+  app.add_flag("--debug", runModes().debug,
+               "compile kernels with index checks (an index outside its axis is reported with the tensor, index, "
+               "extent and line when the program runs)");
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
   bool readTile = false;

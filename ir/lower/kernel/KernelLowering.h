@@ -302,6 +302,16 @@ private:
 
   void forStmt(For *s);
 
+  // ---- debug mode (DebugChecks.cpp) ---------------------------------------------------------
+
+  // The index checks of a load or store through view `v` of tile shape `shape` under the
+  // kernel's `mask` (null: none), in debug mode; nothing otherwise.
+  void checkIndices(const KV &v, const std::vector<int64_t> &shape, tile::Value *mask, const char *access, SourceRange at);
+  tile::Value *debugRecord();
+  tile::Value *reduceAll(TOp k, tile::Value *x, SourceRange at);
+  // Writes the checks' descriptions into the function's config (`debug_sites`).
+  void finishDebugChecks();
+
   tile::Module &m_;
   const sema::Program &p_;
   tile::Function &f_;
@@ -314,6 +324,8 @@ private:
   size_t entryOps_ = 0;
   int nested_ = 0, depth_ = 0;
   KVRef returnValue_;
+  tile::Value *debugRecord_ = nullptr;
+  std::vector<std::string> debugSites_;
 };
 
 } // namespace tsr::ir::kernel_lowering

@@ -186,6 +186,7 @@ KVRef KernelLowering::load(const KVRef &vw, const KVRef &other, const KVRef &mas
     }
   }
   tile::Value *m = maskArg(mask, shape, at);
+  checkIndices(v, shape, m, "load", at);
   if (isGather(v)) {
     auto [offsets, inBounds] = gatherOffsets(v, shape, at);
     tile::Value *all = m ? op(TOp::And, {inBounds, m}, {}, at) : inBounds;
@@ -208,6 +209,7 @@ void KernelLowering::store(TOp boxKind, TOp offKind, const KVRef &vw, const KVRe
   if (!isNumber(val) && !isRuntime(val)) unsupported("storing a " + kindName(val), at);
   tile::Value *x = convert(val, v.dt, shape, at);
   tile::Value *m = maskArg(mask, shape, at);
+  checkIndices(v, shape, m, offKind == TOp::AtomicAdd ? "atomic_add" : "store", at);
   if (isGather(v)) {
     auto [offsets, inBounds] = gatherOffsets(v, shape, at);
     tile::Value *all = m ? op(TOp::And, {inBounds, m}, {}, at) : inBounds;
