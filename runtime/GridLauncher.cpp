@@ -2,6 +2,7 @@
 #include "runtime/GridLauncher.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,15 @@ namespace tsr::rt {
 namespace {
 
 thread_local bool tInWorker = false;
+
+// The cores this process may run on: its affinity mask (taskset, a container's cpuset), which
+// std::thread::hardware_concurrency() does not see; a pool of one thread per online core would
+// crowd a pinned process's few cores.
+unsigned usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return unsigned(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 // Persistent workers, one per core; one launch at a time.
 class Pool {
@@ -57,7 +67,7 @@ public:
 
 private:
   Pool() {
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned hw = usableCores();
     for (unsigned i = 0; i < hw; ++i) {
       pthread_attr_t attr;
       pthread_attr_init(&attr);

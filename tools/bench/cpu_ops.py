@@ -11,8 +11,8 @@ the normalizations once as row steps (static row length) and once as the multi-s
 adamw.update of examples/digits_vit.tsr on 64 images) and the same ops in PyTorch (torch.matmul,
 F.layer_norm with weight and bias, x * rsqrt(mean(x^2) + eps) * w (F.rms_norm where the torch has
 it), torch.softmax, and tools/bench/digits_vit_torch.py's model with loss.backward() and
-torch.optim.AdamW) with torch.set_num_threads(threads) (default: the machine's cores, which
-Tessera's launches use), in the same run. The first line says which BLAS the torch links
+torch.optim.AdamW) with torch.set_num_threads(threads) (default: the cores this process may run
+on, which Tessera's launches use), in the same run. The first line says which BLAS the torch links
 (BLAS_INFO; Debian's 1.13 says `generic`, the reference BLAS, so its GEMMs are no baseline; a
 PyTorch wheel says `mkl` or `open`). Tessera runs on the CPU whatever TSR_DEVICE says. Each figure is the best of `rounds` rounds of `reps` calls after a warm-up call (which
 compiles, for Tessera). Prints a Markdown table: seconds per call, GFLOP/s or GB/s, and the ratio
@@ -69,7 +69,7 @@ def main():
     import torch.nn.functional as F
 
     tsr = sys.argv[1]
-    reps, rounds, threads = arg("--reps", 10), arg("--rounds", 3), arg("--threads", os.cpu_count())
+    reps, rounds, threads = arg("--reps", 10), arg("--rounds", 3), arg("--threads", len(os.sched_getaffinity(0)))
     big, big_rounds, train = arg("--big", 4096), arg("--big-rounds", 2), arg("--train", 1)
     size, rows = 1024, 4096
 
@@ -136,7 +136,7 @@ def main():
     blas = blas.group(1) if blas else "unknown"
     print(f"threads: {threads} (torch {torch.__version__}, BLAS_INFO={blas}"
           f"{': the reference BLAS, no GEMM baseline' if blas == 'generic' else ''}), reps {reps}, "
-          f"best of {rounds} rounds; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+          f"best of {rounds} rounds; load average {os.getloadavg()[0]:.1f}, {len(os.sched_getaffinity(0))} cores usable")
     print()
     print("| op | Tessera | PyTorch | ratio (Tessera / PyTorch) | checksums (Tessera, PyTorch) |")
     print("|---|---|---|---|---|")

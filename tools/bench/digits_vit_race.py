@@ -15,8 +15,9 @@ uses (Debian's build says BLAS_INFO=generic: the reference BLAS, slow for large 
 this model's matrices are at most 64 wide). With --rounds N each side runs N times and the best
 is shown.
 
-Tessera's launches use every core (its thread pool); TSR_THREADS is not read, so on a machine
-with more cores than --threads the comparison favours Tessera: the table says how many cores.
+Tessera's launches use every core the process may run on (its affinity mask), so on a machine
+with more cores than --threads the comparison favours Tessera: the table says how many cores
+(`taskset -c 0-1` pins both sides to two).
 """
 import os
 import re
@@ -98,7 +99,7 @@ def main():
     def ratio(a):
         return f"{a[0] / r[0]:.2f}" if a[0] is not None and r[0] is not None else "-"
     print(f"digits ViT, {epochs} epochs, time to {target:.0%} test accuracy (process start to the end of "
-          f"that epoch), best of {rounds}; Tessera on {device} ({os.cpu_count()} cores), "
+          f"that epoch), best of {rounds}; Tessera on {device} ({len(os.sched_getaffinity(0))} cores), "
           f"PyTorch {torch.__version__} with {threads} threads, BLAS_INFO={blas_info(torch)}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print()
