@@ -587,7 +587,7 @@ json cpuTarget(const std::vector<Lowered> &programs, std::vector<json> &entries,
     l.fn->name = symbol; // hostLLVMText names the entry after the function
     std::string ll;
     try {
-      ll = codegen::hostLLVMText(*l.fn, true);
+      ll = codegen::hostLLVMText(*l.fn, opts.optLevel > 0);
     } catch (...) {
       l.fn->name = saved;
       throw;
@@ -600,7 +600,7 @@ json cpuTarget(const std::vector<Lowered> &programs, std::vector<json> &entries,
       features = llvmAttribute(ll, "target-features");
     }
     const std::string base = tmp + "/cpu" + std::to_string(i);
-    std::vector<std::string> argv{llc, "-O3", "-filetype=obj", "-relocation-model=pic"};
+    std::vector<std::string> argv{llc, "-O" + std::to_string(opts.optLevel), "-filetype=obj", "-relocation-model=pic"};
     if (opts.cpuName != "host") {
       for (const char *a : {"target-cpu", "target-features", "prefer-vector-width", "min-legal-vector-width"}) ll = dropLlvmAttribute(ll, a);
       argv.push_back("-mcpu=" + opts.cpuName);
@@ -671,7 +671,9 @@ json cudaTarget(const std::vector<Lowered> &programs, std::vector<json> &entries
       if (ptxas) {
         const std::string base = tmp + "/" + arch + "_" + std::to_string(i);
         writeFile(base + ".ptx", mod.ptx);
-        assemble.push_back({{ptxasTool, "-arch=" + codegen::nvptx::ptxTarget(arch), "-o", base + ".cubin", base + ".ptx"}, base + ".log"});
+        assemble.push_back({{ptxasTool, "-O" + std::to_string(opts.optLevel), "-arch=" + codegen::nvptx::ptxTarget(arch), "-o", base + ".cubin",
+                             base + ".ptx"},
+                            base + ".log"});
       }
     }
     json a = {{"arch", arch}, {"ptx", w.add(rb::SectionKind::Ptx, "ptx " + arch, ptxAll)}};

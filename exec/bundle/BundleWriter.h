@@ -42,6 +42,9 @@ struct WriteOptions {
   /// them with, and of every kernel it launches: the programs only a run can know (graphs of
   /// host code, of transforms, of sizes read from files).
   std::optional<std::vector<std::string>> trace;
+  /// The optimization level of the code (`tsrc -O0`..`-O3`): llc's and ptxas's `-O`; at 0 the cpu
+  /// target's LLVM IR is also left unoptimized (codegen::hostLLVMText's optimized = false).
+  int optLevel = 3;
   /// The manifest's `compiler`; empty: this compiler's ("tsrc 0.1 (Tessera)", support/BuildId.h).
   std::string compiler;
   /// The tools; empty: the defaults found at build time (TSR_LLC, TSR_HOST_CC, TSR_PTXAS in the

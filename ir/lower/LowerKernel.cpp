@@ -284,6 +284,7 @@ private:
     std::vector<Expr *> positional;
     for (const Arg &a : c->args) if (a.kind == ArgKind::Positional) positional.push_back(a.value);
     std::vector<Type> types;
+    std::set<std::string> passed; // the compile-time ints the launch passes
     size_t ai = 0;
     for (const sema::ParamInfo &prm : k->params) {
       Expr *e = nullptr;
@@ -299,7 +300,10 @@ private:
         bool configured = false;
         for (auto &a : attrs) configured |= a.name == prm.name;
         if (configured) continue;
-        if (t && t->is(sema::TypeKind::Int) && t->intValue && t->intValue->constantValue()) attrs.push_back({prm.name, *t->intValue->constantValue()});
+        if (t && t->is(sema::TypeKind::Int) && t->intValue && t->intValue->constantValue()) {
+          attrs.push_back({prm.name, *t->intValue->constantValue()});
+          passed.insert(prm.name);
+        }
         else if (t && t->is(sema::TypeKind::Bool) && t->boolValue) attrs.push_back({prm.name, *t->boolValue});
         else if (t && t->is(sema::TypeKind::Float) && t->floatValue) attrs.push_back({prm.name, *t->floatValue});
         else {
@@ -317,8 +321,52 @@ private:
       types.push_back(*ty);
     }
     attrs.push_back({"grid", std::vector<Dim>(std::max<size_t>(gridRank, 1), Dim::unknown())});
+    if (sizes_ && conflicts_) specializeConflicts(*k, types, attrs, passed, c->range);
     lower(*k, types, attrs, c->range);
   }
+
+  // `--specialize` values that contradict what a launch itself fixes: a compile-time argument it
+  // passes (`passed`), or a size its arguments' types bind to a symbol of the kernel's signature.
+  // Each is described in conflicts_ ("BLOCK=64: ..."): a usage error of tsrc.
+  void specializeConflicts(const FunctionInfo &k, const std::vector<Type> &types, const std::vector<Attr> &attrs,
+                           const std::set<std::string> &passed, SourceRange at) {
+    IRSourcePoint sp = irSourcePoint(p_, at);
+    const std::string launch = "the launch of `" + k.name + "`" + (sp.valid ? " at " + sp.path + ":" + std::to_string(sp.line) + ":" + std::to_string(sp.col) : "");
+    auto check = [&](const std::string &name, int64_t own, const std::string &how) {
+      auto it = sizes_->find(name);
+      if (it != sizes_->end() && it->second != own)
+        conflicts_->push_back(name + "=" + std::to_string(it->second) + ": " + launch + " " + how + " " + std::to_string(own));
+    };
+    for (const Attr &a : attrs)
+      if (auto *v = std::get_if<int64_t>(&a.value))
+        check(a.name, *v, passed.count(a.name) ? "passes `" + a.name + "` =" : "configures `" + a.name + "` =");
+    size_t ti = 0;
+    for (const sema::ParamInfo &prm : k.params) {
+      if (prm.compileTime()) {
+        // Neither passed nor configured: the launch takes the default.
+        bool given = false;
+        for (const Attr &a : attrs) given |= a.name == prm.name;
+        const sema::TypeRef &d = prm.defaultType;
+        if (!given && d && d->is(sema::TypeKind::Int) && d->intValue && d->intValue->constantValue())
+          check(prm.name, *d->intValue->constantValue(), "takes the default `" + prm.name + "` =");
+        continue;
+      }
+      if (ti >= types.size()) break;
+      const Type &t = types[ti++];
+      if (!prm.annotated || !prm.annotated->is(sema::TypeKind::Tensor) || !prm.annotated->rankKnown) continue;
+      const auto &want = prm.annotated->dims;
+      for (size_t d = 0; d < want.size() && d < t.dims.size(); ++d)
+        if (want[d].isSymbol())
+          if (auto own = t.dims[d].constantValue())
+            check(want[d].symbols()[0], *own, "binds \"" + want[d].symbols()[0] + "\" (axis " + std::to_string(d) + " of `" + prm.name + "`) to");
+    }
+  }
+
+public:
+  const std::map<std::string, int64_t> *sizes_ = nullptr;
+  std::vector<std::string> *conflicts_ = nullptr;
+
+private:
 
   const sema::Program &p_;
   DiagnosticEngine &diags_;
@@ -330,8 +378,11 @@ private:
 } // namespace
 
 std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags,
-                                                  const std::map<std::string, int64_t> *signatureSizes) {
+                                                  const std::map<std::string, int64_t> *signatureSizes,
+                                                  std::vector<std::string> *specializeConflicts) {
   ProgramKernels pk(p, diags);
+  pk.sizes_ = signatureSizes;
+  pk.conflicts_ = specializeConflicts;
   for (const auto &g : graphs.graphs)
     for (const Op *op : g->ops) {
       if (op->kind != OpKind::KernelCall) continue;

@@ -53,9 +53,13 @@ std::vector<Attr> launchConfig(const sema::FunctionInfo &k);
 /// With `signatureSizes` (tsrc --emit: `--specialize`'s sizes), the main module's kernels that
 /// nothing launches are lowered too, from their signatures: symbols and compile-time parameters
 /// from `signatureSizes`, else configurations and defaults; one that this does not determine is
-/// warning NeverLaunched (W0133) naming what is missing.
+/// warning NeverLaunched (W0133) naming what is missing. With `specializeConflicts` too, each
+/// `signatureSizes` entry that contradicts a host launch's own value (a compile-time argument it
+/// passes, a size its arguments bind to a symbol of the kernel's signature) is described there as
+/// "SYM=INT: the launch of `k` at FILE:LINE:COL ..." (tsrc makes it a usage error).
 std::unique_ptr<tile::Module> lowerProgramKernels(const sema::Program &p, const Module &graphs, DiagnosticEngine &diags,
-                                                  const std::map<std::string, int64_t> *signatureSizes = nullptr);
+                                                  const std::map<std::string, int64_t> *signatureSizes = nullptr,
+                                                  std::vector<std::string> *specializeConflicts = nullptr);
 
 /// The parameters a kernel writes: the tensors that its tile.store / tile.atomic_add views
 /// reach, by name, in the order the body first mentions them (the results of a kernel_call).

@@ -133,15 +133,29 @@ static bool addGraphKernels(const ir::Module &graphs, tile::Module &kernels, std
 // -o FILE: the bundle of the checked program (exec/bundle/BundleWriter.h), written to a
 // temporary file beside FILE and renamed into place, so a failed write leaves no partial bundle.
 // What cannot be made (a tool missing or failing, a step the GPU cannot compile yet) is
-// `tsrc: error: ...` and exit 1.
+// `tsrc: error: ...` and exit 1. With an empty `output` (--target alone) the same compilation,
+// written nowhere.
 static int writeBundleFile(const sema::Program &program, ir::Module &graphs, const bundle::WriteOptions &opts,
                            const std::string &output) {
   std::string bytes;
+  bundle::WriteSummary summary;
   try {
-    bytes = bundle::writeBundle(program, graphs, opts);
+    bytes = bundle::writeBundle(program, graphs, opts, &summary);
   } catch (const bundle::WriteError &e) {
-    std::cerr << "tsrc: error: cannot make the bundle " << output << ": " << e.what() << "\n";
+    if (output.empty()) std::cerr << "tsrc: error: cannot compile the program for its targets: " << e.what() << "\n";
+    else std::cerr << "tsrc: error: cannot make the bundle " << output << ": " << e.what() << "\n";
     return 1;
+  }
+  if (output.empty()) {
+    // --target without -o: the compilation alone.
+    auto programs = [](size_t n) { return std::to_string(n) + (n == 1 ? " program" : " programs"); };
+    std::cerr << "tsrc: compiled " << (opts.cpu ? programs(summary.cpuPrograms) + " for cpu" : std::string())
+              << (opts.cpu && opts.cuda ? " and " : "")
+              << (opts.cuda ? programs(summary.cudaPrograms) + " for cuda (" + std::to_string(opts.archs.size()) +
+                                  (opts.archs.size() == 1 ? " architecture)" : " architectures)")
+                            : std::string())
+              << " at -O" << opts.optLevel << "; nothing written (-o FILE.bundle writes them)\n";
+    return 0;
   }
   const std::string tmp = output + ".tmp" + std::to_string(::getpid());
   {
@@ -192,6 +206,43 @@ static int checkSpecializeSymbols(const sema::Program &p, const std::map<std::st
     return 2;
   }
   return 0;
+}
+
+// A `--specialize` value that contradicts a host launch's own (a compile-time argument it passes,
+// a size its arguments bind to a symbol of the kernel) is a usage error (exit 2) naming the symbol
+// and the launch: the launch compiles with its own value, so the option could only mislead.
+static int checkSpecializeLaunches(const sema::Program &p, const std::map<std::string, int64_t> &sizes) {
+  if (sizes.empty()) return 0;
+  const auto graphs = [&] {
+    DiagnosticEngine quiet(p.sm);
+    return ir::lowerProgram(p, quiet);
+  }();
+  DiagnosticEngine quiet(p.sm);
+  std::vector<std::string> conflicts;
+  ir::lowerProgramKernels(p, *graphs, quiet, &sizes, &conflicts);
+  if (conflicts.empty()) return 0;
+  std::cerr << "tsrc: --specialize " << conflicts[0] << "\n";
+  return 2;
+}
+
+// After -o (or --target alone): the kernel launches the bundle does not hold because they do not
+// compile before the program runs (their argument types or compile-time arguments are known only
+// then, or their tile extents), one line each with its place and why (W0132's text).
+static void reportRuntimeLaunches(const sema::Program &p, const ir::Module &graphs, const SourceManager &sm, const std::string &output,
+                                  bool traced) {
+  DiagnosticEngine d(sm);
+  ir::lowerProgramKernels(p, graphs, d);
+  std::vector<std::string> lines;
+  for (const Diagnostic &x : d.diagnostics()) {
+    if (x.kind == DiagKind::NotSpecializedAhead) lines.push_back(sm.describe(x.range) + ": " + x.message);
+    else if (x.kind == DiagKind::NotCompilableYet)
+      lines.push_back(sm.describe(x.range) + ": " + x.message + " ahead of time; it compiles when the program runs");
+  }
+  if (lines.empty()) return;
+  std::cerr << "tsrc: " << (output.empty() ? std::string("the program") : output) << ": " << lines.size()
+            << " kernel launch" << (lines.size() == 1 ? " is" : "es are") << " not compiled ahead of time"
+            << (traced ? " (unless the --trace run launched them)" : "") << ":\n";
+  for (const std::string &l : lines) std::cerr << "  " << l << "\n";
 }
 
 int main(int argc, char **argv) {
@@ -248,6 +299,12 @@ int main(int argc, char **argv) {
                "with --emit=tile: also print the programs of the graphs' kernel steps that --emit=ptx compiles "
                "(GPU tiles, symbolic sizes at 1001)");
   app.add_flag("--check", check, "check the program and report diagnostics; produce nothing");
+  // -O0..-O3: the optimization level of the code -o writes (llc, ptxas) and of --emit=llvm.
+  int optLevel = 3;
+  auto *optOpt = app.add_option("-O", optLevel, "-O0..-O3: the optimization level of the code -o writes (llc and ptxas -O; at "
+                                                 "-O0 the CPU's LLVM IR unoptimized) and of --emit=llvm (-O0: before LLVM's passes); "
+                                                 "default 3")
+                     ->check(CLI::Range(0, 3));
   // The modes of support/RunModes.h, for the kernels that --emit=tile|llvm|ptx and -o compile.
   app.add_flag("--debug", runModes().debug,
                "compile kernels with index checks (an index outside its axis is reported with the tensor, index, "
@@ -299,8 +356,26 @@ int main(int argc, char **argv) {
     }
   }
   const bool kernelEmit = emit == "tile" || emit == "llvm" || emit == "ptx";
-  // A bundle (-o): the options it takes, and none of --check and --emit.
-  if (!output.empty()) {
+  // --target without -o, --check or --emit: compile the program for the targets as -o would, and
+  // write nothing (what cannot be compiled is an error, exit 1).
+  const bool compileOnly = output.empty() && !check && emit.empty() && !targetList.empty();
+  if (optOpt->count() && output.empty() && !compileOnly && emit != "llvm") {
+    std::cerr << "tsrc: -O" << optLevel << " sets the optimization of the code -o writes (or --target compiles) and of --emit=llvm; "
+              << (emit.empty() ? std::string(check ? "--check" : "nothing") : "--emit=" + emit) << " has no code to optimize\n";
+    return 2;
+  }
+  if (!targetList.empty() && (emit == "llvm" || emit == "ptx")) {
+    // --emit=llvm prints the host CPU's code and --emit=ptx the GPU's: --target may only agree.
+    const std::string own = emit == "llvm" ? "cpu" : "cuda";
+    if (targetList != own) {
+      std::cerr << "tsrc: --target " << targetList << " conflicts with --emit=" << emit << ", which prints the " << own << " target's code\n";
+      return 2;
+    }
+    targetList.clear();
+  }
+  // A bundle (-o), or the same compilation written nowhere (--target alone): the options it
+  // takes, and none of --check and --emit.
+  if (!output.empty() || compileOnly) {
     if (check || !emit.empty()) {
       std::cerr << "tsrc: -o writes a bundle; it does not combine with --check or --emit\n";
       return 2;
@@ -316,13 +391,15 @@ int main(int argc, char **argv) {
         if (std::find(bundleOpts.archs.begin(), bundleOpts.archs.end(), a) == bundleOpts.archs.end()) bundleOpts.archs.push_back(a);
     }
     bundleOpts.cpuName = cpuName;
+    bundleOpts.optLevel = optLevel;
     if (traceOpt->count()) {
       std::stringstream ss(trace);
       bundleOpts.trace.emplace();
       for (std::string f; ss >> f;) bundleOpts.trace->push_back(f);
     }
   } else if (!targetList.empty() || (!specialize.empty() && !kernelEmit) || traceOpt->count() || cpuName != "host") {
-    std::cerr << "tsrc: --target, --cpu, --specialize and --trace apply to a bundle: add -o FILE.bundle"
+    std::cerr << "tsrc: --target, --cpu, --specialize and --trace apply to a bundle: add -o FILE.bundle (--target alone compiles "
+                 "without writing; with --emit=llvm or ptx it may only name that form's target)"
               << (specialize.empty() ? "" : " (--specialize also applies to --emit=tile, llvm and ptx)") << "\n";
     return 2;
   } else if (arch.find(',') != std::string::npos) {
@@ -338,11 +415,12 @@ int main(int argc, char **argv) {
     diags.setMaxErrors(maxErrors);
     int rc = 0;
     try {
-      if (!output.empty()) {
+      if (!output.empty() || compileOnly) {
         sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
         auto program = sema::checkProgram(sm, diags, file, opts);
         if (!diags.hasErrors()) {
           if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes, false)) return usage;
+          if (int usage = checkSpecializeLaunches(*program, bundleOpts.sizes)) return usage;
           // A graph that does not lower before run time (E0130: sizes or lengths known only
           // then) stays out of the bundle and compiles when it runs; an internal error is one.
           DiagnosticEngine lowering(sm);
@@ -352,6 +430,7 @@ int main(int argc, char **argv) {
             return 70;
           }
           rc = writeBundleFile(*program, *graphs, bundleOpts, output);
+          if (rc == 0) reportRuntimeLaunches(*program, *graphs, sm, output, bundleOpts.trace.has_value());
         }
       } else if (emit == "ast") {
         FileId id = loadSourceFile(sm, diags, file);
@@ -371,8 +450,10 @@ int main(int argc, char **argv) {
           if (!diags.hasErrors())
             for (auto &g : graphs->graphs) ir::schedule::printSchedule(std::cout, *g, ir::schedule::planFusion(*g));
         }
-        if (kernelEmit && !diags.hasErrors())
+        if (kernelEmit && !diags.hasErrors()) {
           if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes, true)) return usage;
+          if (int usage = checkSpecializeLaunches(*program, bundleOpts.sizes)) return usage;
+        }
         if (emit == "tile" && !diags.hasErrors()) {
           auto graphs = ir::lowerProgram(*program, diags);
           auto kernels = ir::lowerProgramKernels(*program, *graphs, diags, &bundleOpts.sizes);
@@ -392,7 +473,7 @@ int main(int argc, char **argv) {
             for (auto &f : kernels->functions) fns.push_back(f.get());
             try {
               if (emit == "llvm") {
-                for (const tile::Function *f : fns) std::cout << codegen::hostLLVMText(*f, true) << "\n";
+                for (const tile::Function *f : fns) std::cout << codegen::hostLLVMText(*f, optLevel > 0) << "\n";
               } else {
                 codegen::nvptx::PtxOptions po;
                 po.arch = arch;
