@@ -5,7 +5,10 @@
    compiles nothing (every program a hit, no miss) and prints the same output;
 2. a corrupted entry is removed with a warning, recompiled, and the output is the same;
 3. a cache folder that cannot be written gives one warning and the same output;
-4. `--no-cache` reads nothing (misses only) — what the negative control relies on.
+4. `--no-cache` reads nothing (misses only) — what the negative control relies on;
+5. debug mode's checked kernels are entries of their own (their Tile IR, the key, holds the
+   checks): after a run without --debug, a --debug run of debug_kernel_index.tsr misses its
+   kernel (and reports the index) while its graph steps hit; a second --debug run misses nothing.
 
 Every step compiles every kernel step at its first call (TSR_JIT_THRESHOLD=0). Ends with
 `N passed, N failed`.
@@ -27,10 +30,10 @@ PROGRAM = os.path.join(HERE, "train_mlp.tsr")
 STATS = re.compile(r"^cache .*: (\d+) hits, (\d+) misses, (\d+) writes, (\d+) corrupt, (\d+) evicted$", re.M)
 
 
-def tsr_run(tsr, cache, *extra):
+def tsr_run(tsr, cache, *extra, program=PROGRAM):
     env = dict(os.environ, TSR_CACHE_DIR=cache, TSR_CACHE_STATS="1", TSR_JIT_THRESHOLD="0")
     env.pop("TSR_NO_CACHE", None)
-    r = run([tsr, "run", PROGRAM, "--device", "cpu", *extra], env=env, timeout=600)
+    r = run([tsr, "run", program, "--device", "cpu", *extra], env=env, timeout=600)
     m = STATS.search(r.stderr)
     stats = tuple(int(x) for x in m.groups()) if m else None
     return r, stats
@@ -75,7 +78,15 @@ def main():
         check(r4.ok and r4.stderr.count("cannot write the compilation cache") == 1,
               "an unwritable cache folder: one warning line")
         check(r4.stdout == r1.stdout, "with an unwritable cache folder, the same output")
-    return summary(passed, failed, minimum=7)
+    with tempfile.TemporaryDirectory() as cache:
+        checked = os.path.join(HERE, "debug_kernel_index.tsr")
+        r5, s5 = tsr_run(tsr, cache, program=checked)
+        r6, s6 = tsr_run(tsr, cache, "--debug", program=checked)
+        check(r5.ok and r6.returncode == 1 and "index out of bounds" in r6.stderr and s6 is not None and s6[1] >= 1 and s6[0] >= 1,
+              f"--debug after a run without: its checked kernel misses, its graph steps hit: {s5} then {s6}")
+        r7, s7 = tsr_run(tsr, cache, "--debug", program=checked)
+        check(r7.returncode == 1 and s7 is not None and s7[1] == 0, f"a second --debug run misses nothing: {s7}")
+    return summary(passed, failed, minimum=9)
 
 
 if __name__ == "__main__":
