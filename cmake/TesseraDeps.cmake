@@ -16,10 +16,7 @@ endif()
 find_path(ANTLR4_INCLUDE_DIR antlr4-runtime.h PATH_SUFFIXES antlr4-runtime)
 find_library(ANTLR4_RUNTIME_LIB NAMES libantlr4-runtime.a antlr4-runtime)
 if(TSR_PYTHON)
-  # The Python extension modules (python/) link the shared runtime: Debian's static one is not
-  # position-independent.
   find_library(ANTLR4_RUNTIME_SHARED_LIB NAMES libantlr4-runtime.so antlr4-runtime)
-  set(ANTLR4_RUNTIME_LIB ${ANTLR4_RUNTIME_SHARED_LIB})
 endif()
 if(NOT ANTLR4_INCLUDE_DIR OR NOT ANTLR4_RUNTIME_LIB)
   message(FATAL_ERROR "tessera: the ANTLR 4 C++ runtime is missing; run tools/setup.sh")
@@ -36,7 +33,15 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   target_include_directories(antlr4_runtime SYSTEM BEFORE INTERFACE ${CMAKE_BINARY_DIR}/antlr-shim)
 endif()
 target_include_directories(antlr4_runtime SYSTEM INTERFACE ${ANTLR4_INCLUDE_DIR})
-target_link_libraries(antlr4_runtime INTERFACE ${ANTLR4_RUNTIME_LIB})
+if(TSR_PYTHON AND ANTLR4_RUNTIME_SHARED_LIB)
+  # The Python extension modules (python/, MODULE libraries) link the shared runtime: Debian's
+  # static one is not position-independent. The executables keep the static one, so that they
+  # still need only libz, libzstd and libstdc++ where they are carried (tools/gpu/pack.sh).
+  target_link_libraries(antlr4_runtime INTERFACE
+    $<IF:$<STREQUAL:$<TARGET_PROPERTY:TYPE>,MODULE_LIBRARY>,${ANTLR4_RUNTIME_SHARED_LIB},${ANTLR4_RUNTIME_LIB}>)
+else()
+  target_link_libraries(antlr4_runtime INTERFACE ${ANTLR4_RUNTIME_LIB})
+endif()
 
 find_package(CLI11 CONFIG QUIET)
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp)

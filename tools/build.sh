@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
+# TSR_PYTHON=ON: the `tessera` Python package's modules too (docs/python.md; every library as
+# position-independent code), so that ctest python_package runs with the rest.
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSR_PYTHON=ON "$@"
 fi
 ninja -C "$BUILD_DIR" -j "$JOBS"

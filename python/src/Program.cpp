@@ -167,8 +167,6 @@ Stats &stats() {
 struct Program::Impl {
   std::unique_ptr<bundle::OpenedBundle> parts;
   std::string device;
-  // Pullbacks handed to Python (vjp), by the capsule's pointer.
-  std::map<const void *, ValueRef> pullbacks;
 
   host::Interpreter &interp() { return *parts->interpreter; }
   SourceManager &sm() { return *parts->sm; }
