@@ -15,14 +15,31 @@ using namespace tsr::ast;
 namespace {
 
 // One index check of a kernel lowered in debug mode (ir/lower/kernel/DebugChecks.cpp): its
-// `debug_sites` entry, ACCESS|TENSOR|AXIS|FILE:LINE:COL.
+// `debug_sites` entry, ACCESS|TENSOR|AXIS, and the place of its atomic_add into the record
+// (FILE:LINE:COL from the module's file table).
 struct DebugSite {
   std::string access, tensor, where;
   int64_t axis = 0;
 };
 using DebugSites = std::vector<DebugSite>;
 
-DebugSites debugSites(const tile::Function &f) {
+// The place of check s: the location of the atomic_add into `record` at offset 3s.
+void placeChecks(const tile::Function &f, const tile::Module &m, const tile::Value *record, DebugSites &sites) {
+  std::function<void(const tile::Block &)> walk = [&](const tile::Block &b) {
+    for (const tile::Op *op : b.ops) {
+      for (const tile::Block *r : op->regions) walk(*r);
+      if (op->kind != tile::OpKind::AtomicAdd || op->operands.size() < 2 || op->operands[0] != record) continue;
+      const tile::Op *c = op->operands[1]->def;
+      const int64_t *at = c && c->kind == tile::OpKind::Constant ? c->attrAs<int64_t>("value") : nullptr;
+      if (!at || *at % 3 != 0 || size_t(*at / 3) >= sites.size() || !op->loc.valid() || op->loc.file > m.files.size()) continue;
+      sites[size_t(*at / 3)].where =
+          m.files[op->loc.file - 1] + ":" + std::to_string(op->loc.line) + ":" + std::to_string(op->loc.col);
+    }
+  };
+  walk(*f.body);
+}
+
+DebugSites debugSites(const tile::Function &f, const tile::Module &m) {
   DebugSites out;
   const std::string *text = nullptr;
   for (const ir::Attr &a : f.config)
@@ -37,9 +54,10 @@ DebugSites debugSites(const tile::Function &f) {
   };
   for (const std::string &entry : split(*text, ';')) {
     auto p = split(entry, '|');
-    if (p.size() != 4) throw std::runtime_error("internal error: a malformed debug_sites entry `" + entry + "` in @" + f.name);
-    out.push_back(DebugSite{p[0], p[1], p[3], std::stoll(p[2])});
+    if (p.size() != 3) throw std::runtime_error("internal error: a malformed debug_sites entry `" + entry + "` in @" + f.name);
+    out.push_back(DebugSite{p[0], p[1], "", std::stoll(p[2])});
   }
+  if (!f.params.empty()) placeChecks(f, m, f.params.back(), out);
   return out;
 }
 
@@ -153,7 +171,11 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   }
   const Entry &e = entry(k, attrs, args);
   const tile::Function &f = *e.fn;
-  const DebugSites sites = debugSites(f);
+  DebugSites sites;
+  {
+    std::lock_guard<std::mutex> lock(mu_); // module_'s file table grows as kernels are lowered
+    sites = debugSites(f, module_);
+  }
   if (f.params.size() != args.size() + (sites.empty() ? 0 : 1))
     throw LaunchError("kernel `" + k.name + "`: " + std::to_string(args.size()) + " arguments for " + std::to_string(f.params.size()) + " parameters", {}, "");
   std::vector<rt::KernelArg> kargs(args.size());

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,14 @@ struct CompileRequest {
   CompileHints hints;
 };
 
+/// A program the backend has no code for and cannot compile (a bundle's runner without a
+/// compiler, exec/bundle/BundleBackend.cpp): a run-time error of the running program's setup
+/// (exit 3, as a bundle's other refusals), not a compiler bug.
+class NoCodeError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
 class StepBackend {
 public:
   virtual ~StepBackend() = default;
@@ -69,8 +78,8 @@ public:
   /// holds the only current copy).
   virtual char *address(const rt::Tensor &t, bool write, const char *forWhat) = 0;
   /// Compiles a verified tile function (or finds its code). Throws codegen::CodegenError (a
-  /// construct with no lowering on this target), the target's error, or std::runtime_error naming
-  /// the program where the backend has no code for it and no compiler.
+  /// construct with no lowering on this target), the target's error, or NoCodeError naming the
+  /// program where the backend has no code for it and no compiler.
   virtual std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &hints) = 0;
   /// Compiles a batch of independent programs (a graph's programs before its first run), in
   /// parallel where the backend can; the result has one entry per request, null where that one

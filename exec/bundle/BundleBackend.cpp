@@ -119,7 +119,7 @@ public:
       ++stats_.fromBundle;
     } else {
       if (!opts_.compileMissing)
-        throw std::runtime_error("the program `" + fn.name + "` (key " + key + ") is not in the bundle for " + name() +
+        throw exec::NoCodeError("the program `" + fn.name + "` (key " + key + ") is not in the bundle for " + name() +
                                  (why == "not in the bundle" ? "" : " (" + why + ")") +
                                  ", and this runner compiles nothing: make the bundle with --trace and the flags of this run");
       ++stats_.compiled;

@@ -96,6 +96,8 @@ ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::Fu
   } catch (const exec::LaunchError &e) {
     if (!e.construct.empty()) fail(e.construct + " cannot run yet", e.range.valid() ? e.range : c->range);
     fail(e.what(), c->range);
+  } catch (const exec::NoCodeError &e) {
+    fail(e.what(), c->range, 3);
   } catch (const std::exception &e) {
     fail("internal error: kernel `" + k.name + "`: " + e.what(), c->range, 70);
   }

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """ctest tsrc_aot_flags: tsrc's ahead-of-time flags (docs/cli.md): -O0..-O3, --target without -o,
---specialize values that contradict a launch, and what -o leaves to run time.
+--specialize values that contradict a launch, what -o leaves to run time, and --debug bundles
+(their checked kernels run by tsr-run-bundle --debug; without --debug the runner lacks the
+unchecked ones: exit 3 naming the program).
 
-    aot_flags.py TSRC TSR ROOT
+    aot_flags.py TSRC TSR TSR_RUN_BUNDLE ROOT
 
 Each check runs tsrc (and for bundles tsr) and looks at the exit code and the message; each
 refusal has a control that the same command with an agreeing value passes."""
@@ -14,7 +16,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from testlib import run, summary  # noqa: E402
 
-tsrc, tsr, root = (os.path.abspath(a) for a in sys.argv[1:4])
+tsrc, tsr, runner, root = (os.path.abspath(a) for a in sys.argv[1:5])
 saxpy = os.path.join(root, "examples", "saxpy.tsr")
 conflict = os.path.join(root, "tests", "bundle", "programs", "specialize_conflict.tsr")
 loaded = os.path.join(root, "tests", "run", "kernel_loaded_arg.tsr")
@@ -66,4 +68,10 @@ with tempfile.TemporaryDirectory() as work:
           r"is not compiled ahead of time: the type of its argument `x` is known only at run time", work)
     check("control: -o of a program whose launches all compile says nothing", [tsrc, saxpy, "-o", "s.bundle", "--target", "cpu"], 0,
           r"^$", work)
-sys.exit(summary(passed, failed, minimum=16, what="checks"))
+    # --debug bundles: traced with the checks, run with them by the runner without a compiler.
+    dbg = os.path.join(root, "tests", "gpu", "debug_checks.tsr")
+    check("tsrc --debug -o --trace", [tsrc, dbg, "--debug", "-o", "d.bundle", "--target", "cpu", "--trace", ""], 0, r"^$", work)
+    check("tsr-run-bundle --debug runs the checked kernels", [runner, "d.bundle", "--debug"], 0, r"debug_checks ok 3\.84e\+04", work)
+    check("control: tsr-run-bundle without --debug lacks the unchecked kernel", [runner, "d.bundle"], 3,
+          r"error: the program `debug_checks\.shift_rows` \(key [0-9a-f]{16}\) is not in the bundle for cpu", work, lacks=r"internal")
+sys.exit(summary(passed, failed, minimum=19, what="checks"))

@@ -14,9 +14,9 @@
 // `record` is one more tensor parameter, `debug_record` (i64, 3 slots per check, zeroed by the
 // launcher before the launch and read after it: exec/KernelLauncher.cpp), and `s` the check's
 // number. The function's config attribute `debug_sites` describes the checks in order, one per
-// `;`, as `ACCESS|TENSOR|AXIS|FILE:LINE:COL` (the place as the IR's locations give it, so that
-// the text is the same in every process that lowers the kernel: a bundle's runner looks its
-// programs up by their text).
+// `;`, as `ACCESS|TENSOR|AXIS`; the place is the location of the check's ops (the atomic_add at
+// offset 3s), which the program's text, its key, leaves out: a bundle's runner, which lowers the
+// kernel from sources at other paths, finds the same text.
 #include "ir/lower/kernel/KernelLowering.h"
 
 #include "support/RunModes.h"
@@ -70,10 +70,7 @@ void KernelLowering::checkIndices(const KV &v, const std::vector<int64_t> &shape
     f_.add(cur_, TOp::Store, {record, at_(1), index, hit}, {}, loc(at));
     f_.add(cur_, TOp::Store, {record, at_(2), dim, hit}, {}, loc(at));
 
-    IRSourcePoint sp = irSourcePoint(p_, at);
-    std::string site = std::string(access) + "|" + v.v->name + "|" + std::to_string(a) + "|";
-    site += sp.valid ? sp.path + ":" + std::to_string(sp.line) + ":" + std::to_string(sp.col) : std::string("?");
-    debugSites_.push_back(site);
+    debugSites_.push_back(std::string(access) + "|" + v.v->name + "|" + std::to_string(a));
   }
 }
 
