@@ -699,6 +699,17 @@ TEST_CASE("tensor maps: the launcher's maps for a GEMM's A, B (either layout) an
   CHECK(t.strides[0] == 128);
   CHECK(t.strides[1] == 12800);
   CHECK(t.box[2] == 1);
+  // A read M-major (the weight gradient's x.T: shape [M=768, K=512], strides [1, 768]) with either
+  // axis allowed inner: m inner, dims {M, K}, box {64, 64} (the kernel issues BM/64 copies).
+  tsr::rt::KernelArg xt = rowMajorArg(data, {768, 512});
+  xt.strides[0] = 1;
+  xt.strides[1] = 768;
+  REQUIRE(encodeTensorMap(TensorMapSpec{1, {128, 64}, {1, 0}}, xt, map));
+  CHECK(t.dims[0] == 768);
+  CHECK(t.dims[1] == 512);
+  CHECK(t.strides[0] == 1536);
+  CHECK(t.box[0] == 64);
+  CHECK(t.box[1] == 64);
   // Refusals: the driver is not called, and nothing is written.
   const int calls = t.calls;
   std::memset(map, 0xAB, sizeof map);

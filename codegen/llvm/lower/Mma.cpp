@@ -47,7 +47,7 @@ std::vector<Value *> ptxOnAccumulators(IRBuilder<> &B, const std::string &text, 
 }
 
 std::vector<Value *> wgmmaKTile(IRBuilder<> &B, const MmaPlan &p, Value *aStage, Value *bStage, Value *warp, bool kMajorB,
-                                std::vector<Value *> acc) {
+                                std::vector<Value *> acc, bool mMajorA) {
   Type *i8 = B.getInt8Ty(), *i64 = B.getInt64Ty();
   auto c64 = [&](int64_t v) { return B.getInt64(uint64_t(v)); };
   // Matrix descriptors (PTX ISA §9.7.15.5.1.2.3): start address >> 4 in bits 0-13, leading
@@ -60,22 +60,26 @@ std::vector<Value *> wgmmaKTile(IRBuilder<> &B, const MmaPlan &p, Value *aStage,
     Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, i64), c64(0x3FFFF)), c64(4));
     return B.CreateOr(a, c64(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62)));
   };
-  Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(64 * 128)); // this warpgroup's 64 rows of A
+  // This warpgroup's 64 rows of A: K-major, 64 lines of 128 bytes; M-major, its 64-column chunk
+  // (BK lines of 128 bytes).
+  Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(mMajorA ? p.BK * 128 : 64 * 128));
   const size_t nAcc = acc.size();
   const bool bf16 = p.dtype == DType::BF16;
   const std::string shape = "m64n" + std::to_string(p.BN) + "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16");
-  // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (0), B N-major (transB 1) or
-  // K-major (transB 0, and B's descriptor as A's).
-  const int transB = kMajorB ? 0 : 1;
+  // scale-d 1 (D = A*B + D), scale-a and scale-b 1, A K-major (transA 0) or M-major (transA 1,
+  // and A's descriptor as an N-major B's), B N-major (transB 1) or K-major (transB 0, and B's
+  // descriptor as a K-major A's).
+  const int transB = kMajorB ? 0 : 1, transA = mMajorA ? 1 : 0;
   const std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 2) +
                            ", 0;\nwgmma.mma_async.sync.aligned." + shape + " " + operandList(0, nAcc) + ", $" +
-                           std::to_string(2 * nAcc) + ", $" + std::to_string(2 * nAcc + 1) + ", p, 1, 1, 0, " +
-                           std::to_string(transB) + ";\n}";
+                           std::to_string(2 * nAcc) + ", $" + std::to_string(2 * nAcc + 1) + ", p, 1, 1, " + std::to_string(transA) +
+                           ", " + std::to_string(transB) + ";\n}";
   for (int64_t kk = 0; kk < p.BK / 16; ++kk) {
-    Value *aAt = B.CreateInBoundsGEP(i8, aStage, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32)));
+    Value *aDesc = mMajorA ? desc(B.CreateInBoundsGEP(i8, aStage, B.CreateAdd(wgRows, c64(kk * 16 * 128))), p.BK * 128, 1024)
+                           : desc(B.CreateInBoundsGEP(i8, aStage, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32))), 16, 1024);
     Value *bDesc = kMajorB ? desc(B.CreateInBoundsGEP(i8, bStage, c64((kk / 4) * p.BN * 128 + (kk % 4) * 32)), 16, 1024)
                            : desc(B.CreateInBoundsGEP(i8, bStage, c64(kk * 16 * 128)), p.BK * 128, 1024);
-    acc = ptxOnAccumulators(B, text, acc, {desc(aAt, 16, 1024), bDesc, B.getInt32(1)}, "l,l,r");
+    acc = ptxOnAccumulators(B, text, acc, {aDesc, bDesc, B.getInt32(1)}, "l,l,r");
   }
   return acc;
 }

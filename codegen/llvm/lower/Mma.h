@@ -28,9 +28,11 @@ std::vector<llvm::Value *> ptxOnAccumulators(llvm::IRBuilder<> &B, const std::st
 /// m64n{BN}k16 from shared-memory descriptors, accumulating into `acc` (not committed or waited
 /// for). `aStage`/`bStage`: the stage's operand tiles (shared, 1024-byte aligned, in the 128-byte
 /// swizzle of MmaPlan::swizzledOffset); `warp`: the thread's warp (i64); `kMajorB`: B stored
-/// K-major (BN lines of BK) instead of N-major.
+/// K-major (BN lines of BK) instead of N-major; `mMajorA`: A stored M-major (BK lines of BM in
+/// chunks of 64 columns, as B's N-major layout; the instruction's transpose-a) instead of K-major.
 std::vector<llvm::Value *> wgmmaKTile(llvm::IRBuilder<> &B, const MmaPlan &p, llvm::Value *aStage, llvm::Value *bStage,
-                                      llvm::Value *warp, bool kMajorB, std::vector<llvm::Value *> acc);
+                                      llvm::Value *warp, bool kMajorB, std::vector<llvm::Value *> acc,
+                                      bool mMajorA = false);
 
 /// mbarrier (PTX ISA §9.7.13.15) on a shared-memory barrier `bar` (ptr addrspace(3)):
 /// init with an expected arrival count; arrive (one arrival); arrive with `bytes` of expected

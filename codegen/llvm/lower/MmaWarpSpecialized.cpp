@@ -76,8 +76,9 @@ bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *e
     specs[o].param = int(pit - F.params.begin());
     specs[o].box = *loads[o]->attrAs<std::vector<int64_t>>("box");
     auto [row, col] = boxAxes(specs[o].box);
-    // A is read K-major only; B either way (MmaLoop.cpp's transpose-b).
-    specs[o].inner = o == 0 ? std::vector<int>{col} : std::vector<int>{col, row};
+    // Either operand either way: A K-major, or M-major (a transposed A, the weight gradient's
+    // x.T; wgmma's transpose-a); B N-major or K-major (transpose-b). The first with stride 1 wins.
+    specs[o].inner = std::vector<int>{col, row};
   }
   if (specs[0].param == specs[1].param) return false;
   for (int o = 0; o < 2; ++o)
@@ -107,10 +108,16 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
     present = B.CreateAnd(present, B.CreateICmpNE(B.CreateAnd(flag, c64(rt::kTensorMapPresent)), c64(0)));
   }
   // B's map runs along n when n is contiguous (runtime/TensorMaps.h: the first inner axis with
-  // stride 1), else along k: the K-major layout.
+  // stride 1), else along k: the K-major layout. A's along k when k is contiguous, else along m.
   auto [rowB, colB] = boxAxes(*p.loadB->attrAs<std::vector<int64_t>>("box"));
+  auto [rowA, colA] = boxAxes(*p.loadA->attrAs<std::vector<int64_t>>("box"));
   (void)rowB;
+  (void)rowA;
   Value *bKMajor = B.CreateICmpNE(tensor(p.loadB->operands[0]).strides[size_t(colB)], c64(1));
+  Value *aMMajor = B.CreateICmpNE(tensor(p.loadA->operands[0]).strides[size_t(colA)], c64(1));
+  // The operands' layouts, chosen at run time by their strides: one loop per combination
+  // (index 2 * mMajorA + kMajorB).
+  Value *layout = B.CreateAdd(B.CreateMul(B.CreateZExt(aMMajor, i64()), c64(2)), B.CreateZExt(bKMajor, i64()));
 
   // The barriers, after the ring: full[0..S), empty[0..S).
   Value *bars = B.CreateInBoundsGEP(i8(), ringS, c64(S * (p.stageBytesA() + p.stageBytesB())));
@@ -133,11 +140,12 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   B.SetInsertPoint(producerBB);
   B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {B.getInt32(kProducerRegisters)});
   // Copies of tile j of operand o into stage `stage`: box[inner] / 64 copies of 64 x outer.
-  auto copies = [&](int o, bool kMajor, Value *j, Value *stage, Value *bar) {
+  // `transposed`: B K-major, or A M-major (the box's rows inner).
+  auto copies = [&](int o, bool transposed, Value *j, Value *stage, Value *bar) {
     const TOp &ld = *loads[o];
     const auto &box = *ld.attrAs<std::vector<int64_t>>("box");
     auto [row, col] = boxAxes(box);
-    const int inner = o == 1 && kMajor ? row : col, outer = inner == row ? col : row;
+    const int inner = transposed ? row : col, outer = inner == row ? col : row;
     Value *k = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
     auto start = [&](size_t d) { return ld.operands[1 + d] == iv ? k : get(ld.operands[1 + d]); };
     Value *dst0 = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[o]), B.CreateMul(stage, c64(stageBytes[o]))));
@@ -148,44 +156,45 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
       mma::tensorCopy(B, B.CreateInBoundsGEP(i8(), dst0, c64(c * box[size_t(outer)] * 128)), map[o], coords, bar);
     }
   };
-  auto producerLoop = [&](bool kMajor) {
+  auto producerLoop = [&](bool mMajorA, bool kMajorB) {
     countedLoop(n, {}, "ws", [&](Value *j, std::vector<Value *>) -> std::vector<Value *> {
       Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
       // A stage is free once the consumers released its previous tile; a fresh barrier's
       // phase of parity 1 counts as complete, so the first round does not wait.
       mma::mbarrierWait(B, empty(s), B.CreateXor(B.CreateAnd(round, c64(1)), c64(1)));
       mma::mbarrierArriveExpectTx(B, full(s), p.stageBytesA() + p.stageBytesB());
-      copies(0, kMajor, j, s, full(s));
-      copies(1, kMajor, j, s, full(s));
+      copies(0, mMajorA, j, s, full(s));
+      copies(1, kMajorB, j, s, full(s));
       return {};
     }, /*keepRolled=*/true);
   };
-  ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] {
-    BasicBlock *kb = BasicBlock::Create(C, "ws.produce.kmajor", fn), *nb = BasicBlock::Create(C, "ws.produce.nmajor", fn),
-               *done = BasicBlock::Create(C, "ws.produce.done", fn);
-    B.CreateCondBr(bKMajor, kb, nb);
-    B.SetInsertPoint(kb);
-    producerLoop(true);
-    B.CreateBr(done);
-    B.SetInsertPoint(nb);
-    producerLoop(false);
-    B.CreateBr(done);
+  auto byLayout = [&](const std::string &name, const std::function<void(bool, bool)> &body) {
+    BasicBlock *done = BasicBlock::Create(C, name + ".done", fn);
+    SwitchInst *sw = B.CreateSwitch(layout, done, 4);
+    for (int q = 0; q < 4; ++q) {
+      BasicBlock *bb = BasicBlock::Create(C, name + "." + std::to_string(q), fn);
+      sw->addCase(B.getInt64(uint64_t(q)), bb);
+      B.SetInsertPoint(bb);
+      body(q / 2 == 1, q % 2 == 1);
+      B.CreateBr(done);
+    }
     B.SetInsertPoint(done);
-  });
+  };
+  ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] { byLayout("ws.produce", producerLoop); });
   B.CreateRetVoid();
 
   // ---- the consumer warpgroups ----
   B.SetInsertPoint(consumerBB);
   B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
   Value *warp = B.CreateLShr(tid, c64(5)), *lane = B.CreateAnd(tid, c64(31));
-  auto consumerLoop = [&](bool kMajor) {
+  auto consumerLoop = [&](bool mMajorA, bool kMajorB) {
     std::vector<Value *> out = countedLoop(n, acc0, "ws.mma", [&](Value *j, std::vector<Value *> cur) {
       Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
       mma::mbarrierWait(B, full(s), B.CreateAnd(round, c64(1)));
       Value *aStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(s, c64(p.stageBytesA())));
       Value *bStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[1]), B.CreateMul(s, c64(p.stageBytesB()))));
       cur = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", cur, {}, "");
-      cur = mma::wgmmaKTile(B, p, aStage, bStage, warp, kMajor, cur);
+      cur = mma::wgmmaKTile(B, p, aStage, bStage, warp, kMajorB, cur, mMajorA);
       mma::ptx(B, "wgmma.commit_group.sync.aligned;");
       cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
       // Tile j - inFlight's products are done in this warp: its stage may be refilled.
@@ -196,27 +205,32 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
     });
     return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
   };
-  // Three ways out of the consumers' branch: the K-major and N-major loops with maps, and the
-  // cp.async loop without; the accumulators meet in phis.
+  // Five ways out of the consumers' branch: a loop with maps per combination of the operands'
+  // layouts, and the cp.async loop without maps; the accumulators meet in phis.
   BasicBlock *withMaps = BasicBlock::Create(C, "ws.maps", fn), *without = BasicBlock::Create(C, "ws.nomaps", fn),
-             *kb = BasicBlock::Create(C, "ws.mma.kmajor", fn), *nb = BasicBlock::Create(C, "ws.mma.nmajor", fn),
              *merged = BasicBlock::Create(C, "ws.merge", fn);
   B.CreateCondBr(present, withMaps, without);
   B.SetInsertPoint(withMaps);
-  B.CreateCondBr(bKMajor, kb, nb);
-  std::vector<Value *> outs[3];
-  BasicBlock *ends[3];
-  for (int q = 0; q < 3; ++q) {
-    B.SetInsertPoint(q == 0 ? kb : q == 1 ? nb : without);
-    outs[q] = q == 2 ? multistage() : consumerLoop(q == 0);
-    ends[q] = B.GetInsertBlock();
+  std::vector<std::vector<Value *>> outs;
+  std::vector<BasicBlock *> ends;
+  SwitchInst *sw = B.CreateSwitch(layout, without, 4);
+  for (int q = 0; q < 4; ++q) {
+    BasicBlock *bb = BasicBlock::Create(C, "ws.mma." + std::to_string(q), fn);
+    sw->addCase(B.getInt64(uint64_t(q)), bb);
+    B.SetInsertPoint(bb);
+    outs.push_back(consumerLoop(q / 2 == 1, q % 2 == 1));
+    ends.push_back(B.GetInsertBlock());
     B.CreateBr(merged);
   }
+  B.SetInsertPoint(without);
+  outs.push_back(multistage());
+  ends.push_back(B.GetInsertBlock());
+  B.CreateBr(merged);
   B.SetInsertPoint(merged);
   std::vector<Value *> fin;
   for (size_t i = 0; i < acc0.size(); ++i) {
-    PHINode *ph = B.CreatePHI(f32(), 3);
-    for (int q = 0; q < 3; ++q) ph->addIncoming(outs[q][i], ends[q]);
+    PHINode *ph = B.CreatePHI(f32(), unsigned(outs.size()));
+    for (size_t q = 0; q < outs.size(); ++q) ph->addIncoming(outs[q][i], ends[q]);
     fin.push_back(ph);
   }
   return fin;
