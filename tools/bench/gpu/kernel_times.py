@@ -4,7 +4,8 @@ and prints the kernels' total time grouped by the kind of program (the last part
 kernel's name: matmul, row, elementwise, reduce, copy; a hand-written kernel's own name) and the
 top kernels by total time. ncu serializes the kernels, so the sum is the device time of each
 kernel alone, not the program's wall time.
-    python3 kernel_times.py [--top N] -- CMD..."""
+    python3 kernel_times.py [--top N] -- CMD...
+Kernels are told apart by name, block and grid size (one program text runs at several shapes)."""
 import collections
 import csv
 import io
@@ -29,14 +30,15 @@ for row in csv.DictReader(io.StringIO("\n".join(rows))):
     if row.get("Metric Name") != "gpu__time_duration.sum":
         continue
     ns = float(row["Metric Value"].replace(",", ""))
-    k = by_kernel[row["Kernel Name"]]
+    # The same program text runs at several shapes: tell launches apart by block and grid too.
+    k = by_kernel[f'{row["Kernel Name"]} block {row.get("Block Size", "?")} grid {row.get("Grid Size", "?")}']
     k[0] += ns
     k[1] += 1
 total = sum(v[0] for v in by_kernel.values())
 kinds = collections.defaultdict(lambda: [0.0, 0])
 for name, (ns, n) in by_kernel.items():
     m = re.search(r"_step\d+_([a-z]+)", name)
-    kind = m.group(1) if m else name
+    kind = m.group(1) if m else name.split(" block ")[0]
     kinds[kind][0] += ns
     kinds[kind][1] += n
 print(f"{len(by_kernel)} kernels, {sum(v[1] for v in by_kernel.values())} launches, {total / 1e6:.1f} ms of device time")
@@ -45,4 +47,4 @@ for kind, (ns, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
     print(f"{kind[:40]:<40}{ns / 1e6:>10.2f}{ns / total:>8.1%}{n:>10}")
 print(f"top {top} kernels:")
 for name, (ns, n) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:top]:
-    print(f"{name[:60]:<60}{ns / 1e6:>10.2f} ms{n:>6} x")
+    print(f"{name[:80]:<80}{ns / 1e6:>10.2f} ms{n:>6} x {ns / n / 1e3:>9.1f} us")
