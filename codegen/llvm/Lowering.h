@@ -369,6 +369,10 @@ private:
   /// Whether the CPU may read the load_box `op` (of the block being lowered) from the tensor in
   /// place instead of copying it into a tile (Memory.cpp).
   bool readsInPlace(const TOp &op);
+  /// Whether the box at `starts` (extents `box`, 0 for an axis indexed by its start alone) lies
+  /// inside the tensor; whether the axes indexed by their start alone are in range.
+  Value *boxInside(const TensorInfo &ti, const std::vector<Value *> &starts, const std::vector<int64_t> &box);
+  Value *droppedAxesInside(const TensorInfo &ti, const std::vector<Value *> &starts, const std::vector<int64_t> &box);
   void lowerBox(const TOp &op);
   void lowerGather(const TOp &op);
   void lowerFor(const TOp &op);

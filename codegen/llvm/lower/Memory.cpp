@@ -82,6 +82,24 @@ bool Lowering::readsInPlace(const TOp &op) {
   return left == 0;
 }
 
+Value *Lowering::boxInside(const TensorInfo &ti, const std::vector<Value *> &starts, const std::vector<int64_t> &box) {
+  Value *inside = B.getTrue();
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t ext = box[i] > 0 ? box[i] : 1;
+    inside = B.CreateAnd(inside, B.CreateAnd(B.CreateICmpSGE(starts[i], c64(0)),
+                                             B.CreateICmpSLE(B.CreateAdd(starts[i], c64(ext)), ti.shape[i])));
+  }
+  return inside;
+}
+
+Value *Lowering::droppedAxesInside(const TensorInfo &ti, const std::vector<Value *> &starts, const std::vector<int64_t> &box) {
+  Value *ok = B.getTrue();
+  for (size_t ax = 0; ax < starts.size(); ++ax)
+    if (box[ax] == 0)
+      ok = B.CreateAnd(ok, B.CreateAnd(B.CreateICmpSGE(starts[ax], c64(0)), B.CreateICmpSLT(starts[ax], ti.shape[ax])));
+  return ok;
+}
+
 // load_box / store_box / atomic_add_box: nested loops over the box. A fast path without any
 // per-element test runs when the box lies inside the tensor, there is no mask and the innermost
 // box axis has stride 1; otherwise each element is tested against the tensor's bounds (and the
@@ -155,12 +173,7 @@ void Lowering::lowerBox(const TOp &op) {
   }
 
   // Whether the whole box is inside the tensor.
-  Value *inside = B.getTrue();
-  for (uint32_t i = 0; i < rank; ++i) {
-    int64_t ext = box[i] > 0 ? box[i] : 1;
-    inside = B.CreateAnd(inside, B.CreateAnd(B.CreateICmpSGE(starts[i], c64(0)),
-                                             B.CreateICmpSLE(B.CreateAdd(starts[i], c64(ext)), ti.shape[i])));
-  }
+  Value *inside = boxInside(ti, starts, box);
   uint32_t lastAxis = tileAxes.back();
   Value *fast = B.CreateAnd(inside, B.CreateICmpEQ(ti.strides[lastAxis], c64(1)));
   if (masked) fast = B.getFalse();
@@ -286,12 +299,7 @@ bool Lowering::flatBox(const TOp &op) {
   Value *baseOff = c64(0);
   for (uint32_t i = 0; i < rank; ++i) baseOff = B.CreateAdd(baseOff, B.CreateMul(starts[i], ti.strides[i]));
 
-  Value *inside = B.getTrue();
-  for (uint32_t i = 0; i < rank; ++i) {
-    int64_t ext = box[i] > 0 ? box[i] : 1;
-    inside = B.CreateAnd(inside, B.CreateAnd(B.CreateICmpSGE(starts[i], c64(0)),
-                                             B.CreateICmpSLE(B.CreateAdd(starts[i], c64(ext)), ti.shape[i])));
-  }
+  Value *inside = boxInside(ti, starts, box);
   Value *fast = masked ? B.getFalse() : B.CreateAnd(inside, B.CreateICmpEQ(colStride, c64(1)));
   const uint64_t esz = std::max<uint64_t>(1, mt->getPrimitiveSizeInBits() / 8);
   const int64_t V = int64_t(16 / esz);
@@ -364,10 +372,7 @@ bool Lowering::flatBox(const TOp &op) {
   B.CreateBr(endBB);
 
   B.SetInsertPoint(slowBB);
-  Value *dropsOk = B.getTrue(); // axes indexed by their start alone
-  for (uint32_t ax = 0; ax < rank; ++ax)
-    if (box[ax] == 0)
-      dropsOk = B.CreateAnd(dropsOk, B.CreateAnd(B.CreateICmpSGE(starts[ax], c64(0)), B.CreateICmpSLT(starts[ax], ti.shape[ax])));
+  Value *dropsOk = droppedAxesInside(ti, starts, box); // axes indexed by their start alone
   loopN(total, [&](Value *e) {
     auto [q, j] = rowCol(e);
     Value *ok = dropsOk;

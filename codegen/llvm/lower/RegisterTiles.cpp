@@ -385,12 +385,7 @@ private:
 
     Value *baseOff = L.c64(0);
     for (uint32_t i = 0; i < rank; ++i) baseOff = B.CreateAdd(baseOff, B.CreateMul(starts[i], ti.strides[i]));
-    Value *inside = B.getTrue();
-    for (uint32_t i = 0; i < rank; ++i) {
-      int64_t ext = boxAttr[i] > 0 ? boxAttr[i] : 1;
-      inside = B.CreateAnd(inside, B.CreateAnd(B.CreateICmpSGE(starts[i], L.c64(0)),
-                                               B.CreateICmpSLE(B.CreateAdd(starts[i], L.c64(ext)), ti.shape[i])));
-    }
+    Value *inside = L.boxInside(ti, starts, boxAttr);
     // The fast path: the box inside the tensor, unmasked, columns contiguous and vectors aligned.
     const int64_t vecBytes = hasCols ? Y.vec * esz : esz;
     const int64_t align = std::min<int64_t>(16, vecBytes);
@@ -467,10 +462,7 @@ private:
 
     // Slow: element by element, each tested against the tensor's bounds (and the mask).
     B.SetInsertPoint(slowBB);
-    Value *dropsOk = B.getTrue();
-    for (uint32_t ax = 0; ax < rank; ++ax)
-      if (boxAttr[ax] == 0)
-        dropsOk = B.CreateAnd(dropsOk, B.CreateAnd(B.CreateICmpSGE(starts[ax], L.c64(0)), B.CreateICmpSLT(starts[ax], ti.shape[ax])));
+    Value *dropsOk = L.droppedAxesInside(ti, starts, boxAttr);
     auto within = [&](int ax, Value *idx) {
       Value *pos = B.CreateAdd(starts[size_t(ax)], idx);
       return B.CreateAnd(B.CreateICmpSGE(pos, L.c64(0)), B.CreateICmpSLT(pos, ti.shape[size_t(ax)]));
