@@ -16,9 +16,21 @@ namespace tsr::codegen::lower {
 void Lowering::microKernel(Value *out, Value *a, Value *lda, Value *bb, Value *ldb, int64_t K, int64_t N, int64_t row0,
                            int64_t rowBlocks, int64_t MR, int64_t col0, int64_t colBlocks, int64_t NV, int64_t W) {
   auto *vt = FixedVectorType::get(f32(), unsigned(W));
-  loop(c64(0), c64(rowBlocks), [&](Value *ib) {
+  // The blocks of MR x NV*W outputs: with several threads (a GPU's CTA) one loop over all of them,
+  // which loop() splits over the threads; nested loops (rows, then columns) would give the
+  // threads only the row blocks, a handful of them.
+  auto blocks = [&](const std::function<void(Value *, Value *)> &body) {
+    if (shared()) {
+      loop(c64(0), c64(rowBlocks * colBlocks), [&](Value *q) {
+        body(B.CreateUDiv(q, c64(colBlocks)), B.CreateURem(q, c64(colBlocks)));
+      });
+      return;
+    }
+    loop(c64(0), c64(rowBlocks), [&](Value *ib) { loop(c64(0), c64(colBlocks), [&](Value *jb) { body(ib, jb); }); });
+  };
+  blocks([&](Value *ib, Value *jb) {
     Value *i0 = B.CreateAdd(c64(row0), B.CreateMul(ib, c64(MR)));
-    loop(c64(0), c64(colBlocks), [&](Value *jb) {
+    {
       Value *j0 = B.CreateAdd(c64(col0), B.CreateMul(jb, c64(NV * W)));
       std::vector<Value *> cptr(MR * NV), acc0(MR * NV);
       for (int64_t r = 0; r < MR; ++r)
@@ -56,7 +68,7 @@ void Lowering::microKernel(Value *out, Value *a, Value *lda, Value *bb, Value *l
       B.CreateCondBr(B.CreateICmpSLT(kn, c64(K)), body, exit);
       B.SetInsertPoint(exit);
       for (size_t q = 0; q < acc.size(); ++q) B.CreateAlignedStore(next[q], cptr[q], Align(4));
-    });
+    }
   });
 }
 
