@@ -160,6 +160,25 @@ class Expectations:
         return os.path.relpath(self.path)
 
 
+class Tally:
+    """The pass and fail counts of a test script's checks: `report` prints `ok   NAME` or
+    `FAIL NAME: WHY` and counts it; `summary` ends as summary() below."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def report(self, ok, name, why=""):
+        if ok:
+            self.passed += 1
+            print(f"ok   {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {why}")
+
+    def summary(self, minimum=1, what="cases"):
+        return summary(self.passed, self.failed, minimum=minimum, what=what)
+
+
 def summary(passed, failed, minimum=1, what="cases"):
     """Prints `N passed, N failed` and returns the exit code: 1 on a failure or fewer than
     `minimum` passed."""

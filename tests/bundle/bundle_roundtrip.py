@@ -33,7 +33,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import run, summary  # noqa: E402
+from testlib import run, Tally  # noqa: E402
 from bundlerun import COUNT, TIME, broken_module_folders, files_in  # noqa: E402
 
 # Flags of the examples whose defaults are too long for a test (`{root}`: the source tree). Files
@@ -46,17 +46,8 @@ STATIC = {"gemm": [], "transformer_block": []}
 # Bundles whose cpu code is for an x86-64 level rather than this machine's CPU (tsrc --cpu).
 PORTABLE = {"transformer_block": "x86-64-v3", "train_regression": "x86-64"}
 
-passed = failed = 0
-
-
-def report(ok, name, why=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {why}")
+tally = Tally()
+report = tally.report
 
 
 def roundtrip(tsrc, tsr, root, work, name, flags_t, trace, cpu=None):
@@ -182,7 +173,7 @@ def main():
                        if re.search(r"^def main\(", open(p).read(), re.M))
         if only:
             roundtrip(tsrc, tsr, root, work, only, FLAGS.get(only, []), True)
-            return summary(passed, failed, minimum=1)
+            return tally.summary(minimum=1)
         for name in names:
             roundtrip(tsrc, tsr, root, work, name, FLAGS.get(name, []), True)
         for name, flags in STATIC.items():
@@ -195,7 +186,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     # Every example, the static and portable bundles, reproducibility and its control, the twelve
     # command-line checks; six examples at least.
-    return summary(passed, failed, minimum=max(len(names), 6) + len(STATIC) + len(PORTABLE) + 2 + 12)
+    return tally.summary(minimum=max(len(names), 6) + len(STATIC) + len(PORTABLE) + 2 + 12)
 
 
 if __name__ == "__main__":

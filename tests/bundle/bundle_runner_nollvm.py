@@ -33,7 +33,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import run, summary  # noqa: E402
+from testlib import run, Tally  # noqa: E402
 from bundlerun import COUNT, TIME, broken_module_folders, files_in  # noqa: E402
 
 # The examples' flags for a short run (digits_vit is left to bundle_roundtrip: a minute of trace).
@@ -41,17 +41,8 @@ FLAGS = {"train_regression": ["--steps", "100"]}
 SKIP_EXAMPLES = {"digits_vit"}
 COMPILER_LIBS = ("tsr_codegen", "tsr_nvptx", "tsr_exec_backend", "tsr_cuda_exec", "libLLVM", "/llvm-19/")
 
-passed = failed = 0
-
-
-def report(ok, name, why=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {why}")
+tally = Tally()
+report = tally.report
 
 
 def link_line(build, binary):
@@ -200,14 +191,14 @@ def main():
     if sys.argv[1:2] == ["--links-only"]:
         found = llvm_in(sys.argv[2], sys.argv[3])
         report(not found, f"{os.path.basename(sys.argv[2])} links no LLVM or codegen", "; ".join(found))
-        return summary(passed, failed, minimum=1, what="checks")
+        return tally.summary(minimum=1, what="checks")
     tsrc, tsr, runner, root, build = (os.path.abspath(a) for a in sys.argv[1:6])
     only = sys.argv[7] if sys.argv[6:7] == ["--only"] else None
     if only:
         with tempfile.TemporaryDirectory() as work:
             src = os.path.join(root, "tests", "bundle", "programs", only + ".tsr")
             roundtrip(tsrc, tsr, runner, work, "bundle_" + only, src, [], True, expected_stdout(src))
-        return summary(passed, failed, minimum=1, what="checks")
+        return tally.summary(minimum=1, what="checks")
     check_links(runner, tsr, build)
     with tempfile.TemporaryDirectory() as work:
         for src in sorted(glob.glob(os.path.join(root, "tests", "bundle", "programs", "*.tsr"))):
@@ -224,7 +215,7 @@ def main():
             if code == 0 and not env:
                 roundtrip(tsrc, tsr, runner, work, "run_" + os.path.basename(src)[:-4], src, flags, False)
         refusals(tsrc, tsr, runner, root, work)
-    return summary(passed, failed, minimum=12, what="checks")
+    return tally.summary(minimum=12, what="checks")
 
 
 if __name__ == "__main__":

@@ -15,22 +15,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from testlib import run, summary  # noqa: E402
+from testlib import run, Tally  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
 tsr = os.path.abspath(sys.argv[1])
 program = os.path.join(here, "atomic_sum.tsr")
-passed = failed = 0
-
-
-def report(ok, name, why=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {why}")
+tally = Tally()
+report = tally.report
 
 
 def sums(work, flags, n, stop_when_two=False):
@@ -60,4 +51,4 @@ with tempfile.TemporaryDirectory() as work:
     free, problems = sums(work, [], 20, stop_when_two=True)
     report(not problems and len(set(free)) > 1, "control: without --deterministic the sums differ between runs",
            "; ".join(problems) or f"{len(free)} runs gave one sum: the test cannot tell the mode from luck")
-sys.exit(summary(passed, failed, minimum=2, what="checks"))
+sys.exit(tally.summary(minimum=2, what="checks"))

@@ -27,7 +27,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from torch_python import reexec_with_torch  # noqa: E402
-from testlib import summary  # noqa: E402
+from testlib import Tally  # noqa: E402
 
 if __name__ == "__main__":
     reexec_with_torch("python_package")
@@ -41,17 +41,11 @@ import torch.nn.functional as F  # noqa: E402
 import tessera  # noqa: E402
 import tessera.torch  # noqa: E402
 
-passed, failed = 0, 0
+tally = Tally()
 
 
 def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
+    tally.report(ok, name, detail)
 
 
 def raises(name, fn, kind, *parts):
@@ -247,4 +241,4 @@ for step in range(3):
 check("ViT: 3 training steps, every parameter's gradient equals PyTorch's (max |diff| < 1e-4)", worst < 1e-4, f"max diff {worst}")
 check("ViT: the loss falls", vit_losses[-1] < vit_losses[0], str(vit_losses))
 
-sys.exit(summary(passed, failed, minimum=30, what="checks"))
+sys.exit(tally.summary(minimum=30, what="checks"))
