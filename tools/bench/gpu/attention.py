@@ -6,7 +6,7 @@ synchronized at the end of each round). Prints `NAME SECONDS_PER_CALL BACKEND` f
 backend of each case, and `# NAME BACKEND SECONDS` for every backend tried.
     python3 attention.py REPS ROUNDS B H S D"""
 import sys
-import time
+from timing import best_of
 
 import torch
 import torch.nn.functional as F
@@ -18,19 +18,6 @@ shape = (b, h, s, d)
 q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
 grad = torch.ones(shape, device="cuda", dtype=torch.bfloat16)
 tag = f"d{d}_s{s}"
-
-
-def timed(f):
-    f()
-    torch.cuda.synchronize()
-    best = 1e30
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            f()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best
 
 
 backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
@@ -48,7 +35,7 @@ for causal in (False, True):
                     if bwd:
                         o.backward(grad)
             try:
-                t = timed(run)
+                t = best_of(run, reps, rounds)
             except Exception as e:  # noqa: BLE001 (a backend this GPU or shape lacks)
                 print(f"# {name} {bname} unavailable: {type(e).__name__}", file=sys.stderr)
                 continue

@@ -2,7 +2,7 @@
 (torch's `a @ b` and `a @ bt.T` on bf16 CUDA tensors), timed the same way (best of rounds of
 reps, synchronized at the end of each round). Prints `NAME SECONDS_PER_CALL`."""
 import sys
-import time
+from timing import best_of
 
 import torch
 
@@ -12,13 +12,4 @@ for name, size in [("nn_4096", 4096), ("nn_8192", 8192), ("nn_4000", 4000), ("nt
     a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=g)
     b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16, generator=g)
     f = (lambda: a @ b.T) if name.startswith("nt") else (lambda: a @ b)
-    f()
-    torch.cuda.synchronize()
-    best = 1e30
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            f()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    print(f"{name} {best:.6f}")
+    print(f"{name} {best_of(f, reps, rounds):.6f}")

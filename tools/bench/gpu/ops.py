@@ -4,7 +4,7 @@ and, for the normalizations, under torch.compile (`NAME_compiled`, Inductor's Tr
 `copy` (x.clone(): the device's copy bandwidth for the same bytes), timed the same way (best of
 rounds of reps, synchronized at the end of each round). Prints `NAME SECONDS_PER_CALL`."""
 import sys
-import time
+from timing import best_of
 
 import torch
 
@@ -20,16 +20,7 @@ bias = torch.zeros(cols, device="cuda", dtype=torch.bfloat16)
 
 
 def bench(name, f):
-    f()
-    torch.cuda.synchronize()
-    best = 1e30
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            f()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    print(f"{name} {best:.6f}")
+    print(f"{name} {best_of(f, reps, rounds):.6f}")
 
 
 bench("gemm", lambda: a @ b)
