@@ -566,6 +566,23 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     return it->second;
   };
 
+  // Copies `ops` (in graph order) into `sub`, reading their operands through `map`, which each
+  // result joins; `each` sees every result with its copy.
+  auto copyOps = [](ir::Graph &sub, const std::vector<const Op *> &ops, std::unordered_map<const Value *, Value *> &map,
+                    const std::function<void(const Op *, size_t, Value *)> &each) {
+    for (const Op *o : ops) {
+      std::vector<Value *> operands;
+      for (const Value *x : o->operands) operands.push_back(map.at(x));
+      std::vector<ir::Type> types;
+      for (const Value *r : o->results) types.push_back(r->type);
+      Op *c = sub.addWithTypes(o->kind, operands, o->attrs, types, o->loc);
+      for (size_t r = 0; r < c->results.size(); ++r) {
+        map[o->results[r]] = c->results[r];
+        each(o, r, c->results[r]);
+      }
+    }
+  };
+
   // Runs `ops` (in graph order) on the reference evaluator as a graph of their own, whose
   // parameters are `ins` and outputs `outs`: library steps, and kernel steps not compiled yet.
   auto interpret = [&](const Op &anchor, const std::vector<const Op *> &ops, const std::vector<const Value *> &ins,
@@ -581,17 +598,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       const View &v = viewOf(ins[i]);
       args.push_back(ins[i]->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));
     }
-    for (const Op *o : ops) {
-      std::vector<Value *> operands;
-      for (const Value *x : o->operands) operands.push_back(map.at(x));
-      std::vector<ir::Type> types;
-      for (const Value *r : o->results) types.push_back(r->type);
-      Op *c = sub.addWithTypes(o->kind, operands, o->attrs, types, o->loc);
-      for (size_t r = 0; r < c->results.size(); ++r) {
-        c->results[r]->id = o->results[r]->id;
-        map[o->results[r]] = c->results[r];
-      }
-    }
+    copyOps(sub, ops, map, [](const Op *o, size_t r, Value *c) { c->id = o->results[r]->id; });
     for (const Value *o : outs) sub.outputs.push_back(map.at(o));
     std::vector<Tensor> res;
     try {
@@ -641,18 +648,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       args.push_back(in->type.isKey() ? w.buf : I.materialize(w, w.buf.dtype(), {}, key + "sentinel-in/"));
     }
     std::vector<std::pair<const Op *, size_t>> results;
-    for (const Op *o : ops) {
-      std::vector<Value *> operands;
-      for (const Value *x : o->operands) operands.push_back(map.at(x));
-      std::vector<ir::Type> types;
-      for (const Value *r : o->results) types.push_back(r->type);
-      Op *c = sub.addWithTypes(o->kind, operands, o->attrs, types, o->loc);
-      for (size_t r = 0; r < c->results.size(); ++r) {
-        map[o->results[r]] = c->results[r];
-        sub.outputs.push_back(c->results[r]);
-        results.push_back({o, r});
-      }
-    }
+    copyOps(sub, ops, map, [&](const Op *o, size_t r, Value *c) {
+      sub.outputs.push_back(c);
+      results.push_back({o, r});
+    });
     const std::vector<Tensor> res = ir::evaluate(m, sub, args, kernels, sizes);
     for (size_t k = 0; k < res.size() && k < results.size(); ++k) {
       const int64_t i = firstNonFinite(res[k]);
