@@ -64,8 +64,9 @@ std::string ptxLLVMText(const std::vector<const tile::Function *> &fns, const Pt
 int64_t sharedBytesOf(const tile::Function &fn);
 
 /// The environment's switches that change the code made from one Tile IR text (TSR_WGMMA_WAIT,
-/// codegen/llvm/MmaPlan.h; TSR_WARP_SPECIALIZE, lower/MmaWarpSpecialized.cpp), as text for the
-/// keys of caches of compiled code.
+/// codegen/llvm/MmaPlan.h; TSR_WARP_SPECIALIZE, lower/MmaWarpSpecialized.cpp; and
+/// loweringSwitches()' TSR_REGISTER_TILES, lower/RegisterTiles.cpp), as text for the keys of caches
+/// of compiled code.
 std::string codegenSwitches();
 
 /// The PTX target (and ptxas -arch) of an arch: "sm_90" code is made for sm_90a, Hopper's
