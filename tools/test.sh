@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { echo "== $*"; }
+# Each step prints the minutes since the start, so that a slow CI run says where its time went.
+step() { echo "== $* (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
 die() { echo "tools/test.sh: FAILED: $*"; echo "tessera: 0 passed, 1 failed, 0 skipped"; exit 1; }
 
 step "setup"
@@ -23,7 +24,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log="$work/ctest.log"
 status=0
-ctest --test-dir build --output-on-failure 2>&1 | tee "$log" || status=$?
+# Tests run in parallel, one per core: serially they take twice as long on a 2-core machine.
+ctest --test-dir build --output-on-failure -j "${JOBS:-$(nproc)}" 2>&1 | tee "$log" || status=$?
 summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" || true)
 if [[ -z "$summary" ]]; then
   # ctest died before its summary (killed, or a configuration error): nothing can be counted.
@@ -59,5 +61,6 @@ else
     failed=$((failed + 1))
   fi
 fi
+step "done"
 echo "tessera: $passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]
