@@ -39,6 +39,14 @@ void placeChecks(const tile::Function &f, const tile::Module &m, const tile::Val
   walk(*f.body);
 }
 
+// The index of deterministic mode's ticket parameter (ir/lower/kernel/AtomicOrder.cpp), or -1.
+int64_t orderedAtomicsParam(const tile::Function &f) {
+  for (const ir::Attr &a : f.config)
+    if (a.name == "ordered_atomics")
+      if (const int64_t *i = std::get_if<int64_t>(&a.value)) return *i;
+  return -1;
+}
+
 DebugSites debugSites(const tile::Function &f, const tile::Module &m) {
   DebugSites out;
   const std::string *text = nullptr;
@@ -57,7 +65,10 @@ DebugSites debugSites(const tile::Function &f, const tile::Module &m) {
     if (p.size() != 3) throw std::runtime_error("internal error: a malformed debug_sites entry `" + entry + "` in @" + f.name);
     out.push_back(DebugSite{p[0], p[1], "", std::stoll(p[2])});
   }
-  if (!f.params.empty()) placeChecks(f, m, f.params.back(), out);
+  // The record is the last parameter but deterministic mode's ticket (orderedAtomicsParam).
+  const int64_t ticket = orderedAtomicsParam(f);
+  const size_t record = f.params.size() - (ticket >= 0 ? 2 : 1);
+  if (record < f.params.size()) placeChecks(f, m, f.params[record], out);
   return out;
 }
 
@@ -176,7 +187,8 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
     std::lock_guard<std::mutex> lock(mu_); // module_'s file table grows as kernels are lowered
     sites = debugSites(f, module_);
   }
-  if (f.params.size() != args.size() + (sites.empty() ? 0 : 1))
+  const int64_t ticketParam = orderedAtomicsParam(f);
+  if (f.params.size() != args.size() + (sites.empty() ? 0 : 1) + (ticketParam >= 0 ? 1 : 0))
     throw LaunchError("kernel `" + k.name + "`: " + std::to_string(args.size()) + " arguments for " + std::to_string(f.params.size()) + " parameters", {}, "");
   std::vector<rt::KernelArg> kargs(args.size());
   const std::vector<size_t> written = writtenOperands(k);
@@ -202,14 +214,23 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
     }
   }
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) return;
-  rt::Tensor record;
-  if (!sites.empty()) {
-    record = rt::Tensor::zeros({int64_t(3 * sites.size())}, DType::I64);
+  // The parameters the modes add after the kernel's own, zeroed for each launch: debug mode's
+  // record, then deterministic mode's ticket (its programs' order of atomics).
+  auto hidden = [&](const rt::Tensor &t, const char *forWhat) {
     rt::KernelArg r;
-    r.data = backend_->address(record, true, "debug-mode index checks");
-    r.shape[0] = record.numel();
+    r.data = backend_->address(t, true, forWhat);
+    r.shape[0] = t.numel();
     r.strides[0] = 1;
     kargs.push_back(r);
+  };
+  rt::Tensor record, ticket;
+  if (!sites.empty()) {
+    record = rt::Tensor::zeros({int64_t(3 * sites.size())}, DType::I64);
+    hidden(record, "debug-mode index checks");
+  }
+  if (ticketParam >= 0) {
+    ticket = rt::Tensor::zeros({2}, DType::I32);
+    hidden(ticket, "deterministic mode's order of atomics");
   }
   backend_->launch(*e.compiled, kargs, g, LaunchSite{f.name, e.site});
   if (!sites.empty()) raiseIndexCheck(k, sites, record);

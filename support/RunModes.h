@@ -7,9 +7,11 @@
 //   line, instead of reading `other`), and graphs check every step's float results for NaN and
 //   Inf (exec/CompiledExecutor.cpp). The checks are part of the programs' Tile IR, so their text,
 //   which keys every cache of compiled code, differs from the unchecked programs'.
-// - deterministic: work that a run could order differently each time is done in one fixed order
-//   (exec/cpu: a grid whose programs add into shared memory runs its programs one after the
-//   other, in grid order).
+// - deterministic: work that a run could order differently each time is done in one fixed order:
+//   a kernel with float atomics takes a ticket (ir/lower/kernel/AtomicOrder.cpp) by which the GPU
+//   orders its programs' atomics (codegen/llvm/OrderedAtomics.cpp), and on the CPU a grid whose
+//   programs add into shared memory runs its programs one after the other, in grid order
+//   (exec/cpu). The ticket is part of the programs' text, which keys the caches.
 #pragma once
 
 namespace tsr {

@@ -407,3 +407,17 @@ private:
 bool lowerRegisterProgram(Lowering &l, const tile::Function &f, const TargetDesc &t, int threads);
 
 } // namespace tsr::codegen::lower
+
+  // Deterministic mode's ordered atomics (OrderedAtomics.cpp), where the program takes the ticket
+  // and the target orders by it: the ticket's address (null otherwise), this program's place in
+  // the order (i64), and whether thread 0 holds the program's turn (an i1 alloca).
+  Value *ticket = nullptr, *orderedId = nullptr, *holdsTurn = nullptr;
+  /// At the program's start: takes its place in the order (or does nothing without the ticket).
+  void beginOrderedAtomics();
+  /// Lowers `op` when it is a float atomic of an ordered program: in thread 0 alone, in its turn.
+  bool orderedAtomic(const TOp &op);
+  /// At the program's end: waits for its turn if it has not had it, and passes it on.
+  void endOrderedAtomics();
+  /// program_id(axis) of an ordered program: its place in the order, as grid coordinates.
+  Value *orderedProgramId(int axis);
+  void waitForTurn();

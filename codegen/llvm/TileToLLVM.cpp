@@ -120,7 +120,9 @@ void Lowering::lowerIf(const TOp &op) {
 
 void Lowering::lowerClassSpecial(const TOp &op) {
   switch (op.kind) {
-  case OpKind::ProgramId: set(op.result(), T.programId(B, fn, int(op.intAttr("axis")))); return;
+  case OpKind::ProgramId:
+    set(op.result(), orderedId ? orderedProgramId(int(op.intAttr("axis"))) : T.programId(B, fn, int(op.intAttr("axis"))));
+    return;
   case OpKind::NumPrograms: set(op.result(), T.numPrograms(B, fn, int(op.intAttr("axis")))); return;
   case OpKind::TensorDim: set(op.result(), tensor(op.operands[0]).shape[op.intAttr("axis")]); return;
   case OpKind::TensorStride: set(op.result(), tensor(op.operands[0]).strides[op.intAttr("axis")]); return;
@@ -154,7 +156,10 @@ constexpr LowerFn kLower[] = {
 #include "ir/tile/TileOps.def"
 };
 
-void Lowering::dispatch(const TOp &op) { (this->*kLower[static_cast<size_t>(op.kind)])(op); }
+void Lowering::dispatch(const TOp &op) {
+  if (ticket && orderedAtomic(op)) return;
+  (this->*kLower[static_cast<size_t>(op.kind)])(op);
+}
 
 void Lowering::lowerBlock(const tile::Block &b) {
   const tile::Block *outer = curBlock;
@@ -237,7 +242,7 @@ void Lowering::lowerOp(const tile::Block &b, size_t index) {
       }
       return;
     }
-    (this->*kLower[static_cast<size_t>(op->kind)])(*op);
+    dispatch(*op);
   }
 }
 
@@ -294,7 +299,9 @@ void Lowering::run() {
     }
     set(pv, v);
   }
+  beginOrderedAtomics();
   if (!lowerRegisterProgram(*this, F, T, threads)) lowerBlock(*F.body);
+  endOrderedAtomics();
   B.CreateRetVoid();
 }
 

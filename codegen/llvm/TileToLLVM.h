@@ -108,6 +108,17 @@ public:
   /// indices from threadsPerProgram() on (a warp-specialized loop's producer: MmaWarpSpecialized.cpp),
   /// and at most `maxRegisters` registers per thread at launch (what setmaxnreg.inc asks for).
   virtual void addProducerWarpgroup(int maxRegisters) const { (void)maxRegisters; }
+  /// Whether programs that take deterministic mode's atomic ticket (the config `ordered_atomics`,
+  /// ir/lower/kernel/AtomicOrder.cpp) do their float atomics in program order by it
+  /// (codegen/llvm/OrderedAtomics.cpp); with it, the three hooks below. The CPU runs such a grid on
+  /// one thread in grid order instead (exec/cpu/CpuBackend.cpp) and ignores the ticket.
+  virtual bool ordersAtomics() const { return false; }
+  /// An i32 load from `ptr` with acquire semantics at the device's scope (the GPU's L2).
+  virtual llvm::Value *loadAcquire(llvm::IRBuilderBase &b, llvm::Value *ptr) const { (void)b; return ptr; }
+  /// An i32 store of `v` to `ptr` with release semantics at the device's scope.
+  virtual void storeRelease(llvm::IRBuilderBase &b, llvm::Value *ptr, llvm::Value *v) const { (void)b; (void)ptr; (void)v; }
+  /// A short pause in a spin loop, so that waiting threads leave the memory system to the one they wait for.
+  virtual void spinPause(llvm::IRBuilderBase &b) const { (void)b; }
 };
 
 /// Lowers `f` into `m` as a function named `name` of the target's program type, internal and

@@ -11,6 +11,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -133,6 +134,23 @@ public:
   void addProducerWarpgroup(int maxRegisters) const override {
     extraThreads_ = 128;
     maxRegisters_ = maxRegisters;
+  }
+  // Deterministic mode's ticket (codegen/llvm/OrderedAtomics.cpp): PTX's acquire and release
+  // at .gpu scope (PTX ISA §8, the memory consistency model; ld/st .acquire/.release need sm_70),
+  // written as inline assembly because LLVM 19's NVPTX cannot select atomic loads and stores of
+  // those orderings. The address is generic (a KernelArg's data pointer).
+  bool ordersAtomics() const override { return true; }
+  Value *loadAcquire(IRBuilderBase &b, Value *ptr) const override {
+    auto *ty = FunctionType::get(b.getInt32Ty(), {ptr->getType()}, false);
+    return b.CreateCall(InlineAsm::get(ty, "ld.acquire.gpu.u32 $0, [$1];", "=r,l,~{memory}", true), {ptr});
+  }
+  void storeRelease(IRBuilderBase &b, Value *ptr, Value *v) const override {
+    auto *ty = FunctionType::get(b.getVoidTy(), {ptr->getType(), v->getType()}, false);
+    b.CreateCall(InlineAsm::get(ty, "st.release.gpu.u32 [$0], $1;", "l,r,~{memory}", true), {ptr, v});
+  }
+  void spinPause(IRBuilderBase &b) const override {
+    auto *ty = FunctionType::get(b.getVoidTy(), {}, false);
+    b.CreateCall(InlineAsm::get(ty, "nanosleep.u32 64;", "~{memory}", true), {});
   }
   const std::vector<rt::TensorMapSpec> &tensorMaps() const { return maps_; }
   int extraThreads() const { return extraThreads_; }

@@ -83,6 +83,7 @@ void KernelLowering::run(const FunctionInfo &k, const std::vector<Type> &operand
   }
   frames_.pop_back();
   finishDebugChecks();
+  finishAtomicOrder();
 }
 
 Loc KernelLowering::loc(SourceRange r) {

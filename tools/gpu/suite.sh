@@ -19,6 +19,9 @@
 #                     batched) against the CUDA-core path
 #   debug_checks      --debug on the GPU: index checks in the kernels' PTX (exit 1 naming the tensor,
 #                     index, extent and line) and the NaN/Inf sentinel after graph steps
+#   deterministic_gpu --deterministic on the GPU: two runs of tests/determinism/atomic_sum.tsr
+#                     (4,096 programs adding floats with tile.atomic_add) write the same bytes; the
+#                     runs without the flag are reported (they may differ; agreeing is no failure)
 #   device_oom        a graph output larger than the GPU: exit 3, the bytes and the op's line
 #   bundle_gpu        a cuda bundle runs from an empty folder on the GPU with its own PTX; a cpu-only
 #                     bundle is refused there (bundle_cpu_refused)
@@ -75,6 +78,9 @@ step mma_matmul "python3 tests/expect.py --exit 0 --has 'mma_matmul ok' -- '$BIN
 # its axis is exit 1 at the load with the tensor, the index and the extent; a NaN is exit 1 at the
 # op that made it.
 step debug_checks "set -e; python3 tests/expect.py --exit 0 --has 'debug_checks ok' -- '$BIN/tsr' run tests/gpu/debug_checks.tsr --device cuda --debug --case 0; python3 tests/expect.py --exit 1 --has 'debug_checks.tsr:12:9: error: index out of bounds in kernel .shift_rows.: load of .x. at index (6[4-9]|7[01]) along axis 0, whose extent is 64' -- '$BIN/tsr' run tests/gpu/debug_checks.tsr --device cuda --debug --case 1; python3 tests/expect.py --exit 1 --has 'debug_checks.tsr:17:12: error: NaN produced by .sqrt.' -- '$BIN/tsr' run tests/gpu/debug_checks.tsr --device cuda --debug --case 2"
+# Deterministic mode (--deterministic): kernels' float atomics in program order (the ticket of
+# codegen/llvm/OrderedAtomics.cpp), so two runs give the same bytes.
+step deterministic_gpu "python3 tests/determinism/deterministic.py '$BIN/tsr' --device cuda"
 step device_oom "python3 tests/expect.py --exit 3 --has 'out of memory' --has 'device_oom.tsr:6' -- '$BIN/tsr' run tests/gpu/device_oom.tsr --device cuda"
 # Bundles made where the compiler is (tools/gpu/pack.sh puts them in BIN_DIR): the cuda one runs
 # from an empty folder on the GPU with its own code; the cpu-only one is refused there with both

@@ -309,6 +309,9 @@ int main(int argc, char **argv) {
   app.add_flag("--debug", runModes().debug,
                "compile kernels with index checks (an index outside its axis is reported with the tensor, index, "
                "extent and line when the program runs)");
+  app.add_flag("--deterministic", runModes().deterministic,
+               "compile kernels for deterministic mode (float atomics of a launch's programs added in one order, "
+               "for tsr run --deterministic)");
   bool readGraph = false;
   app.add_flag("--read-graph", readGraph, "read FILE as Graph IR text, verify it, and print it back (the IR's round trip)");
   bool readTile = false;

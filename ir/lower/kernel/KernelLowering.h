@@ -311,6 +311,8 @@ private:
   tile::Value *reduceAll(TOp k, tile::Value *x, SourceRange at);
   // Writes the checks' descriptions into the function's config (`debug_sites`).
   void finishDebugChecks();
+  // Deterministic mode (AtomicOrder.cpp): the ticket parameter of a kernel with float atomics.
+  void finishAtomicOrder();
 
   tile::Module &m_;
   const sema::Program &p_;
