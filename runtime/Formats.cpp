@@ -879,7 +879,8 @@ std::string extension(const std::string &path) {
 [[noreturn]] void unknownExtension(const std::string &path, const char *verb) {
   const std::string ext = extension(path);
   fail(path, std::string("cannot ") + verb + " " + (ext.empty() ? "a file without an extension" : "a " + ext + " file") +
-                 ": use .npy, .npz or .safetensors" + (ext == ".csv" || ext == ".gz" ? " (load_csv reads CSV)" : ""));
+                 ": use .npy, .npz or .safetensors" + (verb == std::string("load") ? ", or an IDX file (name.idx, train-images-idx3-ubyte)" : "") +
+                 (ext == ".csv" || ext == ".gz" ? " (load_csv reads CSV)" : ""));
 }
 
 } // namespace
@@ -887,7 +888,9 @@ std::string extension(const std::string &path) {
 Loaded load(const std::string &path) {
   const std::string ext = extension(path);
   Loaded r;
-  if (ext == ".npy") {
+  if (isIdxPath(path)) {
+    r.tensor = readIdx(path);
+  } else if (ext == ".npy") {
     r.tensor = readNpy(path);
   } else if (ext == ".npz") {
     r.isDict = true;

@@ -21,6 +21,7 @@
 //   tensors ordered by element size (largest first) then name, packed, the header padded with
 //   spaces to a multiple of 8 bytes; tf32 as F32.
 // - CSV: see loadCsv.
+// - IDX (MNIST's format, plain or gzip-compressed): see readIdx.
 //
 // Every problem with a file (missing, unreadable, malformed, truncated, unsupported) is a
 // FormatError whose message starts with the path as given; nothing in here crashes on bad input.
@@ -90,6 +91,24 @@ void writeSafetensors(const std::string &path, const NamedTensors &tensors, cons
 ///   truncated gzip stream. No rows gives a [0, 0] tensor.
 Tensor loadCsv(const std::string &path, DType dtype = DType::F32, std::string_view delimiter = ",");
 
+/// readIdx(path): an IDX file (LeCun et al., "The MNIST database", section "FILE FORMATS"), plain
+/// or gzip-compressed: a 4-byte magic number 0x00 0x00 TYPE NDIM, NDIM big-endian u32 sizes, then
+/// the elements in C order, big-endian.
+/// - Shape: the header's sizes (NDIM from 1 to 255). Dtype by TYPE: 0x08 unsigned byte and 0x0B
+///   16-bit integer load as i32 (Tessera has neither; the widening is exact), 0x09 as i8, 0x0C as
+///   i32, 0x0D as f32, 0x0E as f64.
+/// - Errors (FormatError naming the file): a missing or unreadable file, a magic number that is
+///   not IDX's, an unknown TYPE, no dimensions, a header or data shorter than the header says,
+///   bytes after the data, sizes describing more than 2^40 bytes, corrupt gzip data. Memory grows
+///   with the bytes actually read, so a damaged header cannot make it allocate what it claims.
+Tensor readIdx(const std::string &path);
+/// The bytes of a whole (uncompressed) IDX file; `where` names it in error messages.
+Tensor decodeIdx(const void *bytes, size_t size, const std::string &where);
+/// Whether `load` reads the path as IDX: a file name (less a trailing ".gz") ending in ".idx", or
+/// LeCun's naming, "idx" and the dimension count after a '-', '.' or '_' and before a '-'
+/// (train-images-idx3-ubyte, t10k-labels.idx1-ubyte.gz).
+bool isIdxPath(const std::string &path);
+
 /// What `load(path)` returns: one tensor (.npy) or a dict (.npz, .safetensors).
 struct Loaded {
   bool isDict = false;
@@ -97,8 +116,8 @@ struct Loaded {
   NamedTensors dict;   ///< when isDict
   Metadata metadata;   ///< .safetensors __metadata__
 };
-/// Dispatches on the extension (.npy, .npz, .safetensors; case-insensitive). Any other extension
-/// is a FormatError that lists the supported ones.
+/// Dispatches on the extension (.npy, .npz, .safetensors; case-insensitive), and on isIdxPath for
+/// IDX files (one tensor). Any other name is a FormatError that lists the supported ones.
 Loaded load(const std::string &path);
 /// save(path, tensor): .npy; for .npz and .safetensors the tensor is stored under the name
 /// "arr_0" (numpy.savez's name for a positional array).

@@ -579,7 +579,7 @@ void addHostBuiltins(Registrar &r) {
   add("progress", InHost, ruleProgress, "progress(iterable, *, desc=None, total=None) -> iterable",
       "the iterable, with a progress bar as it is consumed", false)
       .inHost("progress").example("progress(range(n), desc=\"steps\")");
-  add("load", InHost, ruleLoad, "load(path) -> Tensor | dict", "a tensor (.npy) or dict of tensors (.npz, .safetensors)", false)
+  add("load", InHost, ruleLoad, "load(path) -> Tensor | dict", "a tensor (.npy, IDX) or dict of tensors (.npz, .safetensors)", false)
       .inHost("load").example("load(\"x.npy\")");
   add("save", InHost, ruleSave, "save(path, value) -> None", "write a tensor or a dict of tensors", false)
       .inHost("save").example("save(\"out.npy\", x)").example("save(\"out.safetensors\", d)");
