@@ -18,12 +18,14 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 namespace tsr::codegen {
+struct FlashPlan;
 struct MmaPlan;
 struct RegisterPlan;
 }
@@ -393,20 +395,23 @@ private:
   std::vector<Value *> lowerWarpSpecialized(const TOp &op, const MmaPlan &p, const int slots[2], Value *ringS, Value *lo,
                                             Value *n, int64_t step, const std::vector<Value *> &acc0,
                                             const std::function<std::vector<Value *>()> &multistage);
+  /// lower/FlashLoop.cpp: the attention main loop of FlashPlan.h (its plan per loop, computed
+  /// once; null when the loop is not one); false (nothing emitted) for any other loop.
+  const FlashPlan *flashPlan(const TOp &forOp, const tile::Block &b);
+  bool lowerFlashLoop(const TOp &op);
+  /// Whether ops[index] of `b` is the Q box or an initial splat that only a later attention
+  /// loop of `b` reads (which copies Q itself and starts its registers from the splat's value).
+  bool absorbedByFlashLoop(const tile::Block &b, size_t index);
+  /// Copies the 2-d 16-bit box `ld` (its loop index `iv` at `ivValue`) of `rows` x `cols` into
+  /// shared `dst` in the 128-byte swizzle (MmaPlan::swizzledOffset), zero past the tensor's
+  /// ends: cp.async where aligned (not committed), element by element otherwise.
+  void copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, Value *dst, int64_t rows, int64_t cols);
+  std::unordered_map<const TOp *, std::shared_ptr<FlashPlan>> flashPlans;
   void lowerIf(const TOp &op);
   void lowerBlock(const tile::Block &b);
   void lowerOp(const tile::Block &b, size_t index);
   TensorInfo &tensor(const TValue *v);
   void atomicAdd(DType d, Value *ptr, Value *x);
-};
-
-/// lower/RegisterTiles.cpp: lowers the body of `f` with every tile in registers when its
-/// RegisterPlan exists and the target and TSR_REGISTER_TILES allow it (GPU targets by default;
-/// `0`: never; `all`: also a CPU target's single thread, for testing); false (nothing emitted)
-/// otherwise.
-bool lowerRegisterProgram(Lowering &l, const tile::Function &f, const TargetDesc &t, int threads);
-
-} // namespace tsr::codegen::lower
 
   // Deterministic mode's ordered atomics (OrderedAtomics.cpp), where the program takes the ticket
   // and the target orders by it: the ticket's address (null otherwise), this program's place in
@@ -421,3 +426,12 @@ bool lowerRegisterProgram(Lowering &l, const tile::Function &f, const TargetDesc
   /// program_id(axis) of an ordered program: its place in the order, as grid coordinates.
   Value *orderedProgramId(int axis);
   void waitForTurn();
+};
+
+/// lower/RegisterTiles.cpp: lowers the body of `f` with every tile in registers when its
+/// RegisterPlan exists and the target and TSR_REGISTER_TILES allow it (GPU targets by default;
+/// `0`: never; `all`: also a CPU target's single thread, for testing); false (nothing emitted)
+/// otherwise.
+bool lowerRegisterProgram(Lowering &l, const tile::Function &f, const TargetDesc &t, int threads);
+
+} // namespace tsr::codegen::lower

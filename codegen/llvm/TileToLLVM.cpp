@@ -21,7 +21,7 @@ static_assert(sizeof(KernelArg) == 24 + 16 * kMaxRank);
 // ---- control flow ----
 
 void Lowering::lowerFor(const TOp &op) {
-  if (lowerMmaLoop(op)) return;
+  if (lowerMmaLoop(op) || lowerFlashLoop(op)) return;
   const tile::Block &body = *op.regions[0];
   Value *lo = get(op.operands[0]), *hi = get(op.operands[1]), *step = get(op.operands[2]);
   size_t n = op.operands.size() - 3;
@@ -224,7 +224,7 @@ void Lowering::lowerOp(const tile::Block &b, size_t index) {
     }
     // A zero tile that only starts a tensor-core loop's accumulators is never materialized, and
     // the store of its result is done from its registers.
-    if (zeroInitOfMmaLoop(b, index) || absorbed.count(op)) return;
+    if (zeroInitOfMmaLoop(b, index) || absorbedByFlashLoop(b, index) || absorbed.count(op)) return;
     // Reshape/expand_dims of a scalar into a [1] tile, or the reverse, change representation.
     if ((op->kind == OpKind::Reshape || op->kind == OpKind::ExpandDims) &&
         op->operands[0]->type.isScalar() != op->result()->type.isScalar()) {

@@ -127,8 +127,8 @@ public:
 llvm::Function *lowerTileFunction(const tile::Function &f, llvm::Module &m, const TargetDesc &target,
                                   const std::string &name);
 
-/// The environment switches that change what lowerTileFunction emits (TSR_REGISTER_TILES), as
-/// text for the keys of compiled-code caches.
+/// The environment switches that change what lowerTileFunction emits (TSR_REGISTER_TILES,
+/// TSR_FLASH_LOOP), as text for the keys of compiled-code caches.
 std::string loweringSwitches();
 
 /// Bytes of tile buffers (allocas) one program of `f` uses: the launcher sizes thread stacks by it.

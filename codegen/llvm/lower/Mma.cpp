@@ -21,6 +21,14 @@ std::string operandList(size_t first, size_t n) {
 /// .shared state space take through an "r" constraint).
 Value *sharedAddress(IRBuilder<> &B, Value *p) { return B.CreatePtrToInt(p, B.getInt32Ty()); }
 
+/// A matrix descriptor (PTX ISA §9.7.15.5.1.2.3) of the shared tile at `at`: start address >> 4
+/// in bits 0-13, leading byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, the
+/// 128-byte swizzle (1) in bits 62-63.
+Value *descriptor(IRBuilder<> &B, Value *at, int64_t lead, int64_t stride) {
+  Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, B.getInt64Ty()), B.getInt64(0x3FFFF)), B.getInt64(4));
+  return B.CreateOr(a, B.getInt64(uint64_t(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62))));
+}
+
 } // namespace
 
 void ptx(IRBuilder<> &B, const std::string &text) {
@@ -48,18 +56,13 @@ std::vector<Value *> ptxOnAccumulators(IRBuilder<> &B, const std::string &text, 
 
 std::vector<Value *> wgmmaKTile(IRBuilder<> &B, const MmaPlan &p, Value *aStage, Value *bStage, Value *warp, bool kMajorB,
                                 std::vector<Value *> acc, bool mMajorA) {
-  Type *i8 = B.getInt8Ty(), *i64 = B.getInt64Ty();
+  Type *i8 = B.getInt8Ty();
   auto c64 = [&](int64_t v) { return B.getInt64(uint64_t(v)); };
-  // Matrix descriptors (PTX ISA §9.7.15.5.1.2.3): start address >> 4 in bits 0-13, leading
-  // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, the 128-byte swizzle (1) in
-  // bits 62-63. A, K-major: 8-row groups 1024 bytes apart (the leading offset is unused); a k
-  // step of 16 is 32 bytes into the 128-byte rows, a 64-column chunk BM * 128 bytes further.
-  // B, N-major: 8 k rows 1024 bytes apart, 64-column chunks of n BK * 128 bytes apart; a k step
-  // of 16 is 16 rows of 128 bytes.
-  auto desc = [&](Value *at, int64_t lead, int64_t stride) {
-    Value *a = B.CreateLShr(B.CreateAnd(B.CreatePtrToInt(at, i64), c64(0x3FFFF)), c64(4));
-    return B.CreateOr(a, c64(((lead >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62)));
-  };
+  // Matrix descriptors: A, K-major: 8-row groups 1024 bytes apart (the leading offset is
+  // unused); a k step of 16 is 32 bytes into the 128-byte rows, a 64-column chunk BM * 128 bytes
+  // further. B, N-major: 8 k rows 1024 bytes apart, 64-column chunks of n BK * 128 bytes apart; a
+  // k step of 16 is 16 rows of 128 bytes.
+  auto desc = [&](Value *at, int64_t lead, int64_t stride) { return descriptor(B, at, lead, stride); };
   // This warpgroup's 64 rows of A: K-major, 64 lines of 128 bytes; M-major, its 64-column chunk
   // (BK lines of 128 bytes).
   Value *wgRows = B.CreateMul(B.CreateLShr(warp, c64(2)), c64(mMajorA ? p.BK * 128 : 64 * 128));
@@ -80,6 +83,49 @@ std::vector<Value *> wgmmaKTile(IRBuilder<> &B, const MmaPlan &p, Value *aStage,
     Value *bDesc = kMajorB ? desc(B.CreateInBoundsGEP(i8, bStage, c64((kk / 4) * p.BN * 128 + (kk % 4) * 32)), 16, 1024)
                            : desc(B.CreateInBoundsGEP(i8, bStage, c64(kk * 16 * 128)), p.BK * 128, 1024);
     acc = ptxOnAccumulators(B, text, acc, {aDesc, bDesc, B.getInt32(1)}, "l,l,r");
+  }
+  return acc;
+}
+
+std::vector<Value *> fenceOperands(IRBuilder<> &B, const std::vector<Value *> &acc, std::vector<Value *> &aRegs) {
+  const size_t n = acc.size() + aRegs.size();
+  std::string cons;
+  std::vector<Type *> tys;
+  std::vector<Value *> args(acc);
+  args.insert(args.end(), aRegs.begin(), aRegs.end());
+  for (size_t i = 0; i < n; ++i) {
+    const bool f = i < acc.size();
+    cons += std::string(i ? "," : "") + (f ? "=f" : "=r");
+    tys.push_back(f ? B.getFloatTy() : B.getInt32Ty());
+  }
+  for (size_t i = 0; i < n; ++i) cons += "," + std::to_string(i);
+  cons += ",~{memory}";
+  auto *fty = FunctionType::get(StructType::get(B.getContext(), tys), tys, false);
+  Value *r = B.CreateCall(InlineAsm::get(fty, "wgmma.fence.sync.aligned;", cons, true), args);
+  std::vector<Value *> out(acc.size());
+  for (size_t i = 0; i < n; ++i) {
+    Value *x = B.CreateExtractValue(r, unsigned(i));
+    if (i < acc.size()) out[i] = x;
+    else aRegs[i - acc.size()] = x;
+  }
+  return out;
+}
+
+std::vector<Value *> wgmmaRegisterA(IRBuilder<> &B, DType dtype, int64_t n, int64_t k, const std::vector<Value *> &aRegs,
+                                    Value *bStage, std::vector<Value *> acc) {
+  const size_t nAcc = acc.size();
+  const std::string shape = "m64n" + std::to_string(n) + "k16.f32." + (dtype == DType::BF16 ? "bf16.bf16" : "f16.f16");
+  // d, {a0..a3}, b-desc, scale-d, scale-a 1, scale-b 1, transpose-b 1 (B N-major).
+  const std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nAcc + 5) +
+                           ", 0;\nwgmma.mma_async.sync.aligned." + shape + " " + operandList(0, nAcc) + ", " +
+                           operandList(2 * nAcc, 4) + ", $" + std::to_string(2 * nAcc + 4) + ", p, 1, 1, 1;\n}";
+  for (int64_t kk = 0; kk < k / 16; ++kk) {
+    // N-major B: 8 k lines 1024 bytes apart, 64-column chunks of n k * 128 bytes apart.
+    Value *bDesc = descriptor(B, B.CreateInBoundsGEP(B.getInt8Ty(), bStage, B.getInt64(uint64_t(kk * 16 * 128))), k * 128, 1024);
+    std::vector<Value *> extra(aRegs.begin() + kk * 4, aRegs.begin() + kk * 4 + 4);
+    extra.push_back(bDesc);
+    extra.push_back(B.getInt32(1));
+    acc = ptxOnAccumulators(B, text, acc, extra, "r,r,r,r,l,r");
   }
   return acc;
 }

@@ -34,6 +34,21 @@ std::vector<llvm::Value *> wgmmaKTile(llvm::IRBuilder<> &B, const MmaPlan &p, ll
                                       llvm::Value *warp, bool kMajorB, std::vector<llvm::Value *> acc,
                                       bool mMajorA = false);
 
+/// wgmma.fence (PTX ISA §9.7.15.6.1) with the accumulators `acc` (f32) and A fragments `aRegs`
+/// (i32) tied through it, so that LLVM writes them before the fence and reads them after it;
+/// returns them as the fence leaves them, accumulators first.
+std::vector<llvm::Value *> fenceOperands(llvm::IRBuilder<> &B, const std::vector<llvm::Value *> &acc,
+                                         std::vector<llvm::Value *> &aRegs);
+
+/// The k16 steps of a warpgroup's wgmma.mma_async.m64{n}k16 with A in registers (PTX ISA
+/// §9.7.15.5.1.2: four b32 registers of packed pairs per step, `aRegs` holding k/16 such groups in
+/// order) and B an N-major tile of k lines of n in shared memory at `bStage` (the 128-byte swizzle
+/// in chunks of 64 columns, MmaPlan::swizzledOffset with rows = k), accumulating into the f32 `acc`
+/// (n/2 registers; not committed or waited for).
+std::vector<llvm::Value *> wgmmaRegisterA(llvm::IRBuilder<> &B, DType dtype, int64_t n, int64_t k,
+                                          const std::vector<llvm::Value *> &aRegs, llvm::Value *bStage,
+                                          std::vector<llvm::Value *> acc);
+
 /// mbarrier (PTX ISA §9.7.13.15) on a shared-memory barrier `bar` (ptr addrspace(3)):
 /// init with an expected arrival count; arrive (one arrival); arrive with `bytes` of expected
 /// transactions (expect_tx); wait until the phase of parity `parity` (i64 0/1) completes

@@ -515,8 +515,12 @@ bool lowerRegisterProgram(Lowering &l, const tile::Function &f, const TargetDesc
 namespace tsr::codegen {
 
 std::string loweringSwitches() {
-  const char *sw = std::getenv("TSR_REGISTER_TILES");
-  return std::string("TSR_REGISTER_TILES=") + (sw ? sw : "") + ";";
+  std::string s;
+  for (const char *name : {"TSR_REGISTER_TILES", "TSR_FLASH_LOOP"}) {
+    const char *sw = std::getenv(name);
+    s += std::string(name) + "=" + (sw ? sw : "") + ";";
+  }
+  return s;
 }
 
 } // namespace tsr::codegen

@@ -1,0 +1,590 @@
+// The attention main loop on Hopper's tensor cores with its tiles in registers (FlashPlan.h).
+//
+// Per iteration j (CTA of BM/64 warpgroups, K and V in a ring of two shared-memory stages):
+//   1. wait for tile j's copies, make them visible to wgmma (fence.proxy.async) and every warp;
+//   2. start the copies of tile j+1 into the other stage (free: every warp has finished the
+//      products of tile j-1 before the barrier of step 1);
+//   3. the body's ops in order, each on the registers a thread holds (below); S = Q K^T and
+//      O += P V are wgmma.mma_async, each waited for before its result is read.
+// Registers of a value, by kind (RegisterPlan.h's Frag), in wgmma's accumulator layout: with
+// g = lane / 4, t = lane % 4 and the warp's first row 16 * warp,
+//   Full [BM, W]: W/2 registers, r = 4j + q at row 16 warp + g + 8 (q / 2), column 8j + 2t + q % 2;
+//   Rows [BM]:    2 registers, q2 at row 16 warp + g + 8 q2 (the row's four lanes hold copies);
+//   Cols [W]:     W/4 registers, 2j + e at column 8j + 2t + e;
+//   Uniform:      1 register.
+// A broadcast keeps its operand's registers and kind; an elementwise op makes the registers of
+// its result's kind, reading each operand's through `at`.
+#include "codegen/llvm/FlashPlan.h"
+#include "codegen/llvm/Lowering.h"
+#include "codegen/llvm/MmaPlan.h"
+#include "codegen/llvm/lower/Mma.h"
+
+#include "llvm/IR/IntrinsicsNVPTX.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+
+namespace tsr::codegen::lower {
+
+namespace {
+
+/// A value's registers in this thread.
+struct Regs {
+  Frag kind = Frag::Uniform;
+  std::vector<Value *> r;
+};
+
+/// Registers per thread of a value of kind `k` and width `w` (the tile's last extent).
+int64_t regCount(Frag k, int64_t w) {
+  switch (k) {
+  case Frag::Full: return w / 2;
+  case Frag::Rows: return 2;
+  case Frag::Cols: return w / 4;
+  case Frag::Uniform: return 1;
+  }
+  return 1;
+}
+
+/// Register `r` of a value of kind `want`, read from `x` (its kind, or one that broadcasts into it).
+Value *at(const Regs &x, Frag want, int64_t r) {
+  if (x.kind == Frag::Uniform || want == Frag::Uniform) return x.r[0];
+  if (x.kind == want) return x.r[size_t(r)];
+  if (want == Frag::Full) {
+    const int64_t j = r / 4, q = r % 4;
+    return x.kind == Frag::Rows ? x.r[size_t(q / 2)] : x.r[size_t(2 * j + q % 2)];
+  }
+  return nullptr;
+}
+
+int64_t widthOf(const TType &t) { return t.shape.empty() ? 1 : t.shape.back(); }
+
+} // namespace
+
+const FlashPlan *Lowering::flashPlan(const TOp &forOp, const tile::Block &b) {
+  auto it = flashPlans.find(&forOp);
+  if (it == flashPlans.end()) {
+    std::shared_ptr<FlashPlan> p;
+    // TSR_FLASH_LOOP=0: the general lowering instead (for measuring; loweringSwitches keys it).
+    const char *e = std::getenv("TSR_FLASH_LOOP");
+    if (threads % 128 == 0 && !(e && e[0] == '0'))
+      if (auto plan = planFlashLoop(forOp, b, threads / 32, T.tensorCoreArch())) p = std::make_shared<FlashPlan>(*plan);
+    it = flashPlans.emplace(&forOp, p).first;
+  }
+  return it->second.get();
+}
+
+bool Lowering::absorbedByFlashLoop(const tile::Block &b, size_t index) {
+  const TOp *x = b.ops[index];
+  if (!shared() || (x->kind != OpKind::LoadBox && x->kind != OpKind::Constant) || x->results.size() != 1) return false;
+  for (size_t j = index + 1; j < b.ops.size(); ++j) {
+    const TOp *f = b.ops[j];
+    if (f->kind != OpKind::For) continue;
+    const FlashPlan *p = flashPlan(*f, b);
+    if (!p) continue;
+    if (p->loadQ == x) return true;
+    if (x->kind == OpKind::Constant) {
+      int asInit = 0;
+      for (size_t q = 3; q < f->operands.size(); ++q) asInit += f->operands[q] == x->result();
+      if (asInit > 0 && asInit == uses[x->result()]) return true;
+    }
+  }
+  return false;
+}
+
+void Lowering::copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, Value *dst, int64_t rows, int64_t cols) {
+  TensorInfo &ti = tensor(ld.operands[0]);
+  const auto &box = *ld.attrAs<std::vector<int64_t>>("box");
+  PointerType *globalPtr = PointerType::get(C, 1);
+  Type *i16t = B.getInt16Ty();
+  int rowAxis = -1, colAxis = -1;
+  Value *base = c64(0), *ok0 = B.getTrue();
+  std::vector<Value *> start(box.size());
+  for (size_t d = 0; d < box.size(); ++d) {
+    // The loop's index, a constant (made here: the copy of the next tile runs before the body's
+    // ops), or a value from before the loop (FlashPlan checks).
+    const TValue *sv = ld.operands[1 + d];
+    start[d] = sv == iv                                           ? ivValue
+               : sv->def && sv->def->kind == OpKind::Constant ? constantOf(sv->type.dtype, *sv->def->attr("value"))
+                                                                : get(sv);
+    base = B.CreateAdd(base, B.CreateMul(start[d], ti.strides[d]));
+    if (box[d] > 0) (rowAxis < 0 ? rowAxis : colAxis) = int(d);
+    else ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(start[d], c64(0)), B.CreateICmpSLT(start[d], ti.shape[d])));
+  }
+  Value *rs = ti.strides[size_t(rowAxis)], *cs = ti.strides[size_t(colAxis)];
+  Value *nRows = ti.shape[size_t(rowAxis)], *nCols = ti.shape[size_t(colAxis)];
+  Value *r0 = start[size_t(rowAxis)], *c0 = start[size_t(colAxis)];
+  // cp.async of 16 bytes: unit column stride, and every 8-column chunk of every row 16-byte aligned.
+  Value *fast = B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(ti.data, i64()), c64(15)), c64(0));
+  fast = B.CreateAnd(fast, B.CreateICmpEQ(cs, c64(1)));
+  fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(rs, c64(8)), c64(0)));
+  fast = B.CreateAnd(fast, B.CreateICmpEQ(B.CreateSRem(base, c64(8)), c64(0)));
+  const int64_t perRow = cols / 8, chunks = rows * perRow, rounds = (chunks + threads - 1) / threads;
+  BasicBlock *fastBB = BasicBlock::Create(C, "flash.copy.async", fn), *slowBB = BasicBlock::Create(C, "flash.copy.sync", fn),
+             *done = BasicBlock::Create(C, "flash.copy.end", fn);
+  B.CreateCondBr(fast, fastBB, slowBB);
+  for (int path = 0; path < 2; ++path) {
+    B.SetInsertPoint(path == 0 ? fastBB : slowBB);
+    for (int64_t round = 0; round < rounds; ++round) {
+      auto chunk = [&] {
+        Value *c = B.CreateAdd(tid, c64(round * threads));
+        Value *r = B.CreateUDiv(c, c64(perRow)), *c8 = B.CreateMul(B.CreateURem(c, c64(perRow)), c64(8));
+        // MmaPlan::swizzledOffset(rows, r, c8).
+        Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(c8, c64(64)), c64(3)), B.CreateURem(r, c64(8)));
+        Value *off8 = B.CreateAdd(B.CreateMul(B.CreateUDiv(c8, c64(64)), c64(rows * 128)),
+                                  B.CreateAdd(B.CreateMul(r, c64(128)), B.CreateMul(unit, c64(16))));
+        Value *to = B.CreateInBoundsGEP(i8(), dst, off8);
+        Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c8);
+        Value *rowOk = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, nRows)));
+        Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, rs), B.CreateMul(c8, cs)));
+        if (path == 0) {
+          // min(8, left) elements when the row is inside, none otherwise; cp.async zero-fills the rest.
+          Value *left = B.CreateSub(nCols, gc);
+          Value *n = B.CreateSelect(B.CreateICmpSLT(left, c64(8)), left, c64(8));
+          n = B.CreateSelect(B.CreateAnd(rowOk, B.CreateICmpSGT(n, c64(0))), n, c64(0));
+          Value *src = B.CreateSelect(B.CreateICmpSGT(n, c64(0)), B.CreateInBoundsGEP(i16t, ti.data, off), ti.data);
+          B.CreateIntrinsic(Intrinsic::nvvm_cp_async_cg_shared_global_16_s, {},
+                            {to, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
+          return;
+        }
+        // Element by element in a rolled loop: unrolled, its addresses would be hoisted out of
+        // the main loop and held in registers through it.
+        BasicBlock *pre = B.GetInsertBlock();
+        BasicBlock *eBody = BasicBlock::Create(C, "flash.copy.elem", fn), *eEnd = BasicBlock::Create(C, "flash.copy.elem.end", fn);
+        B.CreateBr(eBody);
+        B.SetInsertPoint(eBody);
+        PHINode *e = B.CreatePHI(i64(), 2);
+        e->addIncoming(c64(0), pre);
+        Value *col = B.CreateAdd(gc, e);
+        Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
+        Value *x = guardedValue(
+            ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, ti.data, B.CreateAdd(off, B.CreateMul(e, cs)))); },
+            B.getInt16(0));
+        B.CreateStore(x, B.CreateInBoundsGEP(i16t, to, e));
+        Value *en = B.CreateAdd(e, c64(1));
+        e->addIncoming(en, B.GetInsertBlock());
+        markRolled(B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd));
+        B.SetInsertPoint(eEnd);
+      };
+      if ((round + 1) * threads <= chunks) chunk();
+      else ifThen(B.CreateICmpULT(B.CreateAdd(tid, c64(round * threads)), c64(chunks)), chunk);
+    }
+    B.CreateBr(done);
+  }
+  B.SetInsertPoint(done);
+}
+
+bool Lowering::lowerFlashLoop(const TOp &op) {
+  if (!shared() || !curBlock) return false;
+  const FlashPlan *pp = flashPlan(op, *curBlock);
+  if (!pp) return false;
+  const FlashPlan &p = *pp;
+  const tile::Block &body = *op.regions[0];
+  const TValue *iv = body.args[0];
+  const int64_t step = *op.operands[2]->def->attrAs<int64_t>("value");
+  const size_t nc = op.operands.size() - 3;
+  PointerType *sharedPtr = PointerType::get(C, 3);
+
+  // The loop's tile results go to tile buffers for the ops after it; the ring follows them.
+  std::vector<Value *> outBufs(nc, nullptr);
+  for (size_t q = 0; q < nc; ++q)
+    if (!op.results[q]->type.isScalar()) outBufs[q] = alloc(op.results[q]->type);
+  Value *ring;
+  {
+    IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+    ring = T.tileBuffer(ab, uint64_t(p.sharedBytes() + 16));
+  }
+  if (!ring) fail(F, "an attention loop without shared memory");
+  Value *ringS = B.CreateAddrSpaceCast(ring, sharedPtr);
+  {
+    // The swizzle is a function of address bits 4-9: the tiles start on 1024-byte boundaries.
+    Value *addr = B.CreatePtrToInt(ringS, i64());
+    ringS = B.CreateInBoundsGEP(i8(), ringS, B.CreateAnd(B.CreateNeg(addr), c64(MmaPlan::kSwizzleAtom - 1)));
+  }
+  auto kStage = [&](Value *s) {
+    return B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(p.qBytes()), B.CreateMul(s, c64(p.kBytes() + p.vBytes()))));
+  };
+  auto vStage = [&](Value *s) { return B.CreateInBoundsGEP(i8(), kStage(s), c64(p.kBytes())); };
+
+  Value *lane = B.CreateAnd(tid, c64(31)), *warp = B.CreateLShr(tid, c64(5));
+  Value *g = B.CreateLShr(lane, c64(2)), *t4 = B.CreateAnd(lane, c64(3));
+  Value *row0 = B.CreateAdd(B.CreateMul(warp, c64(16)), g);
+  auto rowOf = [&](int64_t q2) { return B.CreateAdd(row0, c64(8 * q2)); };
+  auto colOf = [&](int64_t j, int64_t e) { return B.CreateAdd(B.CreateMul(t4, c64(2)), c64(8 * j + e)); };
+  auto need = [&](Value *v) {
+    if (!v) fail(F, "an attention loop's value read in a layout it does not broadcast to");
+    return v;
+  };
+  auto materialize = [&](const Regs &x, Frag want, int64_t w) {
+    Regs y;
+    y.kind = want;
+    for (int64_t r = 0; r < regCount(want, w); ++r) y.r.push_back(need(at(x, want, r)));
+    return y;
+  };
+
+  // ---- the carried values' first registers ----
+  T.barrier(B); // the initial tiles were written by the ops before
+  std::vector<Value *> carried0;
+  std::vector<Frag> carriedKind(nc);
+  std::vector<int64_t> carriedWidth(nc);
+  for (size_t q = 0; q < nc; ++q) {
+    const TValue *init = op.operands[3 + q];
+    const Frag k = p.frag.at(body.args[1 + q]);
+    const int64_t w = widthOf(init->type);
+    carriedKind[q] = k;
+    carriedWidth[q] = w;
+    Regs x;
+    if (init->type.isScalar()) {
+      x.r = {get(init)};
+    } else if (init->def && init->def->kind == OpKind::Constant) {
+      // A splat (absorbedByFlashLoop left it unmade when the loop is its only reader).
+      x.r = {constantOf(init->type.dtype, *init->def->attr("value"))};
+    } else {
+      Value *buf = get(init);
+      x.kind = k;
+      for (int64_t r = 0; r < regCount(k, w); ++r) {
+        Value *i = k == Frag::Full ? B.CreateAdd(B.CreateMul(rowOf((r % 4) / 2), c64(w)), colOf(r / 4, r % 2))
+                   : k == Frag::Rows ? rowOf(r)
+                   : k == Frag::Cols ? colOf(r / 2, r % 2)
+                                     : c64(0);
+        x.r.push_back(loadElem(buf, init->type.dtype, i));
+      }
+    }
+    Regs m = materialize(x, k, w);
+    carried0.insert(carried0.end(), m.r.begin(), m.r.end());
+  }
+
+  // ---- the copies: by TMA into mbarrier-tracked stages where the launcher made maps of Q, K
+  // and V, by cp.async otherwise (the loop is emitted once for each way) ----
+  Value *lo = get(op.operands[0]), *hi = get(op.operands[1]);
+  Value *span = B.CreateSub(hi, lo);
+  Value *n = B.CreateSelect(B.CreateICmpSGT(span, c64(0)), B.CreateSDiv(B.CreateAdd(span, c64(step - 1)), c64(step)), c64(0));
+  auto commit = [&] { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_commit_group, {}, {}); };
+  auto waitAll = [&] { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_wait_group, {}, {B.getInt32(0)}); };
+  const TOp *loads[3] = {p.loadQ, p.loadK, p.loadV};
+  int slots[3] = {-1, -1, -1};
+  bool tmaOk = true;
+  for (int o = 0; o < 3 && tmaOk; ++o) {
+    const TValue *t = loads[o]->operands[0];
+    auto pit = std::find(F.params.begin(), F.params.end(), t);
+    if (pit == F.params.end() || t->type.rank > 5) { tmaOk = false; break; }
+    rt::TensorMapSpec spec;
+    spec.param = int(pit - F.params.begin());
+    spec.box = *loads[o]->attrAs<std::vector<int64_t>>("box");
+    int row = -1, col = -1;
+    for (size_t d = 0; d < spec.box.size(); ++d)
+      if (spec.box[d] > 0) (row < 0 ? row : col) = int(d);
+    spec.inner = {col}; // Q and K K-major, V N-major: their last box axis contiguous
+    slots[o] = T.tensorMapSlot(spec);
+    tmaOk = slots[o] >= 0;
+  }
+  Value *args = tmaOk ? T.kernelArgs(B, fn) : nullptr;
+  Value *present = B.getFalse();
+  Value *maps[3] = {nullptr, nullptr, nullptr};
+  if (tmaOk) {
+    present = B.getTrue();
+    for (int o = 0; o < 3; ++o) {
+      const TValue *t = loads[o]->operands[0];
+      const int64_t param = std::find(F.params.begin(), F.params.end(), t) - F.params.begin();
+      maps[o] = B.CreatePtrToInt(
+          B.CreateInBoundsGEP(i8(), args, c64(int64_t(rt::tensorMapOffset(F.params.size())) + slots[o] * int64_t(rt::kTensorMapBytes))), i64());
+      Value *flag = B.CreateLoad(i64(), B.CreateInBoundsGEP(i8(), args, c64(param * int64_t(sizeof(rt::KernelArg)) + int64_t(offsetof(rt::KernelArg, i)))));
+      present = B.CreateAnd(present, B.CreateICmpNE(B.CreateAnd(flag, c64(rt::kTensorMapPresent)), c64(0)));
+    }
+  }
+  // The stages' mbarriers (TMA), after the tiles: full[0], full[1].
+  Value *bars = B.CreateInBoundsGEP(i8(), ringS, c64(p.sharedBytes() - 1024));
+  auto full = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(s, c64(8))); };
+  if (tmaOk) {
+    ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(0))), [&] {
+      for (int s2 = 0; s2 < 2; ++s2) mma::mbarrierInit(B, full(c64(s2)), 1);
+      mma::ptx(B, "fence.mbarrier_init.release.cluster;");
+    });
+    T.barrier(B);
+  }
+  // One TMA copy per 64 columns of the box `o` (row start `r0`: the loop's index for K and V)
+  // into `dst`, completing `bar`'s transactions (MmaWarpSpecialized.cpp's copies).
+  auto tmaBox = [&](int o, Value *ivValue, Value *dst, Value *bar) {
+    const TOp &ld = *loads[o];
+    const auto &box = *ld.attrAs<std::vector<int64_t>>("box");
+    int row = -1, col = -1;
+    for (size_t d = 0; d < box.size(); ++d)
+      if (box[d] > 0) (row < 0 ? row : col) = int(d);
+    auto start = [&](size_t d) {
+      const TValue *sv = ld.operands[1 + d];
+      return sv == iv && ivValue ? ivValue
+             : sv->def && sv->def->kind == OpKind::Constant ? constantOf(sv->type.dtype, *sv->def->attr("value"))
+                                                             : get(sv);
+    };
+    for (int64_t c = 0; c < box[size_t(col)] / 64; ++c) {
+      std::vector<Value *> coords{B.CreateAdd(start(size_t(col)), c64(64 * c)), start(size_t(row))};
+      for (size_t d = 0; d < box.size(); ++d)
+        if (int(d) != row && int(d) != col) coords.push_back(start(d));
+      mma::tensorCopy(B, B.CreateInBoundsGEP(i8(), dst, c64(c * box[size_t(row)] * 128)), maps[o], coords, bar);
+    }
+  };
+  auto issue = [&](bool tma, Value *j, Value *stage) {
+    Value *k0 = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
+    if (tma) {
+      ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
+        mma::mbarrierArriveExpectTx(B, full(stage), p.kBytes() + p.vBytes());
+        tmaBox(1, k0, kStage(stage), full(stage));
+        tmaBox(2, k0, vStage(stage), full(stage));
+      });
+      return;
+    }
+    copyBoxSwizzled(*p.loadK, iv, k0, kStage(stage), p.BN, p.Dk);
+    copyBoxSwizzled(*p.loadV, iv, k0, vStage(stage), p.BN, p.Dv);
+  };
+
+  MmaPlan sPlan; // S = Q K^T as wgmmaKTile sees it: A [BM, Dk] K-major, B K-major [BN lines of Dk]
+  sPlan.BM = p.BM;
+  sPlan.BN = p.BN;
+  sPlan.BK = p.Dk;
+  sPlan.dtype = p.dtype;
+  sPlan.wgmma = true;
+
+  auto mainLoop = [&](bool tma) -> std::vector<Value *> {
+    // Q once, with tile 0 of K and V.
+    if (tma) {
+      ifThen(B.CreateAnd(B.CreateICmpSGT(n, c64(0)), B.CreateICmpEQ(tid, c64(0))), [&] {
+        mma::mbarrierArriveExpectTx(B, full(c64(0)), p.qBytes() + p.kBytes() + p.vBytes());
+        tmaBox(0, nullptr, ringS, full(c64(0)));
+        tmaBox(1, lo, kStage(c64(0)), full(c64(0)));
+        tmaBox(2, lo, vStage(c64(0)), full(c64(0)));
+      });
+    } else {
+      copyBoxSwizzled(*p.loadQ, nullptr, nullptr, ringS, p.BM, p.Dk);
+      ifThen(B.CreateICmpSGT(n, c64(0)), [&] { issue(false, c64(0), c64(0)); });
+      commit();
+    }
+    return countedLoop(n, carried0, tma ? "flash.tma" : "flash", [&](Value *j, std::vector<Value *> cur) {
+    // Tile j has landed, and every warp is done with tile j-1 (whose stage the next copies fill).
+    if (tma) {
+      mma::mbarrierWait(B, full(B.CreateURem(j, c64(2))), B.CreateAnd(B.CreateLShr(j, c64(1)), c64(1)));
+    } else {
+      waitAll();
+      mma::ptx(B, "fence.proxy.async.shared::cta;");
+    }
+    T.barrier(B);
+    Value *next = B.CreateAdd(j, c64(1));
+    ifThen(B.CreateICmpSLT(next, n), [&] { issue(tma, next, B.CreateURem(next, c64(2))); });
+    if (!tma) commit();
+    Value *stage = B.CreateURem(j, c64(2));
+
+    std::unordered_map<const TValue *, Regs> R;
+    R[iv].r = {B.CreateAdd(lo, B.CreateMul(j, c64(step)))};
+    {
+      size_t at0 = 0;
+      for (size_t q = 0; q < nc; ++q) {
+        Regs x;
+        x.kind = carriedKind[q];
+        const int64_t cnt = regCount(x.kind, carriedWidth[q]);
+        x.r.assign(cur.begin() + long(at0), cur.begin() + long(at0 + size_t(cnt)));
+        at0 += size_t(cnt);
+        R[body.args[1 + q]] = x;
+      }
+    }
+    auto val = [&](const TValue *v) -> const Regs & {
+      auto it = R.find(v);
+      if (it == R.end()) {
+        if (!v->type.isScalar()) fail(F, "a tile from outside an attention loop");
+        Regs x;
+        x.r = {get(v)};
+        it = R.emplace(v, x).first;
+      }
+      return it->second;
+    };
+    // O += P V from P's registers (the A fragments of each k16 step), accumulating into `acc`.
+    auto productPV = [&](const Regs &pr, std::vector<Value *> acc) {
+      std::vector<std::array<Value *, 4>> frags(size_t(p.BN / 16));
+      auto pack = [&](Value *lo2, Value *hi2) {
+        if (p.dtype == DType::BF16) {
+          // The registers hold values already rounded to bf16: their top halves are the bits.
+          Value *l = B.CreateLShr(B.CreateBitCast(lo2, i32()), B.getInt32(16));
+          Value *h = B.CreateAnd(B.CreateBitCast(hi2, i32()), B.getInt32(0xFFFF0000u));
+          return B.CreateOr(l, h);
+        }
+        Value *l = B.CreateZExt(B.CreateBitCast(B.CreateFPTrunc(lo2, B.getHalfTy()), B.getInt16Ty()), i32());
+        Value *h = B.CreateZExt(B.CreateBitCast(B.CreateFPTrunc(hi2, B.getHalfTy()), B.getInt16Ty()), i32());
+        return B.CreateOr(l, B.CreateShl(h, B.getInt32(16)));
+      };
+      std::vector<Value *> aRegs;
+      for (int64_t kk = 0; kk < p.BN / 16; ++kk)
+        for (int half = 0; half < 2; ++half) {
+          const int64_t jj = 2 * kk + half;
+          frags[size_t(kk)][size_t(2 * half)] = pack(at(pr, Frag::Full, 4 * jj), at(pr, Frag::Full, 4 * jj + 1));
+          frags[size_t(kk)][size_t(2 * half + 1)] = pack(at(pr, Frag::Full, 4 * jj + 2), at(pr, Frag::Full, 4 * jj + 3));
+        }
+      for (auto &f4 : frags) aRegs.insert(aRegs.end(), f4.begin(), f4.end());
+      mma::fenceOperands(B, acc, aRegs);
+      acc = mma::wgmmaRegisterA(B, p.dtype, p.Dv, p.BN, aRegs, vStage(stage), acc);
+      mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+      return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+    };
+
+    for (const TOp *o : body.ops) {
+      if (o->kind == OpKind::Yield) break;
+      if (o == p.loadK || o == p.loadV || o == p.transposeK) continue;
+      const TType &rt = o->result()->type;
+      const Frag rk = rt.isScalar() ? Frag::Uniform : p.frag.at(o->result());
+      const int64_t w = widthOf(rt);
+      Regs out;
+      out.kind = rk;
+      if (o == p.dotS) {
+        std::vector<Value *> acc(size_t(p.BN / 2), cf(f32(), 0.0));
+        acc = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", acc, {}, "");
+        acc = mma::wgmmaKTile(B, sPlan, ringS, kStage(stage), warp, /*kMajorB=*/true, acc);
+        mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+        out.r = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+      } else if (o == p.dotO) {
+        if (p.addO) continue; // made at the add, into its other operand's registers
+        std::vector<Value *> acc(size_t(p.Dv / 2), cf(f32(), 0.0));
+        if (o->operands.size() == 3) acc = materialize(val(o->operands[2]), Frag::Full, p.Dv).r;
+        out.r = productPV(val(o->operands[0]), acc);
+      } else if (o == p.addO) {
+        const TValue *other = o->operands[0] == p.dotO->result() ? o->operands[1] : o->operands[0];
+        out.r = productPV(val(p.dotO->operands[0]), materialize(val(other), Frag::Full, p.Dv).r);
+      } else if (rt.isScalar() && !tile::isElementwise(o->kind) && o->kind != OpKind::Constant) {
+        dispatch(*o); // program and tensor queries
+        out.r = {get(o->result())};
+      } else {
+        switch (o->kind) {
+        case OpKind::Constant:
+          out.kind = Frag::Uniform;
+          out.r = {constantOf(rt.dtype, *o->attr("value"))};
+          break;
+        case OpKind::Arange:
+          for (int64_t r = 0; r < regCount(rk, w); ++r) {
+            Value *i = rk == Frag::Rows ? rowOf(r) : colOf(r / 2, r % 2);
+            out.r.push_back(B.CreateSExtOrTrunc(i, ctype(rt.dtype)));
+          }
+          break;
+        case OpKind::Broadcast:
+        case OpKind::ExpandDims:
+        case OpKind::Reshape: out = val(o->operands[0]); break;
+        case OpKind::ReduceSum:
+        case OpKind::ReduceMax:
+        case OpKind::ReduceMin: {
+          const Regs &x = val(o->operands[0]);
+          const DType d = o->operands[0]->type.dtype;
+          const int64_t W = widthOf(o->operands[0]->type);
+          out.kind = Frag::Rows;
+          for (int64_t q2 = 0; q2 < 2; ++q2) {
+            Value *a = nullptr;
+            for (int64_t jj = 0; jj < W / 8; ++jj)
+              for (int64_t e = 0; e < 2; ++e) {
+                Value *y = need(at(x, Frag::Full, 4 * jj + 2 * q2 + e));
+                a = a ? reduceCombine(o->kind, d, a, y, true) : y;
+              }
+            // The four lanes of a row: lanes 4g .. 4g+3.
+            for (int m = 1; m <= 2; m *= 2) a = reduceCombine(o->kind, d, a, shuffleXor(a, m), true);
+            out.r.push_back(a);
+          }
+          break;
+        }
+        default: {
+          // Elementwise: each register of the result's kind from the operands' registers.
+          const DType d = o->operands[0]->type.dtype;
+          std::vector<const Regs *> xs;
+          for (const TValue *v : o->operands) xs.push_back(&val(v));
+          const auto *dt = o->kind == OpKind::Cast ? o->attrAs<ir::DTypeAttr>("dtype") : nullptr;
+          for (int64_t r = 0; r < regCount(rk, w); ++r) {
+            std::vector<Value *> a;
+            for (const Regs *x : xs) a.push_back(need(at(*x, rk, r)));
+            Value *y;
+            switch (tile::opClass(o->kind)) {
+            case tile::OpClass::Unary: y = unary(*o, d, a[0]); break;
+            case tile::OpClass::Binary: y = binary(o->kind, d, a[0], a[1]); break;
+            case tile::OpClass::Compare: y = compare(o->kind, d, a[0], a[1]); break;
+            case tile::OpClass::Select: y = B.CreateSelect(a[0], a[1], a[2]); break;
+            default:
+              if (!dt) fail(F, "an op of an attention loop without a register lowering");
+              y = convert(a[0], d, dt->dtype, dt->policies.saturate);
+              break;
+            }
+            out.r.push_back(y);
+          }
+          break;
+        }
+        }
+      }
+      R[o->result()] = out;
+    }
+    std::vector<Value *> next2;
+    const TOp *y = body.ops.back();
+    for (size_t q = 0; q < nc; ++q) {
+      Regs m = materialize(val(y->operands[q]), carriedKind[q], carriedWidth[q]);
+      next2.insert(next2.end(), m.r.begin(), m.r.end());
+    }
+    return next2;
+  });
+  };
+  std::vector<Value *> fin;
+  if (!tmaOk) {
+    fin = mainLoop(false);
+  } else {
+    BasicBlock *withMaps = BasicBlock::Create(C, "flash.maps", fn), *without = BasicBlock::Create(C, "flash.nomaps", fn),
+               *merged = BasicBlock::Create(C, "flash.merge", fn);
+    B.CreateCondBr(present, withMaps, without);
+    std::vector<Value *> outs[2];
+    BasicBlock *ends[2];
+    for (int q = 0; q < 2; ++q) {
+      B.SetInsertPoint(q == 0 ? withMaps : without);
+      outs[q] = mainLoop(true);
+      ends[q] = B.GetInsertBlock();
+      B.CreateBr(merged);
+    }
+    B.SetInsertPoint(merged);
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      PHINode *ph = B.CreatePHI(outs[0][i]->getType(), 2);
+      ph->addIncoming(outs[0][i], ends[0]);
+      ph->addIncoming(outs[1][i], ends[1]);
+      fin.push_back(ph);
+    }
+  }
+  waitAll();
+  T.barrier(B);
+  if (tmaOk) {
+    // The ring becomes tile memory again: its mbarriers are invalidated first (PTX ISA §9.7.13.15.6).
+    ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(0))), [&] {
+      for (int s2 = 0; s2 < 2; ++s2) B.CreateIntrinsic(Intrinsic::nvvm_mbarrier_inval_shared, {}, {full(c64(s2))});
+    });
+    T.barrier(B);
+  }
+  T.releaseTileBuffer(ring);
+
+  // ---- the results: to tile buffers for the ops after the loop ----
+  size_t at0 = 0;
+  for (size_t q = 0; q < nc; ++q) {
+    const TValue *res = op.results[q];
+    const Frag k = carriedKind[q];
+    const int64_t w = carriedWidth[q], cnt = regCount(k, w);
+    std::vector<Value *> regs(fin.begin() + long(at0), fin.begin() + long(at0 + size_t(cnt)));
+    at0 += size_t(cnt);
+    if (res->type.isScalar()) {
+      set(res, regs[0]);
+      continue;
+    }
+    Value *buf = outBufs[q];
+    const DType d = res->type.dtype;
+    if (k == Frag::Uniform) {
+      loopN(res->type.numElements(), [&](Value *i) { storeElem(buf, d, i, regs[0]); });
+    } else {
+      for (int64_t r = 0; r < cnt; ++r) {
+        if (k == Frag::Full) {
+          storeElem(buf, d, B.CreateAdd(B.CreateMul(rowOf((r % 4) / 2), c64(w)), colOf(r / 4, r % 2)), regs[size_t(r)]);
+        } else if (k == Frag::Rows) {
+          ifThen(B.CreateICmpEQ(t4, c64(0)), [&] { storeElem(buf, d, rowOf(r), regs[size_t(r)]); });
+        } else {
+          ifThen(B.CreateICmpULT(tid, c64(4)), [&] { storeElem(buf, d, colOf(r / 2, r % 2), regs[size_t(r)]); });
+        }
+      }
+    }
+    set(res, buf);
+  }
+  T.barrier(B);
+  return true;
+}
+
+} // namespace tsr::codegen::lower
