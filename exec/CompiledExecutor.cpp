@@ -501,9 +501,10 @@ struct Checks {
   void raise(const ir::Module &m, const ir::Graph &g) const {
     for (size_t i = 0; i < ops.size(); ++i)
       if (static_cast<const Tensor &>(counts).data<int64_t>()[i] != 0)
-        throw EvalError(whereOf(m, g, *ops[i]), describe(*ops[i]) + ": " +
-                                                    (ops[i]->kind == OpKind::Pow ? "integer 0 raised to a negative power"
-                                                                                 : "integer division by zero"));
+        throw ir::ProgramEvalError(whereOf(m, g, *ops[i]), describe(*ops[i]),
+                                   ops[i]->kind == OpKind::Pow   ? "integer 0 raised to a negative power"
+                                   : ops[i]->kind == OpKind::Mod ? "integer modulo by zero"
+                                                                 : "integer division by zero");
   }
 };
 
@@ -603,6 +604,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     std::vector<Tensor> res;
     try {
       res = ir::evaluate(m, sub, args, kernels, sizes);
+    } catch (const ir::ProgramEvalError &e) {
+      // (the same, keeping it the program's error)
+      if (e.where().rfind("graph @", 0) == 0) throw ir::ProgramCheckError(e.message(), {}, whereOf(m, g, anchor));
+      throw;
     } catch (const EvalError &e) {
       // Without a location, the subgraph's name would stand for the op's.
       if (e.where().rfind("graph @", 0) == 0) throw EvalError(whereOf(m, g, anchor), e.problem());
@@ -753,7 +758,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         for (size_t s = 0; s < stages.size(); ++s) {
           const ReduceStage &rs = stages[s];
           if (extreme && rs.iter[size_t(rs.axis)] == 0 && numelOf(rs.out) > 0)
-            throw OpFailure{std::string(ir::opSpelling(op.kind)) + " over an empty axis has no value"};
+            throw OpFailure{std::string(ir::opSpelling(op.kind)) + " over an empty axis has no value", true};
           Tensor out = I.allocate(rs.out, rs.last ? op.result()->type.dtype : carry);
           std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
           if (s == 0) for (const Value *in : st.inputs) args.push_back(I.arg(inputView(in)));

@@ -353,6 +353,8 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
     outs = exec.run(graphs, *g, ins);
   } catch (const ir::ProgramCheckError &e) {
     failCheck(e, at);
+  } catch (const ir::ProgramEvalError &e) {
+    failCheck(ir::ProgramCheckError(e.message(), {}, e.where()), at);
   } catch (std::exception &err) {
     fail(err.what(), at, 3);
   }

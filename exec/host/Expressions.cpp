@@ -2,6 +2,8 @@
 // and attributes.
 #include "exec/host/InterpreterImpl.h"
 
+#include <algorithm>
+
 namespace tsr::host {
 
 const sema::ModuleInfo &Interpreter::Impl::moduleOf(const std::shared_ptr<Env> &env) {
@@ -189,7 +191,8 @@ ValueRef Interpreter::Impl::binary(BinOp op, const ValueRef &l, const ValueRef &
     case BinOp::Sub: return integer(a - b);
     case BinOp::Mul: return integer(a * b);
     case BinOp::FloorDiv: case BinOp::Mod: {
-      if (b == 0) fail("integer division by zero", at);
+      if (b == 0) fail(op == BinOp::FloorDiv ? "integer division by zero" : "integer modulo by zero", at);
+      if (b == -1) return integer(op == BinOp::FloorDiv ? int64_t(0 - uint64_t(a)) : 0); // (i64 min / -1 traps)
       int64_t q = a / b, m = a % b;
       if (m != 0 && ((m < 0) != (b < 0))) { --q; m += b; }
       return integer(op == BinOp::FloorDiv ? q : m);
@@ -197,8 +200,10 @@ ValueRef Interpreter::Impl::binary(BinOp op, const ValueRef &l, const ValueRef &
     case BinOp::BitAnd: return integer(a & b);
     case BinOp::BitOr: return integer(a | b);
     case BinOp::BitXor: return integer(a ^ b);
-    case BinOp::LShift: return integer(a << b);
-    case BinOp::RShift: return integer(a >> b);
+    case BinOp::LShift: case BinOp::RShift:
+      if (b < 0) fail("negative shift count", at);
+      if (op == BinOp::LShift) return integer(b >= 64 ? 0 : int64_t(uint64_t(a) << b)); // (i64 wraps)
+      return integer(a >> std::min<int64_t>(b, 63));
     default: break;
     }
   }
@@ -212,13 +217,19 @@ ValueRef Interpreter::Impl::binary(BinOp op, const ValueRef &l, const ValueRef &
     return floating(a / b);
   case BinOp::Pow:
     if (!fl && inum(r) >= 0) {
-      int64_t p = 1;
-      for (int64_t i = 0; i < inum(r); ++i) p *= inum(l);
-      return integer(p);
+      uint64_t p = 1, x = uint64_t(inum(l)); // (by squaring; i64 wraps)
+      for (uint64_t e = uint64_t(inum(r)); e != 0; e >>= 1, x *= x)
+        if (e & 1) p *= x;
+      return integer(int64_t(p));
     }
+    if (a == 0 && b < 0) fail("0.0 cannot be raised to a negative power", at);
     return floating(std::pow(a, b));
-  case BinOp::FloorDiv: return floating(std::floor(a / b));
-  case BinOp::Mod: return floating(a - std::floor(a / b) * b);
+  case BinOp::FloorDiv:
+    if (b == 0) fail("float floor division by zero", at); // (Python's ZeroDivisionError)
+    return floating(std::floor(a / b));
+  case BinOp::Mod:
+    if (b == 0) fail("float modulo by zero", at);
+    return floating(a - std::floor(a / b) * b);
   default: fail("operator `" + std::string(spelling(op)) + "` cannot be applied to floats", at);
   }
 }

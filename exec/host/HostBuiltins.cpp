@@ -381,7 +381,7 @@ ValueRef load(HostCall &c) {
     for (auto &[k, t] : l.dict) d.dict.push_back({k, tensor(t)});
     return mk(d);
   } catch (std::exception &e) {
-    c.fail(e.what(), 3); // a missing or malformed file is a run-time error (exit 3)
+    c.fail(e.what()); // a missing or malformed file is the program's error (exit 1), not the device's
   }
 }
 
@@ -401,7 +401,7 @@ ValueRef save(HostCall &c) {
     if (v->k == K::Tensor) rt::save(path->s, v->t);
     else rt::save(path->s, named);
   } catch (std::exception &e) {
-    c.fail(e.what(), 3);
+    c.fail(e.what());
   }
   return none();
 }
@@ -415,7 +415,7 @@ ValueRef loadCsv(HostCall &c) {
   try {
     return tensor(rt::loadCsv(path->s, dt, delim));
   } catch (std::exception &e) {
-    c.fail(e.what(), 3);
+    c.fail(e.what());
   }
 }
 
@@ -426,7 +426,7 @@ ValueRef writeText(HostCall &c) {
   bool ok = f && std::fwrite(text->s.data(), 1, text->s.size(), f) == text->s.size();
   int err = errno;
   if (f && std::fclose(f) != 0 && ok) { ok = false; err = errno; }
-  if (!ok) c.fail("cannot write `" + path->s + "`: " + std::strerror(err), 3);
+  if (!ok) c.fail("cannot write `" + path->s + "`: " + std::strerror(err));
   return none();
 }
 

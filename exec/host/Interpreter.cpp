@@ -149,6 +149,8 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
     outs = exec.run(graphs, *g, ins);
   } catch (const ir::ProgramCheckError &err) {
     failCheck(err, e->range);
+  } catch (const ir::ProgramEvalError &err) {
+    failCheck(ir::ProgramCheckError(err.message(), {}, err.where()), e->range);
   } catch (std::exception &err) {
     fail(err.what(), e->range, 3);
   }
@@ -331,11 +333,15 @@ void Interpreter::Impl::failCheck(const ir::ProgramCheckError &e, SourceRange at
     const size_t c2 = e.where.rfind(':'), c1 = c2 == std::string::npos ? c2 : e.where.rfind(':', c2 - 1);
     if (c1 != std::string::npos) {
       const std::string path = e.where.substr(0, c1);
+      // (the IR names the stdlib's files `stdlib/...`, ir/lower/LowerGraph.cpp's irSourcePoint)
+      std::string stdPath;
+      if (path.rfind("stdlib/", 0) == 0 && !P.options.stdlibDir.empty())
+        stdPath = P.options.stdlibDir + (P.options.stdlibDir.back() == '/' ? "" : "/") + path.substr(7);
       const uint32_t line = uint32_t(std::stoul(e.where.substr(c1 + 1, c2 - c1 - 1)));
       const uint32_t col = uint32_t(std::stoul(e.where.substr(c2 + 1)));
       for (FileId id = 1; P.sm.has(id); ++id) {
         const SourceFile &f = P.sm.file(id);
-        if (f.path() != path || line < 1 || line > f.lineCount()) continue;
+        if ((f.path() != path && (stdPath.empty() || f.path() != stdPath)) || line < 1 || line > f.lineCount()) continue;
         const uint32_t off = f.lineStart(line) + (col > 0 ? col - 1 : 0);
         r.range = SourceRange{id, off, off + 1};
         break;

@@ -117,9 +117,9 @@ struct Interpreter::Impl {
   }
 
   [[noreturn]] void fail(const std::string &m, SourceRange r, int code = 1) { throw RuntimeError{m, r, code}; }
-  // A check of the running program's compiled code that failed (debug mode): the program's
-  // error at the place it names, with a note at the launch or call that ran it (`at`), where that
-  // is another place.
+  // The program's own error found as it ran (a check of its compiled code that failed, debug
+  // mode's or an integer division by zero): exit 1 at the place it names, with a note at the
+  // launch or call that ran it (`at`), where that is another place.
   [[noreturn]] void failCheck(const ir::ProgramCheckError &e, SourceRange at);
 
   // ---- values and types -------------------------------------------------------------------

@@ -31,8 +31,10 @@ using Shape = std::vector<int64_t>;
 // The failure of one op; the op loop turns it into an EvalError with the op's location.
 struct OpFailure {
   std::string message;
+  bool programError = false; // the program's own error (ProgramEvalError), not the evaluator's
 };
 [[noreturn]] void fail(std::string message) { throw OpFailure{std::move(message)}; }
+[[noreturn]] void failProgram(std::string message) { throw OpFailure{std::move(message), true}; }
 
 std::string shapeText(const Shape &s) { return rt::formatShape(s); }
 std::string dtypeText(DType t) { return std::string(dtypeName(t)); }
@@ -443,7 +445,7 @@ int64_t intPow(int64_t x, int64_t y) {
   if (y < 0) {
     if (x == 1) return 1;
     if (x == -1) return (y & 1) ? -1 : 1;
-    if (x == 0) fail("integer 0 raised to a negative power");
+    if (x == 0) failProgram("integer 0 raised to a negative power");
     return 0;
   }
   int64_t r = 1, b = x;
@@ -462,7 +464,7 @@ int64_t binaryI64(OpKind k, int64_t x, int64_t y) {
   case OpKind::Mul: return wrapMul(x, y);
   case OpKind::FloorDiv: {
     // Python's floor division; i64 min // -1 wraps to itself.
-    if (y == 0) fail("integer division by zero");
+    if (y == 0) failProgram("integer division by zero");
     if (x == kMin && y == -1) return kMin;
     int64_t q = x / y;
     if (x % y != 0 && ((x < 0) != (y < 0))) --q;
@@ -470,7 +472,7 @@ int64_t binaryI64(OpKind k, int64_t x, int64_t y) {
   }
   case OpKind::Mod: {
     // Python's `%`: the sign of the divisor.
-    if (y == 0) fail("integer modulo by zero");
+    if (y == 0) failProgram("integer modulo by zero");
     if (y == -1) return 0;
     int64_t r = x % y;
     if (r != 0 && ((r < 0) != (y < 0))) r += y;
@@ -538,6 +540,7 @@ public:
         for (size_t r = 0; r < out.size(); ++r) checkResult(*op.results[r], out[r]);
         for (size_t r = 0; r < out.size(); ++r) values_[op.results[r]] = std::move(out[r]);
       } catch (const OpFailure &f) {
+        if (f.programError) throw ProgramEvalError(where(op), describe(op), f.message);
         throw EvalError(where(op), describe(op) + ": " + f.message);
       } catch (const EvalError &) {
         throw;
@@ -782,7 +785,7 @@ private:
     const OpKind k = op.kind;
     const bool arg = k == OpKind::ArgMax || k == OpKind::ArgMin;
     if ((arg || k == OpKind::ReduceMax || k == OpKind::ReduceMin) && inner == 0 && outer > 0)
-      fail(std::string(opSpelling(k)) + " over an empty axis has no value");
+      failProgram(std::string(opSpelling(k)) + " over an empty axis has no value");
     const bool floats = isFloat(x.dtype());
 
     if (arg) {
@@ -1014,7 +1017,7 @@ private:
     const int64_t n = x.shape()[ax];
     for (size_t i = 0; i < src.size(); ++i) {
       if (iv[i] < 0 || iv[i] >= n)
-        fail("index " + std::to_string(iv[i]) + " is out of range for axis " + std::to_string(ax) + " of size " + std::to_string(n));
+        failProgram("index " + std::to_string(iv[i]) + " is out of range for axis " + std::to_string(ax) + " of size " + std::to_string(n));
       src[i] += iv[i] * axisStride;
     }
     return gatherElements(x, indices.shape(), src);
@@ -1038,7 +1041,7 @@ private:
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i : iv) {
         int64_t j = i < 0 ? i + n : i;
-        if (j < 0 || j >= n) fail("index " + std::to_string(i) + " is out of range for axis " + std::to_string(ax) + " of size " + std::to_string(n));
+        if (j < 0 || j >= n) failProgram("index " + std::to_string(i) + " is out of range for axis " + std::to_string(ax) + " of size " + std::to_string(n));
         for (int64_t e = 0; e < inner; ++e) src.push_back((o * n + j) * inner + e);
       }
     return gatherElements(x, out, src);

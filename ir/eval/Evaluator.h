@@ -82,6 +82,21 @@ private:
   std::string where_, problem_;
 };
 
+/// An evaluation failure that is the program's own error, not the evaluator's or the device's:
+/// an integer division or modulo by zero, integer 0 raised to a negative power, an index of
+/// gather or take outside its axis, max, min, argmax or argmin over an empty axis. Where a program
+/// runs (`tsr run`) it is reported at the op's line with exit code 1, a user error (spec §13);
+/// what() is EvalError's ("WHERE: OP: PROBLEM"), message() the problem alone.
+class ProgramEvalError : public EvalError {
+public:
+  ProgramEvalError(const std::string &where, const std::string &op, std::string message)
+      : EvalError(where, op + ": " + message), message_(std::move(message)) {}
+  const std::string &message() const { return message_; }
+
+private:
+  std::string message_;
+};
+
 /// Runs the kernels of kernel_call ops (the evaluator has no tile interpreter of its own).
 class KernelRunner {
 public:
