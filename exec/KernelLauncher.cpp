@@ -236,6 +236,12 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   if (!sites.empty()) raiseIndexCheck(k, sites, record);
 }
 
+std::vector<size_t> KernelLauncher::writtenOperands(const ir::Op &op) const {
+  const std::string *callee = op.attrAs<std::string>("callee");
+  if (const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr) return writtenOperands(*k);
+  return ir::KernelRunner::writtenOperands(op);
+}
+
 std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid) const {
   const std::string *callee = op.attrAs<std::string>("callee");
   const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr;

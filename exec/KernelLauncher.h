@@ -56,6 +56,8 @@ public:
   /// Throws LaunchError (lowering), codegen::CodegenError.
   std::vector<rt::Tensor> run(const ir::Op &op, std::vector<rt::Tensor> &operands,
                               const std::vector<int64_t> &grid) const override;
+  /// ir::KernelRunner: writtenOperands(k) of `op`'s kernel (all operands for an unknown callee).
+  std::vector<size_t> writtenOperands(const ir::Op &op) const override;
 
   /// Launches `k` over `grid` (1 to 3 sizes, each >= 0) with `attrs` (ir::launchConfig(k) plus
   /// compile-time arguments by name) on `args`, one per run-time parameter in order, written in

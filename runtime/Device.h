@@ -26,6 +26,8 @@ public:
   /// Copies device -> host after the device work queued before it has finished (so it waits for
   /// that work, and reports its failures).
   virtual void toHost(void *dst, uint64_t src, size_t bytes) = 0;
+  /// Copies device -> device (blocks of allocate), ordered after the device work queued before it.
+  virtual void copyOnDevice(uint64_t dst, uint64_t src, size_t bytes) = 0;
 };
 
 } // namespace tsr::rt

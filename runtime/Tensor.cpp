@@ -277,6 +277,12 @@ void Tensor::fromI64(int64_t i, int64_t v) {
 }
 
 Tensor Tensor::clone() const {
+  // Only a device holds the elements: the copy is made there, never through the host.
+  if (!st_->hostValid && st_->devValid) {
+    Tensor t = emptyOn(*st_->dev, shape_, dtype_, "a copy of a tensor");
+    if (nbytes()) st_->dev->copyOnDevice(t.st_->devPtr, st_->devPtr, nbytes());
+    return t;
+  }
   Tensor t = empty(shape_, dtype_);
   std::memcpy(t.data(), data(), nbytes());
   return t;

@@ -43,6 +43,7 @@ struct Device final : rt::DeviceMemory {
     stream.copyToHost(dst, src, bytes);
     stream.synchronize();
   }
+  void copyOnDevice(uint64_t dst, uint64_t src, size_t bytes) override { stream.copyOnDevice(dst, src, bytes); }
 };
 
 std::mutex devicesMutex;

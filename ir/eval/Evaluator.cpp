@@ -1111,9 +1111,11 @@ private:
     if (!kernels_) fail("kernel `" + name + "` cannot run: no kernel runner");
     std::vector<int64_t> grid;
     for (const Dim &d : dimsAttr(op, "grid")) grid.push_back(dim(d));
-    // Copies, so that a kernel writing its operands leaves the graph's values unchanged.
-    std::vector<Tensor> operands;
-    for (const Tensor &t : in) operands.push_back(t.clone());
+    // Copies of the operands the kernel writes, so that the graph's values stay unchanged (on
+    // the device where only the device holds them: Tensor::clone).
+    std::vector<Tensor> operands(in);
+    for (size_t i : kernels_->writtenOperands(op))
+      if (i < operands.size()) operands[i] = in[i].clone();
     return kernels_->run(op, operands, grid);
   }
 

@@ -108,6 +108,13 @@ public:
   /// kernel's parameters are written); each must have its result type's dtype and shape.
   virtual std::vector<rt::Tensor> run(const Op &op, std::vector<rt::Tensor> &operands,
                                       const std::vector<int64_t> &grid) const = 0;
+  /// The positions among `op`'s operands of those its kernel may write: only they are copied
+  /// before run (the others are passed as the graph holds them). All of them when unknown.
+  virtual std::vector<size_t> writtenOperands(const Op &op) const {
+    std::vector<size_t> all(op.operands.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return all;
+  }
 };
 
 /// A key value: i64 [2] = (k0, k1).

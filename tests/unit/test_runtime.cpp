@@ -994,7 +994,7 @@ namespace {
 struct FakeDevice : tsr::rt::DeviceMemory {
   std::map<uint64_t, std::vector<std::byte>> blocks;
   uint64_t next = 0x1000;
-  int uploads = 0, downloads = 0, live = 0;
+  int uploads = 0, downloads = 0, onDevice = 0, live = 0;
   std::string name() const override { return "fake:0"; }
   uint64_t allocate(size_t bytes, const char *) override {
     blocks[next].resize(bytes);
@@ -1011,6 +1011,10 @@ struct FakeDevice : tsr::rt::DeviceMemory {
   void toHost(void *dst, uint64_t src, size_t n) override {
     ++downloads;
     std::memcpy(dst, blocks.at(src).data(), n);
+  }
+  void copyOnDevice(uint64_t dst, uint64_t src, size_t n) override {
+    ++onDevice;
+    std::memcpy(blocks.at(dst).data(), blocks.at(src).data(), n);
   }
   float *at(uint64_t p) { return reinterpret_cast<float *>(blocks.at(p).data()); }
 };
@@ -1057,6 +1061,24 @@ TEST_CASE("device residency: one upload while the host is not written, one downl
     CHECK(z.device() == nullptr);
     CHECK(z.toF64(2) == 2.5);
     CHECK_THROWS_AS(z.markDeviceWritten(dev), std::logic_error);
+  }
+  CHECK(dev.live == 0);
+  {
+    // A tensor only the device holds is cloned there: nothing crosses the bus.
+    Tensor y = Tensor::emptyOn(dev, {3}, tsr::DType::F32, "y");
+    const uint64_t p = y.deviceAddress(dev, "y");
+    for (int i = 0; i < 3; ++i) dev.at(p)[i] = float(i) + 0.25f;
+    Tensor z = y.clone();
+    CHECK(dev.onDevice == 1);
+    CHECK(dev.downloads == 2);
+    CHECK(dev.uploads == 2);
+    CHECK(z.device() == &dev);
+    CHECK(!z.onHost());
+    const uint64_t q = z.deviceAddress(dev, "z");
+    CHECK(q != p);
+    dev.at(p)[1] = 9.0f; // the copy is its own storage
+    CHECK(z.toF64(1) == 1.25);
+    CHECK(dev.downloads == 3);
   }
   CHECK(dev.live == 0);
 }

@@ -19,6 +19,7 @@
 #include "codegen/llvm/MmaPlan.h"
 #include "codegen/llvm/lower/Mma.h"
 
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 
 #include <algorithm>
@@ -396,9 +397,20 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       return it->second;
     };
     // O += P V from P's registers (the A fragments of each k16 step), accumulating into `acc`.
+    // P's cast is done as its registers are packed into the A fragments (castInRegisters: the
+    // cast's Regs are its f32 operand's), unless the cast saturates or rounds stochastically.
+    const auto *castAttr = p.castP->attrAs<ir::DTypeAttr>("dtype");
+    const bool castInRegisters = castAttr && !castAttr->policies.saturate && !castAttr->policies.stochasticRound;
     auto productPV = [&](const Regs &pr, std::vector<Value *> acc) {
       std::vector<std::array<Value *, 4>> frags(size_t(p.BN / 16));
-      auto pack = [&](Value *lo2, Value *hi2) {
+      auto pack = [&](Value *lo2, Value *hi2) -> Value * {
+        if (castInRegisters) {
+          // cvt.rn.{bf16,f16}x2.f32 d, hi, lo (PTX ISA §9.7.9.21): both rounded to nearest even
+          // and packed in one instruction, `hi` into the upper half.
+          const char *text = p.dtype == DType::BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
+          auto *fty = FunctionType::get(i32(), {f32(), f32()}, false);
+          return B.CreateCall(InlineAsm::get(fty, text, "=r,f,f", false), {hi2, lo2});
+        }
         if (p.dtype == DType::BF16) {
           // The registers hold values already rounded to bf16: their top halves are the bits.
           Value *l = B.CreateLShr(B.CreateBitCast(lo2, i32()), B.getInt32(16));
@@ -442,6 +454,8 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
         std::vector<Value *> acc(size_t(p.Dv / 2), cf(f32(), 0.0));
         if (o->operands.size() == 3) acc = materialize(val(o->operands[2]), Frag::Full, p.Dv).r;
         out.r = productPV(val(o->operands[0]), acc);
+      } else if (o == p.castP && castInRegisters) {
+        out = val(o->operands[0]);
       } else if (o == p.addO) {
         const TValue *other = o->operands[0] == p.dotO->result() ? o->operands[1] : o->operands[0];
         out.r = productPV(val(p.dotO->operands[0]), materialize(val(other), Frag::Full, p.Dv).r);
@@ -470,15 +484,22 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
           const DType d = o->operands[0]->type.dtype;
           const int64_t W = widthOf(o->operands[0]->type);
           out.kind = Frag::Rows;
+          // A row's max or min of floats by maxnum/minnum (one instruction, where `maximum`'s NaN
+          // propagation takes two): a NaN score still reaches the output through exp and the sum.
+          auto combine = [&](Value *a, Value *y) -> Value * {
+            if (isFloat(d) && o->kind == OpKind::ReduceMax) return B.CreateMaxNum(a, y);
+            if (isFloat(d) && o->kind == OpKind::ReduceMin) return B.CreateMinNum(a, y);
+            return reduceCombine(o->kind, d, a, y, true);
+          };
           for (int64_t q2 = 0; q2 < 2; ++q2) {
             Value *a = nullptr;
             for (int64_t jj = 0; jj < W / 8; ++jj)
               for (int64_t e = 0; e < 2; ++e) {
                 Value *y = need(at(x, Frag::Full, 4 * jj + 2 * q2 + e));
-                a = a ? reduceCombine(o->kind, d, a, y, true) : y;
+                a = a ? combine(a, y) : y;
               }
             // The four lanes of a row: lanes 4g .. 4g+3.
-            for (int m = 1; m <= 2; m *= 2) a = reduceCombine(o->kind, d, a, shuffleXor(a, m), true);
+            for (int m = 1; m <= 2; m *= 2) a = combine(a, shuffleXor(a, m));
             out.r.push_back(a);
           }
           break;
@@ -489,12 +510,39 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
           std::vector<const Regs *> xs;
           for (const TValue *v : o->operands) xs.push_back(&val(v));
           const auto *dt = o->kind == OpKind::Cast ? o->attrAs<ir::DTypeAttr>("dtype") : nullptr;
+          // exp of the scores on the special-function unit: 2^(x log2 e) by ex2.approx (relative
+          // error 2^-22 near 0, PTX ISA §9.7.3.20) instead of the ~20 FMA-pipe instructions of
+          // expF32: the probabilities are rounded to 16 bits for the second product, and the
+          // polynomial would cost the loop more issue slots than both products (FlashAttention-3,
+          // §3.1: the exponentials are the loop's bottleneck next to wgmma). exp(s - m), as the
+          // online softmax writes it, takes one FMA: 2^(s log2 e - m log2 e), m log2 e once per row.
+          std::function<Value *(int64_t)> fastExp;
+          Value *L = cf(f32(), 1.4426950408889634);
+          if (o->kind == OpKind::Exp && d == DType::F32) {
+            const TOp *sub = o->operands[0]->def;
+            if (sub && sub->kind == OpKind::Sub && R.count(sub->operands[0]) && R.count(sub->operands[1])) {
+              const Regs *x = &val(sub->operands[0]), *b = &val(sub->operands[1]);
+              fastExp = [this, x, b, L, rk, &need](int64_t r) -> Value * {
+                Value *bL = B.CreateFNeg(B.CreateFMul(need(at(*b, rk, r)), L));
+                Value *arg = B.CreateIntrinsic(Intrinsic::fma, {f32()}, {need(at(*x, rk, r)), L, bL});
+                return B.CreateIntrinsic(Intrinsic::nvvm_ex2_approx_ftz_f, {}, {arg});
+              };
+            } else {
+              const Regs *x = xs[0];
+              fastExp = [this, x, L, rk, &need](int64_t r) -> Value * {
+                Value *arg = B.CreateFMul(need(at(*x, rk, r)), L);
+                return B.CreateIntrinsic(Intrinsic::nvvm_ex2_approx_ftz_f, {}, {arg});
+              };
+            }
+          }
           for (int64_t r = 0; r < regCount(rk, w); ++r) {
             std::vector<Value *> a;
             for (const Regs *x : xs) a.push_back(need(at(*x, rk, r)));
             Value *y;
             switch (tile::opClass(o->kind)) {
-            case tile::OpClass::Unary: y = unary(*o, d, a[0]); break;
+            case tile::OpClass::Unary:
+              y = fastExp ? fastExp(r) : unary(*o, d, a[0]);
+              break;
             case tile::OpClass::Binary: y = binary(o->kind, d, a[0], a[1]); break;
             case tile::OpClass::Compare: y = compare(o->kind, d, a[0], a[1]); break;
             case tile::OpClass::Select: y = B.CreateSelect(a[0], a[1], a[2]); break;
@@ -531,7 +579,7 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     BasicBlock *ends[2];
     for (int q = 0; q < 2; ++q) {
       B.SetInsertPoint(q == 0 ? withMaps : without);
-      outs[q] = mainLoop(true);
+      outs[q] = mainLoop(q == 0);
       ends[q] = B.GetInsertBlock();
       B.CreateBr(merged);
     }

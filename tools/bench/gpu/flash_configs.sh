@@ -34,10 +34,11 @@ PY
     b=4; h=16; [[ $s == 256 ]] && b=32
     out=$(TESSERA_STDLIB="$dir" "$TSR" run tools/bench/gpu/attention.tsr --device cuda --reps "$reps" --rounds "$rounds" \
           --b $b --h $h --s "$s" --d "$d" --bwd 0 --graph 0 2>&1) || { echo "BM=$bm BN=$bn d$d: failed: $(echo "$out" | tail -2 | tr '\n' ' ')"; continue; }
-    python3 - "$bm/$bn/$w" "$b" "$h" "$s" "$d" <<<"$out" <<'PY'
+    echo "$out" >"$work/out.txt"
+    python3 - "$work/out.txt" "$bm/$bn/$w" "$b" "$h" "$s" "$d" <<'PY'
 import sys
-cfg, b, h, s, d = sys.argv[1], *map(int, sys.argv[2:])
-t = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if len(l.split()) >= 2}
+cfg, b, h, s, d = sys.argv[2], *map(int, sys.argv[3:])
+t = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if len(l.split()) >= 2}
 f = 4 * b * h * s * s * d
 tag = f"d{d}_s{s}"
 print(f"{cfg:<16} {tag:<16} {f / t['fwd_' + tag] / 1e12:12.1f} {f / 2 / t['fwd_causal_' + tag] / 1e12:12.1f}")
