@@ -89,8 +89,8 @@ def main():
         # (a flag among the extra arguments replaces SMALL's)
         cmd = [tsr, "run", os.path.join(root, "examples", "dino", "dino.tsr"), "--device", "cpu",
                "--data", DATA, "--out", out] + merged(SMALL, extra)
-        # The compiled executor: on the 2-core build machine the run takes about 45 s from an
-        # empty compilation cache (30 s warm), the reference evaluator four times as long.
+        # The compiled executor: on the 2-core build machine the run takes about 37 s from an
+        # empty compilation cache (25 s warm); the reference evaluator takes 6x as long per step.
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
             print(f"FAIL: exit code {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
