@@ -141,9 +141,10 @@ std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &blo
     if (other != p.dotO->result() && other->type == ot && add->result()->type == ot) p.addO = add;
   }
 
-  // The instructions' shapes: whole warpgroups of 64 rows; k steps of 16 over Dk and BN; the
-  // 128-byte swizzle's chunks of 64 columns for Q, K (along Dk) and V (along Dv); wgmma's n.
-  if (p.BM % 64 || warps != 4 * (p.BM / 64) || p.BN % 16 || p.BN > 256 || p.Dk % 64 || p.Dv % 64 || p.Dv > 256)
+  // The instructions' shapes: whole warpgroups of 64 rows; k steps of 16 over BN and over Dk
+  // (rounded up, zeros past it); wgmma's n (a multiple of 8) for BN and Dv.
+  if (p.BM % 64 || warps != 4 * (p.BM / 64) || p.BN % 16 || p.BN > 256 || p.Dk % 8 || p.Dv % 8 || p.Dk > 256 ||
+      p.Dv > 256)
     return std::nullopt;
 
   // ---- the kinds of the loop's values ----

@@ -37,8 +37,9 @@
 //
 // A loop of any other shape keeps the general lowering; so does any loop on targets below
 // sm_90a, and any loop whose tiles do not divide into the instruction's (BM a multiple of 64
-// with four warps per 64 rows; BN a multiple of 16 up to 256; Dk and Dv multiples of 64, Dv up
-// to 256).
+// with four warps per 64 rows; BN a multiple of 16 up to 256; Dk and Dv multiples of 8 up to
+// 256). Head dims that are not multiples of 64 copy by cp.async (a tensor map's box is whole
+// 128-byte rows of the swizzle).
 #pragma once
 
 #include "codegen/llvm/RegisterPlan.h"
@@ -64,9 +65,14 @@ struct FlashPlan {
   /// The kind of every tile value defined in the loop's body (and of its block arguments).
   std::unordered_map<const tile::Value *, Frag> frag;
 
-  int64_t qBytes() const { return BM * Dk * 2; }
-  int64_t kBytes() const { return BN * Dk * 2; }
-  int64_t vBytes() const { return BN * Dv * 2; }
+  /// Head dims that are not multiples of 64 (SigLIP's 72) take whole 64-column chunks of the
+  /// swizzle in shared memory; S's k steps run over Dk rounded up to 16, the columns past Dk
+  /// copied as zeros.
+  static int64_t roundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+  int64_t kSpan() const { return roundUp(Dk, 16); }
+  int64_t qBytes() const { return BM * roundUp(Dk, 64) * 2; }
+  int64_t kBytes() const { return BN * roundUp(Dk, 64) * 2; }
+  int64_t vBytes() const { return BN * roundUp(Dv, 64) * 2; }
   /// Q, the ring of K and V stages, the slack that aligns them to the swizzle's pattern (whose
   /// first 16 bytes after the tiles hold the stages' mbarriers when TMA copies).
   int64_t sharedBytes() const { return qBytes() + stages * (kBytes() + vBytes()) + 1024; }

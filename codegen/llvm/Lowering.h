@@ -404,7 +404,8 @@ private:
   bool absorbedByFlashLoop(const tile::Block &b, size_t index);
   /// Copies the 2-d 16-bit box `ld` (its loop index `iv` at `ivValue`) of `rows` x `cols` into
   /// shared `dst` in the 128-byte swizzle (MmaPlan::swizzledOffset), zero past the tensor's
-  /// ends: cp.async where aligned (not committed), element by element otherwise.
+  /// ends and past the box's own columns (`cols`, a multiple of 8, may be wider): cp.async
+  /// where aligned (not committed), element by element otherwise.
   void copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, Value *dst, int64_t rows, int64_t cols);
   std::unordered_map<const TOp *, std::shared_ptr<FlashPlan>> flashPlans;
   void lowerIf(const TOp &op);

@@ -113,8 +113,10 @@ void Lowering::copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, 
     else ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(start[d], c64(0)), B.CreateICmpSLT(start[d], ti.shape[d])));
   }
   Value *rs = ti.strides[size_t(rowAxis)], *cs = ti.strides[size_t(colAxis)];
-  Value *nRows = ti.shape[size_t(rowAxis)], *nCols = ti.shape[size_t(colAxis)];
+  Value *nRows = ti.shape[size_t(rowAxis)];
   Value *r0 = start[size_t(rowAxis)], *c0 = start[size_t(colAxis)];
+  // Columns past the box's own (`cols` may round it up to the k step) or the tensor's read as zero.
+  Value *nCols = B.CreateBinaryIntrinsic(Intrinsic::smin, ti.shape[size_t(colAxis)], B.CreateAdd(c0, c64(box[size_t(colAxis)])));
   // cp.async of 16 bytes: unit column stride, and every 8-column chunk of every row 16-byte aligned.
   Value *fast = B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(ti.data, i64()), c64(15)), c64(0));
   fast = B.CreateAnd(fast, B.CreateICmpEQ(cs, c64(1)));
@@ -264,7 +266,7 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
   auto waitAll = [&] { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_wait_group, {}, {B.getInt32(0)}); };
   const TOp *loads[3] = {p.loadQ, p.loadK, p.loadV};
   int slots[3] = {-1, -1, -1};
-  bool tmaOk = true;
+  bool tmaOk = p.Dk % 64 == 0 && p.Dv % 64 == 0; // (a map's box is whole 128-byte rows)
   for (int o = 0; o < 3 && tmaOk; ++o) {
     const TValue *t = loads[o]->operands[0];
     auto pit = std::find(F.params.begin(), F.params.end(), t);
@@ -334,14 +336,14 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       });
       return;
     }
-    copyBoxSwizzled(*p.loadK, iv, k0, kStage(stage), p.BN, p.Dk);
+    copyBoxSwizzled(*p.loadK, iv, k0, kStage(stage), p.BN, p.kSpan());
     copyBoxSwizzled(*p.loadV, iv, k0, vStage(stage), p.BN, p.Dv);
   };
 
   MmaPlan sPlan; // S = Q K^T as wgmmaKTile sees it: A [BM, Dk] K-major, B K-major [BN lines of Dk]
   sPlan.BM = p.BM;
   sPlan.BN = p.BN;
-  sPlan.BK = p.Dk;
+  sPlan.BK = p.kSpan();
   sPlan.dtype = p.dtype;
   sPlan.wgmma = true;
 
@@ -355,7 +357,7 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
         tmaBox(2, lo, vStage(c64(0)), full(c64(0)));
       });
     } else {
-      copyBoxSwizzled(*p.loadQ, nullptr, nullptr, ringS, p.BM, p.Dk);
+      copyBoxSwizzled(*p.loadQ, nullptr, nullptr, ringS, p.BM, p.kSpan());
       ifThen(B.CreateICmpSGT(n, c64(0)), [&] { issue(false, c64(0), c64(0)); });
       commit();
     }
