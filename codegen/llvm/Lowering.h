@@ -75,6 +75,8 @@ public:
   void lowerClassCompare(const TOp &op);
   void lowerClassSelect(const TOp &op);
   void lowerClassReduce(const TOp &op);
+  const TOp *welfordVariance(const TOp &sum, std::vector<const TOp *> &between);
+  void lowerWelford(const TOp &sum, const TOp &var, int64_t outer, int64_t R);
   void lowerClassSpecial(const TOp &op);
 
 private:

@@ -729,8 +729,7 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   return k;
 }
 
-// The tiles {BM, BN, BK} of a matmul of sizes {M, N, K}. CPU: 64x64x64, the best of codegen's
-// gemm benchmark (tools/bench/gemm_cpu.cpp) at 1024^3. GPU: dot splits its rows over the threads
+// The tiles {BM, BN, BK} of a matmul of sizes {M, N, K}. CPU: below. GPU: dot splits its rows over the threads
 // in blocks of 4, so BM goes to 128 (32 threads busy), with BK 32; fitShared then halves them to
 // the budget (an f32 64x64x32 takes 48 KiB).
 // Shared memory a matrix product's program may take on a GPU (the most of its sm_80 and sm_90
@@ -741,18 +740,26 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
 constexpr int64_t kMatMulSharedBytes = 200 * 1024;
 
 std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores) {
-  if (tensorCores) {
-    // TSR_MATMUL_TILES=BMxBNxBK: other first tiles, for measuring (fitShared still applies).
+  // TSR_MATMUL_TILES=BMxBNxBK: other first tiles of the tensor-core and CPU products, for
+  // measuring (fitShared still applies; the tiles are in the program's text, which keys caches).
+  if (tensorCores || !t.gpuTarget())
     if (const char *e = std::getenv("TSR_MATMUL_TILES")) {
       int64_t m = 0, n = 0, k = 0;
       if (std::sscanf(e, "%" SCNd64 "x%" SCNd64 "x%" SCNd64, &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0) return {m, n, k};
     }
+  if (tensorCores) {
     // 128 x 256: each k step's operands (48 KiB) feed twice the products of a 128 x 128 tile's
     // (32 KiB), which is what keeps Hopper's tensor cores ahead of the copies.
     return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64, 128, 256}), bucket(mnk[2], {16, 32, 64})};
   }
   if (t.gpuTarget()) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 32})};
-  return {bucket(mnk[0], {16, 64}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64})};
+  // CPU: 128 x 64 x 128 for large products. The dot packs B's 128 x 64 box (32 KiB, in L1) and
+  // runs its 6-row micro-kernel over the 128 rows of A, so a larger BM spreads the packing over
+  // more rows and a larger BK the accumulators' loads and stores over more k steps. One core of
+  // the 2-core build machine, best of 30 calls at 1024^3 (3 at 4096^3), GFLOP/s: 64x64x64 113-116
+  // (94 at 4096^3), 128x64x64 115-124, 256x64x64 132-134 (109), 128x64x128 130-134 (104-110),
+  // 128x128x128 120 (95-117), 192x64x64 100-104 (ragged at 1024); peak 166 (an FMA loop).
+  return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64, 128})};
 }
 
 // Rows of tiles a GPU matmul's program order groups (lowerMatMulTiled).

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "TileBuild.h"
+#include "ir/tile/TileText.h"
 
 #include "runtime/Numeric.h"
 
@@ -707,6 +708,56 @@ TEST_CASE("gemm through transposed and reversed views (dot reads boxes in place 
     }
 }
 
+TEST_CASE("gemm with B's rows 16 KiB apart: the packed B gives the bits of k-order FMAs") {
+  // The dot packs an in-place B box into a contiguous buffer (Dot.cpp). B here is a [K, N] view
+  // of a [K, 4096] tensor (row stride 16 KiB, the layout that made packing pay) at column 40, so
+  // its boxes are inside and read in place, then packed. The packing must not change the order
+  // of the sums: every element is the f32 chain acc = fma(a[i,k], b[k,j], acc) over k = 0..K-1.
+  const int64_t M = 70, N = 150, K = 200, LD = 4096, C0 = 40;
+  Function f("gemm_packed_b");
+  buildGemm(f, 64, 64, 64);
+  auto k = compile(f);
+  auto Am = rt::Tensor::empty({M, K}, DType::F32), Bw = rt::Tensor::empty({K, LD}, DType::F32);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int64_t i = 0; i < M * K; ++i) Am.data<float>()[i] = u(rng);
+  for (int64_t i = 0; i < K * LD; ++i) Bw.data<float>()[i] = u(rng);
+  const float *A = Am.data<float>(), *Bp = Bw.data<float>() + C0;
+  auto Cm = rt::Tensor::zeros({M, N}, DType::F32);
+  KernelArg args[3] = {arg(Am), arg(Bw), arg(Cm)};
+  args[1].data = Bw.data<float>() + C0; args[1].shape[1] = N; // strides stay {LD, 1}
+  k->launch(args, 3, {(N + 63) / 64, (M + 63) / 64, 1});
+  // The reference in k order, and (the check's negative control) in reversed k order: f32 sums
+  // of 200 random products differ in the last bits between the two orders.
+  auto chain = [&](int64_t i, int64_t j, bool reversed) {
+    float acc = 0.0f;
+    for (int64_t q = 0; q < K; ++q) {
+      int64_t kk = reversed ? K - 1 - q : q;
+      acc = std::fma(A[i * K + kk], Bp[kk * LD + j], acc);
+    }
+    return acc;
+  };
+  auto mismatches = [&](const float *C, bool reversed) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float want = chain(i, j, reversed);
+        bad += std::memcmp(&want, &C[i * N + j], sizeof(float)) != 0;
+      }
+    return bad;
+  };
+  const float *C = Cm.data<float>();
+  CHECK(mismatches(C, false) == 0);
+  // Negative controls: the same check sees another order of the sums, and one flipped bit.
+  CHECK(mismatches(C, true) > M * N / 10);
+  std::vector<float> flipped(C, C + M * N);
+  uint32_t bits;
+  std::memcpy(&bits, &flipped[77], 4);
+  bits ^= 1u;
+  std::memcpy(&flipped[77], &bits, 4);
+  CHECK(mismatches(flipped.data(), false) == 1);
+}
+
 TEST_CASE("constructs without a lowering and malformed functions are CodegenErrors") {
   Function f("fp8_atomic");
   Value *o = f.addParam("o", Type::tensor(1, DType::F8E4M3));
@@ -845,4 +896,92 @@ TEST_CASE("programs compile concurrently: distinct ones each once, a shared one 
     CHECK(axpyRuns(*mine[size_t(i)], 3.0 + i, 777));
   }
   CHECK(axpyRuns(*common[0], -0.5, 777));
+}
+
+// layer_norm's row statistics as the row program computes them (ir/schedule/RowFusion.cpp):
+// sum, mean = sum / D, xc = x - mean, sum(xc * xc) / D; D = 1000 leaves a partial chunk of 8.
+static std::string lnStatsText(const std::string &name) {
+  return "tile @" + name + R"((%mean: tensor<2, f32>, %var: tensor<2, f32>, %x: tensor<2, f32>) grid 1 {
+  %0 = constant {value = 0, dtype = dtype i64} : i64
+  %1 = program_id {axis = 0} : i64
+  %2 = load_box %x, %1, %0 {box = [1, 1000]} : tile<1x1000xf32>
+  %3 = reduce_sum %2 {axis = 1} : tile<1xf32>
+  %4 = expand_dims %3 {axis = 1} : tile<1x1xf32>
+  %5 = constant {value = 1000.0, dtype = dtype f32, shape = [1, 1]} : tile<1x1xf32>
+  %6 = div %4, %5 : tile<1x1xf32>
+  %7 = broadcast %6 {shape = [1, 1000]} : tile<1x1000xf32>
+  %8 = sub %2, %7 : tile<1x1000xf32>
+  %9 = mul %8, %8 : tile<1x1000xf32>
+  %10 = reduce_sum %9 {axis = 1} : tile<1xf32>
+  %11 = expand_dims %10 {axis = 1} : tile<1x1xf32>
+  %12 = div %11, %5 : tile<1x1xf32>
+  store_box %mean, %1, %0, %6 {box = [1, 1]}
+  store_box %var, %1, %0, %12 {box = [1, 1]}
+}
+)";
+}
+
+TEST_CASE("layer_norm statistics in one pass (Welford lanes, Chan merge): accurate, same bits in both tiers") {
+  const int64_t rows = 64, D = 1000;
+  // Rows of mean 1000 * (r + 1) and spread 1 to 4: E[x^2] - E[x]^2 in f32 loses every digit.
+  auto X = rt::Tensor::empty({rows, D}, DType::F32);
+  std::mt19937 rng(5);
+  std::normal_distribution<double> g(0, 1);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < D; ++j) X.data<float>()[r * D + j] = float(1000.0 * double(r + 1) + (1 + r % 4) * g(rng));
+  auto run = [&](const std::string &name, codegen::OptTier tier) {
+    auto mod = tile::parseTileModule(lnStatsText(name));
+    REQUIRE(mod->functions.size() == 1);
+    Function &f = *mod->functions[0];
+    REQUIRE(tile::verify(f).empty());
+    auto k = codegen::compileForHost(f, tier);
+    auto M = rt::Tensor::zeros({rows, 1}, DType::F32), V = rt::Tensor::zeros({rows, 1}, DType::F32);
+    KernelArg args[3] = {arg(M), arg(V), arg(X)};
+    k->launch(args, 3, {rows, 1, 1});
+    return std::pair{std::vector<float>(M.data<float>(), M.data<float>() + rows), std::vector<float>(V.data<float>(), V.data<float>() + rows)};
+  };
+  // Relative errors of mean and variance against f64 two-pass references; the worst row.
+  auto worst = [&](const std::vector<float> &m, const std::vector<float> &v) {
+    double em = 0, ev = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0, q = 0;
+      for (int64_t j = 0; j < D; ++j) s += X.data<float>()[r * D + j];
+      const double mu = s / double(D);
+      for (int64_t j = 0; j < D; ++j) q += (X.data<float>()[r * D + j] - mu) * (X.data<float>()[r * D + j] - mu);
+      em = std::max(em, std::fabs(m[size_t(r)] - mu) / std::fabs(mu));
+      ev = std::max(ev, std::fabs(v[size_t(r)] - q / double(D)) / (q / double(D)));
+    }
+    return std::pair{em, ev};
+  };
+  auto [fm, fv] = run("ln_stats_full", codegen::OptTier::Full);
+  auto [em, ev] = worst(fm, fv);
+  INFO("mean rel. error " << em << ", variance rel. error " << ev);
+  CHECK(em < 1e-6);
+  CHECK(ev < 1e-3);
+  // The tiers compute the same bits (the lanes' association is the code's).
+  auto [qm, qv] = run("ln_stats_quick", codegen::OptTier::Quick);
+  CHECK(std::memcmp(qm.data(), fm.data(), rows * 4) == 0);
+  CHECK(std::memcmp(qv.data(), fv.data(), rows * 4) == 0);
+  // Negative control: the check rejects one-pass E[x^2] - E[x]^2 in f32 on the same rows.
+  std::vector<float> nm(rows), nv(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    float s = 0, q = 0;
+    for (int64_t j = 0; j < D; ++j) {
+      float x = X.data<float>()[r * D + j];
+      s += x;
+      q += x * x;
+    }
+    nm[size_t(r)] = s / float(D);
+    nv[size_t(r)] = q / float(D) - nm[size_t(r)] * nm[size_t(r)];
+  }
+  CHECK(worst(nm, nv).second > 1e-3);
+  // The Welford code ran: the two-pass lowering (TSR_WELFORD=0, keyed in loweringSwitches) gives
+  // other bits on some rows, and passes the same check.
+  ::setenv("TSR_WELFORD", "0", 1);
+  auto [tm, tv] = run("ln_stats_two_pass", codegen::OptTier::Full);
+  ::unsetenv("TSR_WELFORD");
+  auto [tem, tev] = worst(tm, tv);
+  CHECK(tem < 1e-6);
+  CHECK(tev < 1e-3);
+  CHECK(std::memcmp(tv.data(), fv.data(), rows * 4) != 0);
 }

@@ -204,6 +204,132 @@ Value *Lowering::reduceCombine(OpKind k, DType d, Value *acc, Value *x, bool rea
   }
 }
 
+// layer_norm's statistics in one pass over the row. The row program of nn.layer_norm computes
+//   s = reduce_sum(x); mean = expand_dims(s) / D; xc = x - broadcast(mean); v = reduce_sum(xc * xc)
+// which reads the row (and writes and reads xc * xc) a second time for v. When `sum` starts that
+// pattern (f32, the CPU's fixed-lane sums, xc * xc read only by v), this returns v's op and
+// lowerWelford computes s and v together: each of kWelfordLanes lanes runs Welford's update
+// over its elements (Welford, "Note on a method for calculating corrected sums of squares and
+// products", Technometrics 4(3), 1962), and the lanes' (count, mean, M2) are merged in lane
+// order by the pairwise formula of Chan, Golub & LeVeque ("Updating formulae and a pairwise
+// algorithm for computing sample variances", Stanford CS report STAN-CS-79-773, 1979). s is
+// then D * mean and v is M2: no E[x^2] - E[x]^2 cancellation, and the association is fixed by
+// the code (lanes in order), so the tiers and a bundle's llc give the same bits. One core of the
+// 2-core build machine, layer_norm [4096, 1024] f32 row step: 2.02-2.25 ms with two passes,
+// 1.91-1.94 ms in one. TSR_WELFORD=0 keeps the two passes (for measuring; loweringSwitches
+// keys it).
+// Welford's lanes: 64 (four AVX-512 vectors), so that four independent chains of its updates
+// (each a subtraction and a multiply-add on the mean, then on M2) hide their latency; with 16
+// lanes the row program took 1.5x the two passes' time.
+constexpr int64_t kWelfordLanes = 64;
+
+const TOp *Lowering::welfordVariance(const TOp &sum, std::vector<const TOp *> &between) {
+  if (const char *e = std::getenv("TSR_WELFORD"); e && e[0] == '0') return nullptr;
+  const tile::Block *b = curBlock;
+  const TValue *x = sum.operands[0];
+  if (!b || x->type.shape.size() != 2 || sum.intAttr("axis") != 1 || x->type.dtype != DType::F32) return nullptr;
+  const double D = double(x->type.shape[1]);
+  size_t i = 0;
+  while (i < b->ops.size() && b->ops[i] != &sum) ++i;
+  // The first op after `from` of kind k that reads v (as operand `slot`, or any with slot < 0).
+  auto next = [&](size_t from, OpKind k, const TValue *v, int slot) -> std::pair<const TOp *, size_t> {
+    for (size_t j = from + 1; j < b->ops.size(); ++j) {
+      const TOp *o = b->ops[j];
+      if (o->kind != k || o->results.size() != 1) continue;
+      for (size_t q = 0; q < o->operands.size(); ++q)
+        if (o->operands[q] == v && (slot < 0 || int(q) == slot)) return {o, j};
+    }
+    return {nullptr, 0};
+  };
+  auto [ex, ie] = next(i, OpKind::ExpandDims, sum.result(), 0);
+  if (!ex) return nullptr;
+  auto [dv, id] = next(ie, OpKind::Div, ex->result(), 0);
+  if (!dv) return nullptr;
+  // The divisor: a constant D.
+  const TOp *c = nullptr;
+  for (size_t j = 0; j < id; ++j)
+    if (b->ops[j]->results.size() == 1 && b->ops[j]->result() == dv->operands[1]) c = b->ops[j];
+  if (!c || c->kind != OpKind::Constant) return nullptr;
+  const double *cd = c->attrAs<double>("value");
+  if (!cd || *cd != D) return nullptr;
+  auto [bc, ib] = next(id, OpKind::Broadcast, dv->result(), 0);
+  if (!bc || bc->result()->type.shape != x->type.shape) return nullptr;
+  auto [xc, ix] = next(ib, OpKind::Sub, bc->result(), 1);
+  if (!xc || xc->operands[0] != x) return nullptr;
+  auto [sq, iq] = next(ix, OpKind::Mul, xc->result(), -1);
+  if (!sq || sq->operands[0] != xc->result() || sq->operands[1] != xc->result() || uses[sq->result()] != 1) return nullptr;
+  auto [var, iv] = next(iq, OpKind::ReduceSum, sq->result(), 0);
+  if (!var || var->intAttr("axis") != 1 || var->result()->type.shape != sum.result()->type.shape ||
+      var->result()->type.dtype != DType::F32)
+    return nullptr;
+  between = {sq, var};
+  return var;
+}
+
+void Lowering::lowerWelford(const TOp &sum, const TOp &var, int64_t outer, int64_t R) {
+  // The lanes are one <kWelfordLanes x float> value each for the means and the M2s, updated in a
+  // loop of our own with them as phis (as the dot's micro-kernel keeps its accumulators): left
+  // to LLVM, arrays of lanes were unrolled into scalars and spilled.
+  Type *ft = f32();
+  auto *vt = FixedVectorType::get(ft, unsigned(kWelfordLanes));
+  Value *src = get(sum.operands[0]);
+  Value *sOut = alloc(sum.result()->type), *vOut = alloc(var.result()->type);
+  const int64_t chunks = R / kWelfordLanes, rest = R % kWelfordLanes;
+  loopN(outer, [&](Value *o) {
+    Value *row = B.CreateMul(o, c64(R));
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *body = BasicBlock::Create(C, "welford.body", fn), *exit = BasicBlock::Create(C, "welford.exit", fn);
+    B.CreateBr(body);
+    B.SetInsertPoint(body);
+    PHINode *c = B.CreatePHI(i64(), 2, "c");
+    PHINode *m = B.CreatePHI(vt, 2, "mean"), *q = B.CreatePHI(vt, 2, "m2");
+    c->addIncoming(c64(0), pre);
+    m->addIncoming(ConstantAggregateZero::get(vt), pre);
+    q->addIncoming(ConstantAggregateZero::get(vt), pre);
+    // Welford's update of every lane with its element of chunk c (the lanes' count is c + 1).
+    Value *cn = B.CreateAdd(c, c64(1), "", true, true);
+    Value *inv = B.CreateVectorSplat(unsigned(kWelfordLanes), B.CreateFDiv(cf(ft, 1.0), B.CreateSIToFP(cn, ft)));
+    Value *x = B.CreateAlignedLoad(vt, B.CreateInBoundsGEP(ft, src, B.CreateAdd(row, B.CreateMul(c, c64(kWelfordLanes)))), Align(4));
+    Value *delta = B.CreateFSub(x, m);
+    Value *mn = fma(delta, inv, m);
+    Value *qn = fma(delta, B.CreateFSub(x, mn), q);
+    c->addIncoming(cn, body);
+    m->addIncoming(mn, body);
+    q->addIncoming(qn, body);
+    B.CreateCondBr(B.CreateICmpSLT(cn, c64(chunks)), body, exit);
+    B.SetInsertPoint(exit);
+    std::vector<Value *> lm(kWelfordLanes), lq(kWelfordLanes);
+    for (int64_t l = 0; l < kWelfordLanes; ++l) {
+      lm[l] = B.CreateExtractElement(mn, uint64_t(l));
+      lq[l] = B.CreateExtractElement(qn, uint64_t(l));
+    }
+    // The partial chunk: lanes [0, rest) take one more element (count chunks + 1).
+    if (rest) {
+      Value *inv1 = cf(ft, 1.0 / double(chunks + 1));
+      for (int64_t l = 0; l < rest; ++l) {
+        Value *xl = B.CreateLoad(ft, B.CreateInBoundsGEP(ft, src, B.CreateAdd(row, c64(chunks * kWelfordLanes + l))));
+        Value *d = B.CreateFSub(xl, lm[l]);
+        lm[l] = fma(d, inv1, lm[l]);
+        lq[l] = fma(d, B.CreateFSub(xl, lm[l]), lq[l]);
+      }
+    }
+    // Chan et al.'s merge, lanes in order.
+    double n = double(chunks + (rest > 0 ? 1 : 0));
+    Value *mean = lm[0], *m2 = lq[0];
+    for (int64_t l = 1; l < kWelfordLanes; ++l) {
+      const double nb = double(chunks + (l < rest ? 1 : 0)), nn = n + nb;
+      Value *d = B.CreateFSub(lm[l], mean);
+      mean = fma(d, cf(ft, float(nb / nn)), mean);
+      m2 = fma(B.CreateFMul(d, d), cf(ft, float(n * nb / nn)), B.CreateFAdd(m2, lq[l]));
+      n = nn;
+    }
+    storeElem(sOut, DType::F32, o, B.CreateFMul(mean, cf(ft, double(R))));
+    storeElem(vOut, DType::F32, o, m2);
+  });
+  set(sum.result(), sOut);
+  set(var.result(), vOut);
+}
+
 void Lowering::lowerClassReduce(const TOp &op) {
   const TType &in = op.operands[0]->type, &rt = op.result()->type;
   DType d = in.dtype;
@@ -240,6 +366,14 @@ void Lowering::lowerClassReduce(const TOp &op) {
   if (scalarOut) red.emplace(*this);
   Value *out = scalarOut ? nullptr : alloc(rt);
   const bool sumOrProd = op.kind == OpKind::ReduceSum || op.kind == OpKind::ReduceProd;
+  if (op.kind == OpKind::ReduceSum && inner == 1 && !reassoc && R >= kWelfordLanes && d == DType::F32 && !scalarOut) {
+    std::vector<const TOp *> between;
+    if (const TOp *var = welfordVariance(op, between)) {
+      lowerWelford(op, *var, outer, R);
+      for (const TOp *t : between) absorbed.insert(t); // xc * xc and its sum: computed here
+      return;
+    }
+  }
   if (!isArg && inner == 1 && fl && sumOrProd && !reassoc && R >= kReduceLanes) {
     // Along the contiguous axis on the CPU, in a fixed association: kReduceLanes partial results,
     // lane l taking elements l, l + kReduceLanes, ... in order, then the lanes combined in order.
