@@ -286,7 +286,31 @@ private:
     p->addIncoming(v, tEnd);
     p->addIncoming(other, pre);
     return p;
+  }  /// Copies the 8 16-bit elements of a row at `data` + `off` (+ e * `colStride`) to `to`, element
+  /// by element, each outside [0, `nCols`) of its column (`col0` + e) or with `rowOk` false as 0,
+  /// in a rolled loop: unrolled, its addresses would be hoisted out of the enclosing main loop
+  /// and held in registers through it (the copies' path where cp.async's alignment fails).
+  void copyEightElements(Value *to, Value *data, Value *off, Value *colStride, Value *col0, Value *nCols, Value *rowOk,
+                         const std::string &name) {
+    Type *i16t = B.getInt16Ty();
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *eBody = BasicBlock::Create(C, name + ".elem", fn), *eEnd = BasicBlock::Create(C, name + ".elem.end", fn);
+    B.CreateBr(eBody);
+    B.SetInsertPoint(eBody);
+    PHINode *e = B.CreatePHI(i64(), 2);
+    e->addIncoming(c64(0), pre);
+    Value *col = B.CreateAdd(col0, e);
+    Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
+    Value *x = guardedValue(
+        ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, data, B.CreateAdd(off, B.CreateMul(e, colStride)))); },
+        B.getInt16(0));
+    B.CreateStore(x, B.CreateInBoundsGEP(i16t, to, e));
+    Value *en = B.CreateAdd(e, c64(1));
+    e->addIncoming(en, B.GetInsertBlock());
+    markRolled(B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd));
+    B.SetInsertPoint(eEnd);
   }
+
   /// Copies a tile buffer (n elements of dtype d).
   void copyBuf(Value *dst, Value *src, const TType &t) {
     if (dst == src) return;

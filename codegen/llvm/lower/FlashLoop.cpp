@@ -150,24 +150,7 @@ void Lowering::copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, 
                             {to, B.CreateAddrSpaceCast(src, globalPtr), B.CreateTrunc(B.CreateMul(n, c64(2)), i32())});
           return;
         }
-        // Element by element in a rolled loop: unrolled, its addresses would be hoisted out of
-        // the main loop and held in registers through it.
-        BasicBlock *pre = B.GetInsertBlock();
-        BasicBlock *eBody = BasicBlock::Create(C, "flash.copy.elem", fn), *eEnd = BasicBlock::Create(C, "flash.copy.elem.end", fn);
-        B.CreateBr(eBody);
-        B.SetInsertPoint(eBody);
-        PHINode *e = B.CreatePHI(i64(), 2);
-        e->addIncoming(c64(0), pre);
-        Value *col = B.CreateAdd(gc, e);
-        Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
-        Value *x = guardedValue(
-            ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, ti.data, B.CreateAdd(off, B.CreateMul(e, cs)))); },
-            B.getInt16(0));
-        B.CreateStore(x, B.CreateInBoundsGEP(i16t, to, e));
-        Value *en = B.CreateAdd(e, c64(1));
-        e->addIncoming(en, B.GetInsertBlock());
-        markRolled(B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd));
-        B.SetInsertPoint(eEnd);
+        copyEightElements(to, ti.data, off, cs, gc, nCols, rowOk, "flash.copy");
       };
       if ((round + 1) * threads <= chunks) chunk();
       else ifThen(B.CreateICmpULT(B.CreateAdd(tid, c64(round * threads)), c64(chunks)), chunk);

@@ -241,24 +241,7 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
             if (path == 0) {
               copy16(dst, off, B.CreateSub(nCols, gc), rowOk);
             } else {
-              // Element by element, in a rolled loop: unrolled, its addresses would be hoisted out
-              // of the main loop and hold a hundred registers through it.
-              BasicBlock *pre = B.GetInsertBlock();
-              BasicBlock *eBody = BasicBlock::Create(C, "mma.copy.elem", fn), *eEnd = BasicBlock::Create(C, "mma.copy.elem.end", fn);
-              B.CreateBr(eBody);
-              B.SetInsertPoint(eBody);
-              PHINode *e = B.CreatePHI(i64(), 2);
-              e->addIncoming(c64(0), pre);
-              Value *col = B.CreateAdd(gc, e);
-              Value *ok = B.CreateAnd(rowOk, B.CreateAnd(B.CreateICmpSGE(col, c64(0)), B.CreateICmpSLT(col, nCols)));
-              Value *x = guardedValue(
-                  ok, [&] { return B.CreateLoad(i16t, B.CreateGEP(i16t, ti.data, B.CreateAdd(off, B.CreateMul(e, cs)))); },
-                  B.getInt16(0));
-              B.CreateStore(x, B.CreateInBoundsGEP(i16t, dst, e));
-              Value *en = B.CreateAdd(e, c64(1));
-              e->addIncoming(en, B.GetInsertBlock());
-              markRolled(B.CreateCondBr(B.CreateICmpSLT(en, c64(8)), eBody, eEnd));
-              B.SetInsertPoint(eEnd);
+              copyEightElements(dst, ti.data, off, cs, gc, nCols, rowOk, "mma.copy");
             }
           };
           if ((round + 1) * threads <= chunks) chunk();
