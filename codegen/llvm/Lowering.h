@@ -286,7 +286,37 @@ private:
     p->addIncoming(v, tEnd);
     p->addIncoming(other, pre);
     return p;
-  }  /// Copies the 8 16-bit elements of a row at `data` + `off` (+ e * `colStride`) to `to`, element
+  }  /// The values `outs[q]` (one list per way, of equal length and types) reaching the current
+  /// insertion point from the blocks `ends[q]`, merged in phis there.
+  std::vector<Value *> mergeValues(const std::vector<std::vector<Value *>> &outs, const std::vector<BasicBlock *> &ends) {
+    std::vector<Value *> merged;
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      PHINode *ph = B.CreatePHI(outs[0][i]->getType(), unsigned(outs.size()));
+      for (size_t q = 0; q < outs.size(); ++q) ph->addIncoming(outs[q][i], ends[q]);
+      merged.push_back(ph);
+    }
+    return merged;
+  }
+  /// A branch on `cond` whose two ways emit `emit(true)` and `emit(false)` (blocks NAME.NAMES[0],
+  /// NAME.NAMES[1]), the values each returns merged after it (mergeValues): one main loop
+  /// emitted once per way of copying its operands.
+  std::vector<Value *> eitherWay(Value *cond, const std::string &name, const char *const names[2],
+                                 const std::function<std::vector<Value *>(bool)> &emit) {
+    BasicBlock *yes = BasicBlock::Create(C, name + "." + names[0], fn), *no = BasicBlock::Create(C, name + "." + names[1], fn),
+               *merged = BasicBlock::Create(C, name + ".merge", fn);
+    B.CreateCondBr(cond, yes, no);
+    std::vector<std::vector<Value *>> outs;
+    std::vector<BasicBlock *> ends;
+    for (int q = 0; q < 2; ++q) {
+      B.SetInsertPoint(q == 0 ? yes : no);
+      outs.push_back(emit(q == 0));
+      ends.push_back(B.GetInsertBlock());
+      B.CreateBr(merged);
+    }
+    B.SetInsertPoint(merged);
+    return mergeValues(outs, ends);
+  }
+  /// Copies the 8 16-bit elements of a row at `data` + `off` (+ e * `colStride`) to `to`, element
   /// by element, each outside [0, `nCols`) of its column (`col0` + e) or with `rowOk` false as 0,
   /// in a rolled loop: unrolled, its addresses would be hoisted out of the enclosing main loop
   /// and held in registers through it (the copies' path where cp.async's alignment fails).

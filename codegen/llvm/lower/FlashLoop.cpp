@@ -557,24 +557,8 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
   if (!tmaOk) {
     fin = mainLoop(false);
   } else {
-    BasicBlock *withMaps = BasicBlock::Create(C, "flash.maps", fn), *without = BasicBlock::Create(C, "flash.nomaps", fn),
-               *merged = BasicBlock::Create(C, "flash.merge", fn);
-    B.CreateCondBr(present, withMaps, without);
-    std::vector<Value *> outs[2];
-    BasicBlock *ends[2];
-    for (int q = 0; q < 2; ++q) {
-      B.SetInsertPoint(q == 0 ? withMaps : without);
-      outs[q] = mainLoop(q == 0);
-      ends[q] = B.GetInsertBlock();
-      B.CreateBr(merged);
-    }
-    B.SetInsertPoint(merged);
-    for (size_t i = 0; i < outs[0].size(); ++i) {
-      PHINode *ph = B.CreatePHI(outs[0][i]->getType(), 2);
-      ph->addIncoming(outs[0][i], ends[0]);
-      ph->addIncoming(outs[1][i], ends[1]);
-      fin.push_back(ph);
-    }
+    static const char *const ways[2] = {"maps", "nomaps"};
+    fin = eitherWay(present, "flash", ways, mainLoop);
   }
   waitAll();
   T.barrier(B);

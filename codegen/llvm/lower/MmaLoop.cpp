@@ -357,26 +357,8 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   auto multistage = [&]() -> std::vector<Value *> {
     sync(); // the ring may reuse memory that earlier ops' threads still read
     if (!bKMajor) return mainLoop(false);
-    BasicBlock *kb = BasicBlock::Create(C, "mma.b.kmajor", fn), *nb = BasicBlock::Create(C, "mma.b.nmajor", fn),
-               *merged = BasicBlock::Create(C, "mma.merge", fn);
-    B.CreateCondBr(bKMajor, kb, nb);
-    std::vector<Value *> outs[2];
-    BasicBlock *ends[2];
-    for (int q = 0; q < 2; ++q) {
-      B.SetInsertPoint(q == 0 ? kb : nb);
-      outs[q] = mainLoop(q == 0);
-      ends[q] = B.GetInsertBlock();
-      B.CreateBr(merged);
-    }
-    B.SetInsertPoint(merged);
-    std::vector<Value *> phis;
-    for (size_t i = 0; i < outs[0].size(); ++i) {
-      PHINode *ph = B.CreatePHI(f32(), 2);
-      ph->addIncoming(outs[0][i], ends[0]);
-      ph->addIncoming(outs[1][i], ends[1]);
-      phis.push_back(ph);
-    }
-    return phis;
+    static const char *const ways[2] = {"b.kmajor", "b.nmajor"};
+    return eitherWay(bKMajor, "mma", ways, mainLoop);
   };
   const std::vector<Value *> fin = ws ? lowerWarpSpecialized(op, p, slots, ringS, lo, n, step, acc0, multistage) : multistage();
   waitGroups(0);

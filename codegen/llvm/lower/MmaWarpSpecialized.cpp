@@ -227,13 +227,7 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   ends.push_back(B.GetInsertBlock());
   B.CreateBr(merged);
   B.SetInsertPoint(merged);
-  std::vector<Value *> fin;
-  for (size_t i = 0; i < acc0.size(); ++i) {
-    PHINode *ph = B.CreatePHI(f32(), unsigned(outs.size()));
-    for (size_t q = 0; q < outs.size(); ++q) ph->addIncoming(outs[q][i], ends[q]);
-    fin.push_back(ph);
-  }
-  return fin;
+  return mergeValues(outs, ends);
 }
 
 } // namespace tsr::codegen::lower
