@@ -72,3 +72,9 @@ else()
     "*** GPU code generation is still built, but generated PTX will not be assembled with ptxas\n"
     "*** and the GPU tests cannot be checked. Install the CUDA toolkit or set CUDAToolkit_ROOT.\n")
 endif()
+
+# ONNX (onnx/, the importer): Debian's libonnx-dev, whose ONNXConfig.cmake needs Protobuf found
+# first (libprotobuf-dev). Only the compiler's front end links it; a deployed bundle's runtime never does.
+find_package(Protobuf REQUIRED)
+find_package(ONNX CONFIG REQUIRED)
+message(STATUS "tessera: ONNX ${ONNX_VERSION}, Protobuf ${Protobuf_VERSION}")

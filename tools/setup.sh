@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch                      # test oracles
   python3-dev python3-venv pybind11-dev libdlpack-dev       # the tessera Python package (python/)
   neovim                                                   # the language server's editor test (0.7)
+  libonnx-dev libprotobuf-dev python3-onnx libonnx-testdata   # ONNX import/export and its backend tests
   dataset-fashion-mnist                                    # Fashion-MNIST's IDX files (examples/dino)
 )
 

@@ -1,0 +1,82 @@
+// The ONNX importer: reads an ONNX model (a ModelProto, through Debian's libonnx and its protobuf
+// definitions; no hand-written protobuf reader) and builds one Graph IR graph of it, the form
+// `onnx.load(path)` gives a program (spec §15) and `tsrc model.onnx --emit=graph` prints.
+//
+// The graph's parameters are the model's non-initializer inputs, in order, then the tensors the
+// model carries (its initializers and the tensor values of Constant nodes that are used as data),
+// in the order the graph first uses them; an imported model is applied by passing its inputs and
+// these tensors (`ImportedModel::constants`), which is `onnx.load(path, split_params=True)`'s
+// (apply, params) form. Dims come from the inputs' value infos: `dim_value` is a size, `dim_param`
+// a symbolic dim of that name, a missing dim a symbol named after the input and the axis.
+//
+// ONNX operators become compositions of Graph IR ops (onnx/Ops.def lists every operator the
+// importer knows, once, with the file of its rule); values that ONNX computes from shapes and
+// constants (the shape arguments of Reshape, Slice, Pad, ...) are evaluated at import time on the
+// reference evaluator (ir/eval), so the graph holds only the model's tensor work. Opsets 7 to 17 of
+// the default domain are read as they are; a model of an older opset is first converted to
+// opset 17 by ONNX's own version converter. Tensors stored as external data are read from files
+// beside the model.
+//
+// Errors never escape as exceptions: importModel returns an ImportError naming the file and,
+// where one is at fault, the node's name, its op type and the model's opset.
+#pragma once
+
+#include "ir/IR.h"
+#include "runtime/Tensor.h"
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tsr::onnxio {
+
+/// The newest opset of the default domain the importer reads (ONNX 1.12's), and the oldest it
+/// reads without ONNX's version converter.
+constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMinOpset = 7;
+
+struct ImportedModel {
+  ir::Graph *graph = nullptr;          // owned by the module passed to importModel
+  size_t numInputs = 0;                // graph->params[0, numInputs) are the model's inputs
+  std::vector<std::string> inputNames; // the model's names of those inputs
+  std::vector<std::string> outputNames;
+  /// The values of graph->params[numInputs, ...), in order, and their names in the model.
+  std::vector<rt::Tensor> constants;
+  std::vector<std::string> constantNames;
+  int64_t opset = 0;                   // the model's default-domain opset as read (before conversion)
+};
+
+/// Why a model could not be imported. `unsupported`: the model is valid ONNX but uses an operator,
+/// attribute value, dtype or opset the importer does not support (the conformance runner counts
+/// these apart from failures).
+struct ImportError {
+  std::string file;
+  std::string node;     // the node's name ("" when the node has none or no node is at fault)
+  std::string opType;   // "" when no node is at fault
+  int64_t opset = 0;    // 0 when unknown (an unreadable file)
+  std::string message;
+  bool unsupported = false;
+  /// "FILE: node NAME (OP, opset N): MESSAGE", with the parts that apply.
+  std::string str() const;
+};
+
+struct ImportOptions {
+  /// The graph's name in the module.
+  std::string graphName = "model";
+};
+
+/// Reads the model at `path` and adds its graph to `module`.
+std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir::Module &module,
+                                                     const ImportOptions &options = {});
+
+/// Reads a serialized TensorProto (the `input_N.pb` / `output_N.pb` files of ONNX's backend
+/// test data). Returns the tensor or why it cannot be read (a dtype without a Tessera dtype:
+/// unsupported = true).
+struct TensorReadError {
+  std::string message;
+  bool unsupported = false;
+};
+std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path);
+
+} // namespace tsr::onnxio

@@ -1,0 +1,96 @@
+// tsr-onnx-test MODEL_DIR: one test of ONNX's backend test data (MODEL_DIR/model.onnx and its
+// test_data_set_*/input_N.pb, output_N.pb). Imports the model as `onnx.load` does (onnx/Import.h),
+// runs it on every data set on the reference evaluator, and compares each output with ONNX's
+// backend tolerances: |got - want| <= atol + rtol * |want| with rtol 1e-3, atol 1e-7 for floats
+// (NaN equals NaN), exact for integers and booleans; dtypes and shapes must be equal.
+//
+// Prints one line, `PASS NAME`, `FAIL NAME: WHY` or `UNSUPPORTED NAME: WHY`, and exits 0, 1 or 2.
+#include "ir/eval/Evaluator.h"
+#include "onnx/Import.h"
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+namespace fs = std::filesystem;
+using namespace tsr;
+
+namespace {
+
+constexpr double kRtol = 1e-3, kAtol = 1e-7;
+
+int report(const std::string &verdict, const std::string &name, const std::string &why) {
+  std::cout << verdict << " " << name << (why.empty() ? "" : ": " + why) << "\n";
+  return verdict == "PASS" ? 0 : verdict == "FAIL" ? 1 : 2;
+}
+
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+/// Empty when equal within tolerance; otherwise what differs.
+std::string compare(const rt::Tensor &got, const rt::Tensor &want) {
+  if (got.dtype() != want.dtype())
+    return "dtype " + std::string(dtypeName(got.dtype())) + ", expected " + std::string(dtypeName(want.dtype()));
+  if (got.shape() != want.shape()) return "shape " + shapeStr(got.shape()) + ", expected " + shapeStr(want.shape());
+  const bool fl = isFloat(want.dtype());
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    if (fl) {
+      const double a = got.toF64(i), b = want.toF64(i);
+      if (std::isnan(a) && std::isnan(b)) continue;
+      if (a == b) continue;
+      if (!(std::fabs(a - b) <= kAtol + kRtol * std::fabs(b)))
+        return "element " + std::to_string(i) + " is " + std::to_string(a) + ", expected " + std::to_string(b);
+    } else if (got.toI64(i) != want.toI64(i)) {
+      return "element " + std::to_string(i) + " is " + std::to_string(got.toI64(i)) + ", expected " + std::to_string(want.toI64(i));
+    }
+  }
+  return "";
+}
+
+int run(const fs::path &dir) {
+  const std::string name = dir.filename().string();
+  ir::Module module;
+  auto imported = onnxio::importModel((dir / "model.onnx").string(), module);
+  if (auto *e = std::get_if<onnxio::ImportError>(&imported)) return report(e->unsupported ? "UNSUPPORTED" : "FAIL", name, e->str());
+  auto &m = std::get<onnxio::ImportedModel>(imported);
+  std::vector<fs::path> sets;
+  for (auto &entry : fs::directory_iterator(dir))
+    if (entry.is_directory() && entry.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(entry.path());
+  std::sort(sets.begin(), sets.end());
+  if (sets.empty()) return report("FAIL", name, "no test_data_set_* folder");
+  for (auto &set : sets) {
+    std::vector<rt::Tensor> inputs;
+    for (size_t i = 0; i < m.numInputs; ++i) {
+      auto t = onnxio::readTensorFile((set / ("input_" + std::to_string(i) + ".pb")).string());
+      if (auto *e = std::get_if<onnxio::TensorReadError>(&t)) return report(e->unsupported ? "UNSUPPORTED" : "FAIL", name, e->message);
+      inputs.push_back(std::get<rt::Tensor>(t));
+    }
+    for (auto &c : m.constants) inputs.push_back(c);
+    std::vector<rt::Tensor> outputs;
+    try {
+      outputs = ir::evaluate(module, *m.graph, inputs);
+    } catch (const std::exception &e) {
+      return report("FAIL", name, set.filename().string() + ": " + e.what());
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      auto t = onnxio::readTensorFile((set / ("output_" + std::to_string(i) + ".pb")).string());
+      if (auto *e = std::get_if<onnxio::TensorReadError>(&t)) return report(e->unsupported ? "UNSUPPORTED" : "FAIL", name, e->message);
+      std::string diff = compare(outputs[i], std::get<rt::Tensor>(t));
+      if (!diff.empty()) return report("FAIL", name, set.filename().string() + ": output " + std::to_string(i) + " (" + m.outputNames[i] + "): " + diff);
+    }
+  }
+  return report("PASS", name, "");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    std::cerr << "usage: tsr-onnx-test MODEL_DIR\n";
+    return 64;
+  }
+  return run(argv[1]);
+}
