@@ -6,6 +6,7 @@
 #include "ir/Verifier.h"
 #include "ir/eval/Evaluator.h"
 
+#include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
 #include <cmath>
@@ -100,6 +101,7 @@ ir::Value *Importer::v(Val &x) {
 }
 
 const rt::Tensor &Importer::known(const Val &x, const char *what) {
+  if (!x.k && modelInputs.count(x.name)) needKnown.insert(x.name);
   if (!x.k) throw Unsupported(std::string("the ") + what + " must be known when the model is imported (a constant or "
                               "computed from constants and static shapes); a data-dependent " + what + " is not supported");
   return *x.k;
@@ -352,6 +354,12 @@ std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir
   int64_t readOpset = opset;
   if (opset < kMinOpset) {
     try {
+      // The converter's adapters read the shapes of the values they rewrite.
+      onnx::shape_inference::InferShapes(model);
+    } catch (const std::exception &) {
+      // Converted without them: an adapter that needs one reports it below.
+    }
+    try {
       model = onnx::version_conversion::ConvertVersion(model, int(kMaxOpset));
       readOpset = kMaxOpset;
     } catch (const std::exception &e) {
@@ -378,11 +386,22 @@ std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir
       I.env[t.name()] = std::move(x);
     }
     if (gp.sparse_initializer_size()) throw Unsupported("sparse initializers are not supported");
+    size_t position = 0;
     for (auto &vi : gp.input()) {
       if (initializers.count(vi.name())) continue;
+      const size_t at = position++;
+      err.modelInputs.push_back(vi.name());
+      if (auto it = options.knownInputs.find(vi.name()); it != options.knownInputs.end()) {
+        Val x = Importer::ofKnown(it->second);
+        x.name = vi.name();
+        I.env[vi.name()] = std::move(x);
+        continue;
+      }
       ir::Value *p = g->addParam(uniqueParamName(*g, vi.name()), typeOfValueInfo(vi));
       I.env[vi.name()] = Importer::of(p);
+      I.modelInputs.insert(vi.name());
       out.inputNames.push_back(vi.name());
+      out.inputIndices.push_back(at);
     }
     out.numInputs = g->params.size();
     I.convertNodes(gp, readOpset);
@@ -395,6 +414,7 @@ std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir
       out.outputNames.push_back(vi.name());
     }
   } catch (const Unsupported &e) {
+    err.needKnown.assign(I.needKnown.begin(), I.needKnown.end());
     err.node = I.currentNode;
     err.opType = I.currentOp;
     err.message = e.what();

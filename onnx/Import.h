@@ -25,6 +25,7 @@
 #include "runtime/Tensor.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -40,6 +41,7 @@ struct ImportedModel {
   ir::Graph *graph = nullptr;          // owned by the module passed to importModel
   size_t numInputs = 0;                // graph->params[0, numInputs) are the model's inputs
   std::vector<std::string> inputNames; // the model's names of those inputs
+  std::vector<size_t> inputIndices;    // and their positions among the model's non-initializer inputs
   std::vector<std::string> outputNames;
   /// The values of graph->params[numInputs, ...), in order, and their names in the model.
   std::vector<rt::Tensor> constants;
@@ -57,6 +59,11 @@ struct ImportError {
   int64_t opset = 0;    // 0 when unknown (an unreadable file)
   std::string message;
   bool unsupported = false;
+  /// The model's inputs whose values a rule needed at import time (a shape, axes, pads): the
+  /// model imports once they are given (ImportOptions::knownInputs).
+  std::vector<std::string> needKnown;
+  /// The model's non-initializer inputs in order (empty when the model could not be read).
+  std::vector<std::string> modelInputs;
   /// "FILE: node NAME (OP, opset N): MESSAGE", with the parts that apply.
   std::string str() const;
 };
@@ -64,6 +71,10 @@ struct ImportError {
 struct ImportOptions {
   /// The graph's name in the module.
   std::string graphName = "model";
+  /// Inputs given values at import time (by the model's name): they are not parameters of the
+  /// graph, and the rules see their values, as they see initializers'. This specializes a model
+  /// whose inputs give shapes (Reshape's shape, Slice's starts, ...) to those values.
+  std::map<std::string, rt::Tensor> knownInputs;
 };
 
 /// Reads the model at `path` and adds its graph to `module`.

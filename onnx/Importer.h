@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -104,6 +105,7 @@ public:
   std::vector<rt::Tensor> constants;
   std::vector<std::string> constantNames;
   std::string currentFile, currentNode, currentOp; // for locations and errors
+  std::set<std::string> modelInputs, needKnown; // inputs; those a rule needed the value of
   bool folding = false; // converting onto a scratch graph to evaluate a node at import time
 
 private:

@@ -175,8 +175,23 @@ std::vector<Val> ruleMish(Importer &I, Node &n) { // x tanh(softplus(x))
   return one(mul(I, x, I.op(OpKind::Tanh, {sp})));
 }
 std::vector<Val> rulePRelu(Importer &I, Node &n) {
+  V x = in0(I, n), slope = in1(I, n);
+  // A 1-d slope of the channel count that does not broadcast from the right is per channel
+  // (axis 1), as PRelu before opset 7 and PyTorch's exporter of that time meant it.
+  const auto &xd = Importer::dims(x), &sd = Importer::dims(slope);
+  if (sd.size() == 1 && xd.size() > 2 && sd[0] != xd.back() && !sd[0].isOne() && sd[0] == xd[1]) {
+    std::vector<Dim> d(xd.size() - 1, Dim::constant(1));
+    d[0] = sd[0];
+    slope = I.reshape(slope, d);
+  }
+  return one(negativePart(I, x, mul(I, x, slope)));
+}
+std::vector<Val> ruleShrink(Importer &I, Node &n) { // x < -lambd: x + bias; x > lambd: x - bias; else 0
   V x = in0(I, n);
-  return one(negativePart(I, x, mul(I, x, in1(I, n))));
+  const double l = n.f("lambd", 0.5), b = n.f("bias", 0.0);
+  V lo = I.op(OpKind::Lt, {x, c(I, x, -l)}), hi = I.op(OpKind::Gt, {x, c(I, x, l)});
+  V y = I.op(OpKind::Where, {hi, sub(I, x, c(I, x, b)), c(I, x, 0)});
+  return one(I.op(OpKind::Where, {lo, add(I, x, c(I, x, b)), y}));
 }
 std::vector<Val> ruleClip(Importer &I, Node &n) { // NumPy's clip: min(max(x, lo), hi)
   V x = in0(I, n);

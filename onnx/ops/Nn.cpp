@@ -212,8 +212,9 @@ std::vector<Val> ruleConvTranspose(Importer &I, Node &n) {
     else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") want = S[i] * stride[i];
     if (want >= 0) {
       const int64_t total = full - want;
-      // ONNX: SAME_UPPER puts the larger half at the end... of the output's cropping.
-      const int64_t first = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      // The larger half of the cropping at the end, except for SAME_LOWER (as ONNX Runtime; a
+      // negative total, an output larger than the full one, extends the end).
+      const int64_t first = autoPad == "SAME_LOWER" ? total - total / 2 : total / 2;
       pads[i] = first;
       pads[i + s] = total - first;
     } else if (autoPad == "VALID") {
@@ -446,6 +447,55 @@ std::vector<Val> ruleLpNormalization(Importer &I, Node &n) {
   else if (p == 2) norm = I.op(OpKind::Sqrt, {I.reduce(OpKind::ReduceSum, I.op(OpKind::Mul, {x, x}), {ax}, true)});
   else throw BadModel("LpNormalization's p must be 1 or 2");
   return one(I.op(OpKind::Div, {x, norm}));
+}
+
+} // namespace tsr::onnxio
+
+namespace tsr::onnxio {
+
+namespace {
+/// NegativeLogLikelihoodLoss of log-probabilities x [N, C, d...] at targets t [N, d...]:
+/// loss = -x[n, t, d...] * weight[t] (0 where t == ignore_index), reduced by `reduction`:
+/// none, sum, or mean = sum(loss) / sum(the weights taken).
+V nllLoss(Importer &I, Node &n, V x, V t, V weight) {
+  const DType dt = Importer::dtype(x);
+  std::vector<Dim> td = Importer::dims(t);
+  if (x->type.rank() != td.size() + 1) throw BadModel("the target's rank must be the input's minus 1");
+  V mask = nullptr;
+  if (n.attr("ignore_index")) {
+    mask = I.op(OpKind::Ne, {t, I.scalar(double(n.i("ignore_index", 0)), Importer::dtype(t))});
+    t = I.op(OpKind::Where, {mask, t, I.scalar(0, Importer::dtype(t))});
+  }
+  std::vector<Dim> u = td;
+  u.insert(u.begin() + 1, D(1));
+  V picked = I.reshape(I.op(OpKind::Gather, {x, I.reshape(t, u)}, {{"axis", int64_t(1)}}), td);
+  V w = weight ? I.op(OpKind::Take, {weight, t}, {{"axis", int64_t(0)}}) : I.full(td, 1, dt);
+  if (mask) w = I.op(OpKind::Where, {mask, w, I.scalar(0, dt)});
+  V loss = I.op(OpKind::Neg, {I.op(OpKind::Mul, {picked, w})});
+  const std::string reduction = n.s("reduction", "mean");
+  std::vector<int64_t> all;
+  for (size_t i = 0; i < td.size(); ++i) all.push_back(int64_t(i));
+  if (reduction == "none") return loss;
+  V sum = I.reduce(OpKind::ReduceSum, loss, all, false);
+  if (reduction == "sum") return sum;
+  if (reduction != "mean") throw Unsupported("the reduction `" + reduction + "` is not supported");
+  return I.op(OpKind::Div, {sum, I.reduce(OpKind::ReduceSum, w, all, false)});
+}
+} // namespace
+
+std::vector<Val> ruleNegativeLogLikelihoodLoss(Importer &I, Node &n) {
+  return one(nllLoss(I, n, in(I, n, 0), in(I, n, 1), n.has(2) ? I.v(n.in[2]) : nullptr));
+}
+
+std::vector<Val> ruleSoftmaxCrossEntropyLoss(Importer &I, Node &n) {
+  // log_softmax over the class axis (1), then NegativeLogLikelihoodLoss; the second output is the
+  // log-probabilities.
+  V x = in(I, n, 0);
+  V m = I.reduce(OpKind::ReduceMax, x, {1}, true);
+  V d = I.op(OpKind::Sub, {x, m});
+  V lp = I.op(OpKind::Sub, {d, I.op(OpKind::Log, {I.reduce(OpKind::ReduceSum, I.op(OpKind::Exp, {d}), {1}, true)})});
+  V loss = nllLoss(I, n, lp, in(I, n, 1), n.has(2) ? I.v(n.in[2]) : nullptr);
+  return {Importer::of(loss), Importer::of(lp)};
 }
 
 } // namespace tsr::onnxio
