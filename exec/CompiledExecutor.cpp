@@ -234,7 +234,9 @@ struct CompiledExecutor::Impl {
   const Compiled &program(const ProgramRequest &r) {
     auto it = programs.find(r.key);
     if (it != programs.end()) return it->second;
+    rt::profile::Scope span("compile", [&] { return "compile a program of " + site; });
     Compiled c = compile(*backend, r.lower(), r.work);
+    span.add("program", c.name);
     ++stats.compiledLazily;
     return programs.emplace(r.key, std::move(c)).first->second;
   }
@@ -348,6 +350,9 @@ struct CompiledExecutor::Impl {
         // the run lowers it again and reports the error at its op
       }
     }
+    if (batch.empty()) return;
+    rt::profile::Scope span("compile", [&] { return "compile " + std::to_string(batch.size()) + " programs"; });
+    span.add("programs", double(batch.size()));
     const auto codes = backend->compileAll(batch);
     for (size_t i = 0; i < codes.size(); ++i) {
       if (!codes[i]) continue;
@@ -376,7 +381,7 @@ struct CompiledExecutor::Impl {
   void launch(const Compiled &c, const std::vector<rt::KernelArg> &args, const Shape &iter) {
     auto grid = gridOf(c.grid, iter);
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;
-    backend->launch(*c.code, args, grid, LaunchSite{c.name, site});
+    launchProfiled(*backend, *c.code, args, grid, LaunchSite{c.name, site});
     ++launches;
   }
 
@@ -691,6 +696,13 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     const Op &op = *st.anchor;
     I.site = whereOf(m, g, op);
     const std::string key = graphKey + std::to_string(si) + "/";
+    // A step's span: "step 3 matmul" (its kind and anchor op), with where its op is written.
+    rt::profile::Scope span("step", [&] {
+      return "step " + std::to_string(si) + " " + std::string(sched::stepKindName(st.kind)) + " " +
+             std::string(ir::opSpelling(op.kind));
+    }, true);
+    span.add("at", I.site);
+    span.add("graph", g.name);
     try {
       int64_t work = -1; // element-ops of a kernel step (Impl::stepWork)
       // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).

@@ -158,7 +158,10 @@ const KernelLauncher::Entry &KernelLauncher::entry(const sema::FunctionInfo &k, 
     }
     throw LaunchError(where + err.what + " cannot run yet", err.range, err.what);
   }
-  e->compiled = backend_->compile(*e->fn, {});
+  {
+    rt::profile::Scope span("compile", [&] { return "compile kernel " + k.name; });
+    e->compiled = backend_->compile(*e->fn, {});
+  }
   if (k.def && P_.sm.has(k.def->range.file)) {
     const SourceFile &f = P_.sm.file(k.def->range.file);
     LineCol lc = f.lineCol(k.def->nameRange.begin);
@@ -232,7 +235,7 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
     ticket = rt::Tensor::zeros({2}, DType::I32);
     hidden(ticket, "deterministic mode's order of atomics");
   }
-  backend_->launch(*e.compiled, kargs, g, LaunchSite{f.name, e.site});
+  launchProfiled(*backend_, *e.compiled, kargs, g, LaunchSite{f.name, e.site});
   if (!sites.empty()) raiseIndexCheck(k, sites, record);
 }
 

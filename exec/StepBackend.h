@@ -14,6 +14,7 @@
 #include "ir/schedule/LowerGroups.h"
 #include "ir/tile/TileIR.h"
 #include "runtime/KernelArg.h"
+#include "runtime/Profile.h"
 #include "runtime/Tensor.h"
 
 #include <array>
@@ -102,5 +103,23 @@ public:
   virtual void launch(const BackendProgram &p, const std::vector<rt::KernelArg> &args,
                       const std::array<int64_t, 3> &grid, const LaunchSite &site) = 0;
 };
+
+/// `b.launch(p, args, grid, site)` inside the profile's "launch" span and an NVTX range
+/// (runtime/Profile.h), what the executor and the kernel launcher launch through. The host CPU's
+/// launches return when the grid has run, so there the span's interval is also the kernel's
+/// device time (track "kernels" of device "cpu"); a GPU's stream times its kernels with CUDA
+/// events itself (runtime/cuda). With profiling off it is the launch alone.
+inline void launchProfiled(StepBackend &b, const BackendProgram &p, const std::vector<rt::KernelArg> &args,
+                           const std::array<int64_t, 3> &grid, const LaunchSite &site) {
+  if (!rt::profile::mode()) return b.launch(p, args, grid, site);
+  rt::profile::Scope span("launch", [&] { return site.kernel; }, true);
+  const std::string gridText = std::to_string(grid[0]) + "x" + std::to_string(grid[1]) + "x" + std::to_string(grid[2]);
+  span.add("at", site.source);
+  span.add("grid", gridText);
+  b.launch(p, args, grid, site);
+  if (span.recording() && b.name() == "cpu")
+    rt::profile::deviceSpan("cpu", "kernels", "kernel", site.kernel, span.beginNs(), rt::profile::nowNs() - span.beginNs(),
+                            {rt::profile::arg("at", site.source), rt::profile::arg("grid", gridText)});
+}
 
 } // namespace tsr::exec

@@ -1,6 +1,9 @@
 #include "runtime/Tensor.h"
 
+#include "runtime/Profile.h"
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +59,15 @@ private:
   size_t idle_ = 0;
 };
 
+// Bytes of host tensor storage allocated while a profile records and not freed yet: the
+// profile's counter "tensor memory (host)" (runtime/Profile.h).
+std::atomic<int64_t> profiledBytes{0};
+
+void countProfiled(int64_t delta) {
+  const int64_t now = profiledBytes.fetch_add(delta) + delta;
+  profile::counter("host", "tensor memory (host)", profile::nowNs(), double(now));
+}
+
 std::shared_ptr<std::byte> allocate(size_t nbytes) {
   // Round up to whole 64-byte blocks (at least one) and zero the padding: see Tensor.h.
   const size_t cap = std::max<size_t>(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
@@ -63,8 +75,16 @@ std::shared_ptr<std::byte> allocate(size_t nbytes) {
   std::byte *p = pooled ? BufferPool::instance().take(cap) : nullptr;
   if (!p) p = static_cast<std::byte *>(::operator new(cap, std::align_val_t{kAlign}));
   std::memset(p + nbytes, 0, cap - nbytes);
-  if (!pooled) return std::shared_ptr<std::byte>(p, [](std::byte *q) { ::operator delete(q, std::align_val_t{kAlign}); });
-  return std::shared_ptr<std::byte>(p, [cap](std::byte *q) {
+  // Only buffers made while a profile records are counted (and uncounted when freed).
+  const bool counted = profile::recording();
+  if (counted) countProfiled(int64_t(cap));
+  if (!pooled)
+    return std::shared_ptr<std::byte>(p, [cap, counted](std::byte *q) {
+      if (counted) countProfiled(-int64_t(cap));
+      ::operator delete(q, std::align_val_t{kAlign});
+    });
+  return std::shared_ptr<std::byte>(p, [cap, counted](std::byte *q) {
+    if (counted) countProfiled(-int64_t(cap));
     if (!BufferPool::instance().give(q, cap)) ::operator delete(q, std::align_val_t{kAlign});
   });
 }

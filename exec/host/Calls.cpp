@@ -328,6 +328,7 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
   } else {
     try {
       TypeRef structure;
+      rt::profile::Scope span("compile", [&] { return "lower " + fn.name + " to Graph IR"; });
       ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()), &structure);
       ir::runGraphPipeline(*lowered, true);
       g = lowered;
@@ -350,6 +351,8 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
   }
   std::vector<rt::Tensor> outs;
   try {
+    rt::profile::Scope span("graph", [&] { return "graph " + g->name; }, true);
+    if (span.recording()) span.add("at", P.sm.describe(at));
     outs = exec.run(graphs, *g, ins);
   } catch (const ir::ProgramCheckError &e) {
     failCheck(e, at);

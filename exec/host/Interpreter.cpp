@@ -133,6 +133,7 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   } else {
     TypeRef result;
     try {
+      rt::profile::Scope span("compile", [&] { return "lower an expression of host code to Graph IR"; });
       g = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
     } catch (ir::CompileError &err) {
       failCompile(err, e->range);
@@ -146,6 +147,8 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   for (auto &o : operands) flatten(o, ins);
   std::vector<rt::Tensor> outs;
   try {
+    rt::profile::Scope span("graph", [&] { return "graph " + g->name; }, true);
+    if (span.recording()) span.add("at", P.sm.describe(e->range));
     outs = exec.run(graphs, *g, ins);
   } catch (const ir::ProgramCheckError &err) {
     failCheck(err, e->range);
@@ -363,6 +366,9 @@ int Interpreter::runMain(const std::string &entry, const std::vector<std::string
     return 1;
   }
   const sema::FunctionInfo &fn = *g->second.fn;
+  // In a profile, the run of the entry is the outermost span of the host's track.
+  rt::profile::nameThisThread("host");
+  rt::profile::Scope span("host", [&] { return entry + "()"; });
   // main's parameters become flags (spec 9): --name value, --name=value; bools take
   // true/false/1/0 (or --name alone for true).
   std::vector<std::pair<std::string, ValueRef>> kwargs;

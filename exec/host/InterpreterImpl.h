@@ -117,6 +117,8 @@ struct Interpreter::Impl {
   }
 
   [[noreturn]] void fail(const std::string &m, SourceRange r, int code = 1) { throw RuntimeError{m, r, code}; }
+  // The source text of `r`'s first line, at most 80 characters: a statement's name in a profile.
+  std::string statementText(SourceRange r) const;
   // The program's own error found as it ran (a check of its compiled code that failed, debug
   // mode's or an integer division by zero): exit 1 at the place it names, with a note at the
   // launch or call that ran it (`at`), where that is another place.

@@ -51,7 +51,20 @@ void Interpreter::Impl::assign(Expr *target, const ValueRef &v, std::shared_ptr<
   fail("this assignment cannot run yet", target->range);
 }
 
+std::string Interpreter::Impl::statementText(SourceRange r) const {
+  if (!r.valid() || !P.sm.has(r.file)) return "statement";
+  const std::string &text = P.sm.file(r.file).text();
+  std::string_view t = std::string_view(text).substr(std::min<size_t>(r.begin, text.size()));
+  t = t.substr(0, std::min<size_t>(t.find('\n'), size_t(r.end > r.begin ? r.end - r.begin : 0)));
+  constexpr size_t kMax = 80;
+  return t.size() > kMax ? std::string(t.substr(0, kMax - 3)) + "..." : std::string(t);
+}
+
 void Interpreter::Impl::stmt(Stmt *s, std::shared_ptr<Env> &env) {
+  // Each statement is a span of the host's track in a profile (runtime/Profile.h), named by its
+  // text; the statements of a block it runs nest in it.
+  rt::profile::Scope span("host", [&] { return statementText(s->range); });
+  if (span.recording()) span.add("at", P.sm.describe(s->range));
   switch (s->kind) {
   case Kind::ExprStmt: expr(static_cast<ExprStmt *>(s)->expr, env); return;
   case Kind::Assign: {

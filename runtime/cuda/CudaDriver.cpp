@@ -5,10 +5,13 @@
 // (32-bit sizes, or older semantics), so each name here is checked against cuda.h's #defines.
 #include "runtime/cuda/CudaDriver.h"
 
+#include "runtime/Profile.h"
+
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -23,6 +26,7 @@ using CUcontext = void *;
 using CUmodule = void *;
 using CUfunction = void *;
 using CUstream = void *;
+using CUevent = void *;
 using CUdeviceptr = unsigned long long;
 
 // CUdevice_attribute
@@ -86,6 +90,12 @@ struct Api {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **);
+  // Event Management (optional: without them a profile has no device times)
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuEventDestroy_v2)(CUevent);
   // Tensor Map Object Management (CUDA 12.0 and later; optional: without it no kernel gets a map)
   CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *, const uint64_t *, const uint32_t *,
                                      const uint32_t *, int, int, int, int);
@@ -198,6 +208,15 @@ Driver::Driver() {
   }
   apiResolved = true;
   api.cuTensorMapEncodeTiled = reinterpret_cast<decltype(api.cuTensorMapEncodeTiled)>(dlsym(lib_, "cuTensorMapEncodeTiled"));
+  // cuda.h maps cuEventElapsedTime to cuEventElapsedTime_v2 from CUDA 12.8; older drivers have
+  // only the first, with the same signature. cuEventDestroy is cuEventDestroy_v2.
+  api.cuEventCreate = reinterpret_cast<decltype(api.cuEventCreate)>(dlsym(lib_, "cuEventCreate"));
+  api.cuEventRecord = reinterpret_cast<decltype(api.cuEventRecord)>(dlsym(lib_, "cuEventRecord"));
+  api.cuEventSynchronize = reinterpret_cast<decltype(api.cuEventSynchronize)>(dlsym(lib_, "cuEventSynchronize"));
+  api.cuEventDestroy_v2 = reinterpret_cast<decltype(api.cuEventDestroy_v2)>(dlsym(lib_, "cuEventDestroy_v2"));
+  void *elapsed = dlsym(lib_, "cuEventElapsedTime_v2");
+  if (!elapsed) elapsed = dlsym(lib_, "cuEventElapsedTime");
+  api.cuEventElapsedTime = reinterpret_cast<decltype(api.cuEventElapsedTime)>(elapsed);
   api.cuDriverGetVersion(&version_);
   if (CUresult r = api.cuInit(0); r != 0) {
     why_ = "the NVIDIA driver is installed but cuInit failed: " + errorName(r) + " (" + errorString(r) + ")";
@@ -496,9 +515,87 @@ Stream::Stream(Context &ctx, size_t history) : ctx_(ctx), ring_(std::max<size_t>
 
 Stream::~Stream() {
   ctx_.removeStream(this);
+  profile::removeFlush(this);
   if (!stream_) return;
   if (tlsCurrent != ctx_.ctx_ && api.cuCtxSetCurrent(ctx_.ctx_) == 0) tlsCurrent = ctx_.ctx_;
+  if (api.cuEventDestroy_v2) {
+    std::lock_guard<std::mutex> lock(timedMu_);
+    for (const Timed &t : timed_) api.cuEventDestroy_v2(t.start), api.cuEventDestroy_v2(t.end);
+    for (void *e : spareEvents_) api.cuEventDestroy_v2(e);
+    if (baseEvent_) api.cuEventDestroy_v2(baseEvent_);
+  }
   api.cuStreamDestroy_v2(stream_);
+}
+
+// ---- Stream: device times for profiles ----
+
+void *Stream::takeEvent() {
+  if (!spareEvents_.empty()) {
+    void *e = spareEvents_.back();
+    spareEvents_.pop_back();
+    return e;
+  }
+  void *e = nullptr;
+  if (CUresult r = api.cuEventCreate(&e, 0 /* CU_EVENT_DEFAULT: timed */); r != 0) fail(r, "creating an event (cuEventCreate)");
+  return e;
+}
+
+void *Stream::timedBegin() {
+  if (!profile::recording() || !api.cuEventCreate || !api.cuEventRecord || !api.cuEventElapsedTime ||
+      !api.cuEventSynchronize || !api.cuEventDestroy_v2)
+    return nullptr;
+  std::lock_guard<std::mutex> lock(timedMu_);
+  if (!baseEvent_) {
+    // The origin of this stream's device times: an event the GPU passes now, whose host time
+    // is taken when it has completed (after the work queued before it).
+    baseEvent_ = takeEvent();
+    if (CUresult r = api.cuEventRecord(baseEvent_, stream_); r != 0) fail(r, "recording an event (cuEventRecord)");
+    if (CUresult r = api.cuEventSynchronize(baseEvent_); r != 0) fail(r, "waiting for an event (cuEventSynchronize)");
+    baseNs_ = profile::nowNs();
+  }
+  profile::addFlush(this, [this] {
+    synchronize();
+    resolveTimed();
+  });
+  void *e = takeEvent();
+  if (CUresult r = api.cuEventRecord(e, stream_); r != 0) fail(r, "recording an event (cuEventRecord)");
+  return e;
+}
+
+void Stream::timedEnd(void *start, Timed t) {
+  std::lock_guard<std::mutex> lock(timedMu_);
+  t.start = start;
+  t.end = takeEvent();
+  if (CUresult r = api.cuEventRecord(t.end, stream_); r != 0) fail(r, "recording an event (cuEventRecord)");
+  timed_.push_back(std::move(t));
+}
+
+void Stream::resolveTimed() {
+  std::lock_guard<std::mutex> lock(timedMu_);
+  if (timed_.empty()) return;
+  const std::string device = ctx_.info().spec();
+  size_t done = 0;
+  for (; done < timed_.size(); ++done) {
+    Timed &t = timed_[done];
+    float fromBase = 0, length = 0;
+    // Not ready (an operation still queued): it and those after it wait for a later synchronize.
+    if (api.cuEventElapsedTime(&fromBase, baseEvent_, t.start) != 0 || api.cuEventElapsedTime(&length, t.start, t.end) != 0)
+      break;
+    profile::Args args;
+    if (!t.where.empty()) args.push_back(profile::arg("at", t.where));
+    if (t.bytes) args.push_back(profile::arg("bytes", double(t.bytes)));
+    if (std::string_view(t.track) == "kernels") {
+      args.push_back(profile::arg("grid", std::to_string(t.dims.grid[0]) + "x" + std::to_string(t.dims.grid[1]) + "x" +
+                                              std::to_string(t.dims.grid[2])));
+      args.push_back(profile::arg("block", double(t.dims.block[0])));
+      if (t.dims.sharedBytes) args.push_back(profile::arg("dynamic shared bytes", double(t.dims.sharedBytes)));
+    }
+    profile::deviceSpan(device, t.track, std::string_view(t.track) == "kernels" ? "kernel" : "transfer", std::move(t.name),
+                        baseNs_ + std::llround(double(fromBase) * 1e6), std::llround(double(length) * 1e6), std::move(args));
+    spareEvents_.push_back(t.start);
+    spareEvents_.push_back(t.end);
+  }
+  timed_.erase(timed_.begin(), timed_.begin() + std::ptrdiff_t(done));
 }
 
 double Stream::defaultTimeoutSeconds() {
@@ -516,32 +613,64 @@ void Stream::copyToDevice(DevicePtr dst, const void *src, size_t bytes) {
   if (!bytes) return;
   ctx_.requireUsable();
   ctx_.makeCurrent();
+  void *timed = timedBegin();
   if (CUresult r = api.cuMemcpyHtoDAsync_v2(dst, src, bytes, stream_); r != 0)
     fail(r, "queueing a copy of " + std::to_string(bytes) + " bytes host -> device (cuMemcpyHtoDAsync)");
+  if (timed) {
+    Timed t;
+    t.name = "copy host -> device";
+    t.track = "transfers";
+    t.bytes = bytes;
+    timedEnd(timed, std::move(t));
+  }
 }
 
 void Stream::copyToHost(void *dst, DevicePtr src, size_t bytes) {
   if (!bytes) return;
   ctx_.requireUsable();
   ctx_.makeCurrent();
+  void *timed = timedBegin();
   if (CUresult r = api.cuMemcpyDtoHAsync_v2(dst, src, bytes, stream_); r != 0)
     fail(r, "queueing a copy of " + std::to_string(bytes) + " bytes device -> host (cuMemcpyDtoHAsync)");
+  if (timed) {
+    Timed t;
+    t.name = "copy device -> host";
+    t.track = "transfers";
+    t.bytes = bytes;
+    timedEnd(timed, std::move(t));
+  }
 }
 
 void Stream::copyOnDevice(DevicePtr dst, DevicePtr src, size_t bytes) {
   if (!bytes) return;
   ctx_.requireUsable();
   ctx_.makeCurrent();
+  void *timed = timedBegin();
   if (CUresult r = api.cuMemcpyDtoDAsync_v2(dst, src, bytes, stream_); r != 0)
     fail(r, "queueing a copy of " + std::to_string(bytes) + " bytes device -> device (cuMemcpyDtoDAsync)");
+  if (timed) {
+    Timed t;
+    t.name = "copy device -> device";
+    t.track = "transfers";
+    t.bytes = bytes;
+    timedEnd(timed, std::move(t));
+  }
 }
 
 void Stream::fill(DevicePtr dst, uint8_t value, size_t bytes) {
   if (!bytes) return;
   ctx_.requireUsable();
   ctx_.makeCurrent();
+  void *timed = timedBegin();
   if (CUresult r = api.cuMemsetD8Async(dst, value, bytes, stream_); r != 0)
     fail(r, "queueing a fill of " + std::to_string(bytes) + " bytes (cuMemsetD8Async)");
+  if (timed) {
+    Timed t;
+    t.name = "fill";
+    t.track = "transfers";
+    t.bytes = bytes;
+    timedEnd(timed, std::move(t));
+  }
 }
 
 void Stream::prepareShared(Function &fn, const LaunchDims &dims, LaunchSite site) {
@@ -574,6 +703,15 @@ void Stream::record(const Function &fn, const LaunchDims &dims, LaunchSite site)
   slot.dims = dims;
 }
 
+void Stream::timedLaunch(void *start, const Function &fn, const LaunchDims &dims, LaunchSite site) {
+  Timed t;
+  t.name = site.kernelName.empty() ? fn.name() : std::string(site.kernelName);
+  t.where = site.sourceLocation;
+  t.track = "kernels";
+  t.dims = dims;
+  timedEnd(start, std::move(t));
+}
+
 void Stream::afterLaunch(int r, const Function &fn, const LaunchDims &dims, LaunchSite site) {
   std::string_view name = site.kernelName.empty() ? std::string_view(fn.name()) : site.kernelName;
   if (r != 0) fail(r, "launching " + kernelText(name, site.sourceLocation) + ", " + dimsText(dims) + " (cuLaunchKernel)");
@@ -585,8 +723,10 @@ void Stream::launch(Function &fn, const LaunchDims &dims, void **kernelParams, L
   ctx_.requireUsable();
   ctx_.makeCurrent();
   prepareShared(fn, dims, site);
+  void *timed = timedBegin();
   CUresult r = api.cuLaunchKernel(fn.handle(), dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1],
                                   dims.block[2], dims.sharedBytes, stream_, kernelParams, nullptr);
+  if (timed) timedLaunch(timed, fn, dims, site);
   afterLaunch(r, fn, dims, site);
 }
 
@@ -596,8 +736,10 @@ void Stream::launchPacked(Function &fn, const LaunchDims &dims, const void *args
   prepareShared(fn, dims, site);
   size_t size = argBytes;
   void *extra[] = {kLaunchParamBufferPointer, const_cast<void *>(args), kLaunchParamBufferSize, &size, kLaunchParamEnd};
+  void *timed = timedBegin();
   CUresult r = api.cuLaunchKernel(fn.handle(), dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1],
                                   dims.block[2], dims.sharedBytes, stream_, nullptr, extra);
+  if (timed) timedLaunch(timed, fn, dims, site);
   afterLaunch(r, fn, dims, site);
 }
 
@@ -614,6 +756,7 @@ void Stream::synchronize(double timeoutSeconds) {
   if (timeoutSeconds <= 0) {
     if (CUresult r = api.cuStreamSynchronize(stream_); r != 0) fail(r, "synchronizing a stream (cuStreamSynchronize)");
     markFinished();
+    if (profile::recording()) resolveTimed();
     return;
   }
   using Clock = std::chrono::steady_clock;
@@ -646,6 +789,7 @@ void Stream::synchronize(double timeoutSeconds) {
       std::this_thread::sleep_for(std::min<Clock::duration>(waited / 8, std::chrono::milliseconds(1)));
   }
   markFinished();
+  if (profile::recording()) resolveTimed();
 }
 
 bool Stream::done() {

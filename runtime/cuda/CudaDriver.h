@@ -377,6 +377,31 @@ private:
   [[noreturn]] void fail(int r, const std::string &what);
   void markFinished();
 
+  // Profiles (runtime/Profile.h): while one records, each launch and copy is bracketed by two
+  // CUDA events (cuEventRecord), and when the stream has been synchronized their times
+  // (cuEventElapsedTime from a base event whose host time was taken as it completed) become the
+  // device's spans. Without the driver's event functions, or without a profile, nothing is queued.
+  struct Timed {
+    void *start = nullptr, *end = nullptr;  // CUevent
+    std::string name, where;
+    const char *track = "";
+    uint64_t bytes = 0;
+    LaunchDims dims;
+  };
+  /// The start event of an operation about to be queued, recorded; null when not profiling.
+  void *timedBegin();
+  void timedEnd(void *start, Timed t);
+  void timedLaunch(void *start, const Function &fn, const LaunchDims &dims, LaunchSite site);
+  /// Turns the finished operations' events into device spans (in queue order; it stops at the
+  /// first whose events are not ready).
+  void resolveTimed();
+  void *takeEvent();
+  std::mutex timedMu_;       // guards the fields below
+  std::vector<Timed> timed_;
+  std::vector<void *> spareEvents_;
+  void *baseEvent_ = nullptr;
+  int64_t baseNs_ = 0;
+
   Context &ctx_;
   void *stream_ = nullptr;  // CUstream
   mutable std::mutex mu_;   // guards the history (read by Context::synchronize)

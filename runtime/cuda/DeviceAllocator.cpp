@@ -1,6 +1,8 @@
 // The caching device allocator (DeviceAllocator.h).
 #include "runtime/cuda/DeviceAllocator.h"
 
+#include "runtime/Profile.h"
+
 #include <bit>
 #include <cstdio>
 #include <stdexcept>
@@ -120,7 +122,14 @@ DevicePtr DeviceAllocator::allocate(size_t bytes, const char *forWhat, const voi
   stats_.bytesInUse += block;
   stats_.bytesRequestedInUse += bytes;
   if (stats_.bytesInUse > stats_.peakBytesInUse) stats_.peakBytesInUse = stats_.bytesInUse;
+  if (profile::recording()) profileCounters();
   return p;
+}
+
+void DeviceAllocator::profileCounters() const {
+  const int64_t now = profile::nowNs();
+  profile::counter(device_, "device memory in use", now, double(stats_.bytesInUse));
+  profile::counter(device_, "device memory reserved", now, double(stats_.bytesInUse + stats_.bytesCached));
 }
 
 void DeviceAllocator::free(DevicePtr p) {
@@ -136,6 +145,7 @@ void DeviceAllocator::free(DevicePtr p) {
   stats_.bytesRequestedInUse -= l.requested;
   cache_[l.stream].emplace(l.block, p);
   stats_.bytesCached += l.block;
+  if (profile::recording()) profileCounters();
 }
 
 size_t DeviceAllocator::blockSize(DevicePtr p) const {

@@ -128,6 +128,9 @@ private:
   /// A cached block of `stream` that fits class `cls` (its size in `block`), or 0.
   DevicePtr takeCached(size_t cls, const void *stream, size_t &block);
   [[noreturn]] void throwOutOfMemory(size_t bytes, size_t cls, const char *forWhat, size_t released);
+  /// The profile's counters of this device (runtime/Profile.h): bytes in use, and in use plus
+  /// cached (what the allocator holds of the driver's memory). Called under mu_ while recording.
+  void profileCounters() const;
 
   AllocatorBackend backend_;
   std::string device_;

@@ -16,6 +16,7 @@ struct FakeCudaCounters {
   int launches;           // cuLaunchKernel that succeeded
   int streamSyncs, streamQueries, ctxSyncs;
   int asyncCopies, memsets;
+  int eventsCreated, eventRecords;
 };
 
 struct FakeCudaLaunch {

@@ -14,12 +14,14 @@
 //     the parameter size; a kernel whose name contains "fault" makes the next call in its
 //     context fail with CUDA_ERROR_ILLEGAL_ADDRESS, sticky as on a GPU; one containing "hang"
 //     never finishes (cuStreamQuery says NOT_READY; cuStreamSynchronize aborts the process,
-//     because the caller would hang there on a GPU).
+//     because the caller would hang there on a GPU);
+//   - events time a simulated device clock on which each launch takes at least 5 us.
 // The legacy unversioned symbols that cuda.h maps to _v2 names (cuMemAlloc, cuStreamDestroy, ...)
 // exist as in the real library, but abort: resolving one of them is a bug in the runtime.
 #include "FakeCuda.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -68,6 +70,23 @@ struct Stream {
   Ctx *ctx;
   bool hung = false;
 };
+
+struct Event {
+  Ctx *ctx;
+  bool recorded = false;
+  long long ns = 0;
+};
+std::set<Event *> events;
+// The simulated device clock (Events below).
+constexpr long long kKernelNs = 5000;
+long long deviceNs = 0;
+long long deviceClock() {
+  using Clock = std::chrono::steady_clock;
+  static const Clock::time_point start = Clock::now();
+  const long long host = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  deviceNs = std::max(deviceNs, host);
+  return deviceNs;
+}
 
 bool initialized = false;
 thread_local Ctx *current = nullptr;
@@ -536,11 +555,59 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   }
   lastLaunch = l;
   ++counters.launches;
+  deviceNs = deviceClock() + kKernelNs;
   if (f->name.find("fault") != std::string::npos) current->pending = kIllegalAddress;
   if (f->name.find("hang") != std::string::npos) {
     if (!s) die("a never-ending kernel on the NULL stream");
     static_cast<Stream *>(s)->hung = true;
   }
+  return kSuccess;
+}
+
+// ---- Events: times on a simulated device clock (ns), which an operation queued on a stream
+// moves to at least the host's clock and a launch moves on by kKernelNs, so that a kernel's
+// elapsed time is at least that ----
+int cuEventCreate(void **e, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (!e || flags > 15) return kInvalidValue;
+  auto *ev = new Event{current};
+  events.insert(ev);
+  ++counters.eventsCreated;
+  *e = ev;
+  return kSuccess;
+}
+int cuEventRecord(void *e, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  auto *ev = static_cast<Event *>(e);
+  if (!events.count(ev) || ev->ctx != current) return kInvalidHandle;
+  ev->recorded = true;
+  ev->ns = deviceClock();
+  ++counters.eventRecords;
+  return kSuccess;
+}
+int cuEventSynchronize(void *e) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (!events.count(static_cast<Event *>(e))) return kInvalidHandle;
+  return kSuccess;
+}
+int cuEventElapsedTime_v2(float *ms, void *a, void *b) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  auto *ea = static_cast<Event *>(a), *eb = static_cast<Event *>(b);
+  if (!ms || !events.count(ea) || !events.count(eb)) return kInvalidHandle;
+  if (!ea->recorded || !eb->recorded) return kInvalidHandle;
+  *ms = float(double(eb->ns - ea->ns) / 1e6);
+  return kSuccess;
+}
+int cuEventDestroy_v2(void *e) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto *ev = static_cast<Event *>(e);
+  if (!events.erase(ev)) return kInvalidHandle;
+  delete ev;
   return kSuccess;
 }
 
@@ -555,6 +622,8 @@ TSR_FAKE_LEGACY(cuMemcpyHtoDAsync)
 TSR_FAKE_LEGACY(cuMemcpyDtoHAsync)
 TSR_FAKE_LEGACY(cuMemcpyDtoDAsync)
 TSR_FAKE_LEGACY(cuStreamDestroy)
+TSR_FAKE_LEGACY(cuEventDestroy)
+TSR_FAKE_LEGACY(cuEventElapsedTime)
 TSR_FAKE_LEGACY(cuMemcpyHtoD)
 TSR_FAKE_LEGACY(cuMemcpyDtoH)
 #undef TSR_FAKE_LEGACY

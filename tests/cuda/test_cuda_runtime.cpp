@@ -16,6 +16,7 @@
 #include <doctest/doctest.h>
 
 #include "FakeCuda.h"
+#include "runtime/Profile.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -874,6 +876,91 @@ TEST_CASE("launches: packed and pointer parameters, grid and block, dynamic shar
   CHECK(contains(s.describePendingLaunches(), "(and 2 earlier, not kept)"));
   s.synchronize();
   CHECK(contains(s.describePendingLaunches(), "no launch on this stream since its last synchronize"));
+}
+
+TEST_CASE("profiles: launches and copies timed by CUDA events, the allocator's counters; nothing without a profile") {
+  namespace profile = tsr::rt::profile;
+  Context &ctx = Context::get(0);
+  Stream s(ctx);
+  DeviceAllocator &alloc = DeviceAllocator::forDevice(0);
+  Function &scale = ModuleCache::process().function(0, kPtx, "scale");
+  std::vector<unsigned char> args = argBytes();
+  LaunchDims dims;
+  dims.grid[0] = 5;
+  dims.block[0] = 128;
+  const size_t n = 4096;
+  std::vector<unsigned char> host(n, 7);
+
+  // Without a profile: no event is created or recorded.
+  const int records = fakeCounters().eventRecords;
+  DevicePtr a = alloc.allocate(n, "profile test", s.handle());
+  s.copyToDevice(a, host.data(), n);
+  s.launchPacked(scale, dims, args.data(), args.size(), {"scale", "model.tsr:4:9"});
+  s.synchronize();
+  CHECK(fakeCounters().eventRecords == records);
+  alloc.free(a);
+
+  const std::string path = (std::filesystem::temp_directory_path() / ("tsr_cuda_profile_" + std::to_string(getpid()) + ".json")).string();
+  std::string trace;
+  {
+    profile::Session session(path);
+    DevicePtr b = alloc.allocate(n, "profile test", s.handle());
+    s.copyToDevice(b, host.data(), n);
+    s.launchPacked(scale, dims, args.data(), args.size(), {"scale", "model.tsr:4:9"});
+    s.launchPacked(scale, dims, args.data(), args.size(), {"scale", "model.tsr:5:9"});
+    s.copyToHost(host.data(), b, n);
+    s.synchronize();
+    // A launch after the last synchronize is timed when the trace is written (the stream's flush).
+    s.launchPacked(scale, dims, args.data(), args.size(), {"scale", "model.tsr:6:9"});
+    alloc.free(b);
+    CHECK(fakeCounters().eventRecords > records);
+    std::string error;
+    REQUIRE(session.finish(error));
+    std::ifstream in(path);
+    trace.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::filesystem::remove(path);
+  INFO(trace);
+  // The trace's lines for the device: its process, the kernels at their sources, at least the
+  // fake's 5 us each, and the copies with their bytes, on their tracks.
+  CHECK(contains(trace, "\"args\":{\"name\":\"device cuda:0\"}"));
+  CHECK(contains(trace, "\"args\":{\"name\":\"kernels\"}"));
+  CHECK(contains(trace, "\"args\":{\"name\":\"transfers\"}"));
+  for (const char *at : {"model.tsr:4:9", "model.tsr:5:9", "model.tsr:6:9"}) {
+    const size_t at0 = trace.find(std::string("\"at\":\"") + at);
+    CHECK(at0 != std::string::npos);
+  }
+  size_t kernels = 0, pos = 0;
+  while ((pos = trace.find("\"name\":\"scale\",\"cat\":\"kernel\"", pos)) != std::string::npos) {
+    ++kernels;
+    const size_t d = trace.find("\"dur\":", pos);
+    REQUIRE(d != std::string::npos);
+    CHECK(std::stod(trace.substr(d + 6)) >= 4.99);  // microseconds (a float of milliseconds)
+    pos = d;
+  }
+  CHECK(kernels == 3);  // the one before the profile is not in it
+  CHECK(contains(trace, "\"name\":\"copy host -> device\",\"cat\":\"transfer\""));
+  CHECK(contains(trace, "\"name\":\"copy device -> host\",\"cat\":\"transfer\""));
+  CHECK(contains(trace, "\"bytes\":4096"));
+  CHECK(contains(trace, "\"name\":\"device memory in use\""));
+  CHECK(contains(trace, "\"name\":\"device memory reserved\""));
+#ifdef TSR_TRACE_CHECKER
+  // The Trace Event Format, by the checker that ctest profile_cpu uses.
+  const std::string again = path + ".check.json";
+  {
+    std::ofstream out(again);
+    out << trace;
+  }
+  const std::string cmd = std::string("python3 ") + TSR_TRACE_CHECKER + " " + again +
+                          " --require-cat kernel --require-cat transfer --require-counter 'device memory in use'";
+  CHECK(std::system(cmd.c_str()) == 0);
+  std::filesystem::remove(again);
+#endif
+  // After the profile: nothing recorded again.
+  const int after = fakeCounters().eventRecords;
+  s.launchPacked(scale, dims, args.data(), args.size(), {"scale", "model.tsr:7:9"});
+  s.synchronize();
+  CHECK(fakeCounters().eventRecords == after);
 }
 
 TEST_CASE("modules through the driver: one JIT per device, the JIT log on failure, cubins where they run") {

@@ -12,15 +12,17 @@
 // Exit codes as `tsr run`: 0 success, 1 an error of the program, 2 usage, 3 a refused bundle,
 // an unusable device or a program not in the bundle, 70 internal error.
 #include "exec/bundle/RunBundle.h"
+#include "runtime/Profile.h"
 #include "support/RunModes.h"
 
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 int main(int argc, char **argv) {
-  const char *usage = "usage: tsr-run-bundle FILE.bundle [--entry NAME] [--device auto|cpu|cuda[:N]] [--debug] [MAIN FLAGS...]\n";
+  const char *usage = "usage: tsr-run-bundle FILE.bundle [--entry NAME] [--device auto|cpu|cuda[:N]] [--debug] [--profile FILE] [MAIN FLAGS...]\n";
   if (argc < 2) {
     std::cerr << "tsr-run-bundle: " << usage;
     return 2;
@@ -41,5 +43,24 @@ int main(int argc, char **argv) {
     else if (i > 1 && std::strcmp(argv[i], "--deterministic") == 0) tsr::runModes().deterministic = true;
     else args.push_back(argv[i]);
   }
-  return tsr::bundle::runBundleCommand(args, tsr::bundle::Compilers{}, "tsr-run-bundle");
+  // --profile FILE: a Chrome/Perfetto trace of the run (runtime/Profile.h, docs/profiling.md).
+  std::unique_ptr<tsr::rt::profile::Session> profile;
+  try {
+    const std::string path = tsr::rt::profile::takeProfileFlag(args, 1);
+    if (!path.empty()) profile = std::make_unique<tsr::rt::profile::Session>(path);
+  } catch (const std::invalid_argument &e) {
+    std::cerr << "tsr-run-bundle: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception &e) {
+    std::cerr << "tsr-run-bundle: --profile " << e.what() << "\n";
+    return 1;
+  }
+  tsr::rt::profile::enableNvtxUnderNsight();
+  int rc = tsr::bundle::runBundleCommand(args, tsr::bundle::Compilers{}, "tsr-run-bundle");
+  std::string error;
+  if (profile && !profile->finish(error)) {
+    std::cerr << "tsr-run-bundle: --profile " << error << "\n";
+    if (rc == 0) rc = 1;
+  }
+  return rc;
 }

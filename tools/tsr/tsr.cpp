@@ -11,6 +11,7 @@
 #include "exec/cpu/CpuBackend.h"
 #include "exec/cuda/NvptxCompiler.h"
 #include "runtime/DiskCache.h"
+#include "runtime/Profile.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
 #include "sema/Program.h"
@@ -24,6 +25,101 @@
 #include <unistd.h>
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// tsr run FILE.tsr [--entry NAME] [--device auto|cpu|cuda[:N]] [MAIN FLAGS...]: the module is
+// checked, then `main` runs in the host interpreter; graph work runs compiled on the device.
+// `rest`: the file, then the flags (tsr run's own --debug, --deterministic and --profile taken).
+int runSource(const std::vector<std::string> &rest) {
+  std::string file = rest[0], entry = "main";
+  const char *envExecutor = std::getenv("TSR_EXECUTOR");
+  std::string executor = envExecutor && *envExecutor ? envExecutor : "compiled";
+  std::vector<std::string> flags;
+  // --device auto (the default: the first GPU where the driver sees one, else the CPU), cpu,
+  // cuda, cuda:N. Graphs run on it; host code always runs on the host.
+  std::string device = "auto";
+  bool deviceGiven = false;
+  for (size_t i = 1; i < rest.size(); ++i) {
+    if (rest[i] == "--entry" && i + 1 < rest.size()) { entry = rest[++i]; continue; }
+    if (rest[i].rfind("--entry=", 0) == 0) { entry = rest[i].substr(8); continue; }
+    // --executor compiled|reference (hidden; also TSR_EXECUTOR): graphs run compiled by
+    // default; the reference evaluator stays reachable for tests and for comparisons.
+    if (rest[i] == "--executor" && i + 1 < rest.size()) { executor = rest[++i]; continue; }
+    if (rest[i].rfind("--executor=", 0) == 0) { executor = rest[i].substr(11); continue; }
+    if (rest[i] == "--device" && i + 1 < rest.size()) { device = rest[++i]; deviceGiven = true; continue; }
+    if (rest[i].rfind("--device=", 0) == 0) { device = rest[i].substr(9); deviceGiven = true; continue; }
+    if (rest[i] == "--devices" && i + 1 < rest.size()) { ++i; continue; } // one device per process for now
+    // --no-cache: compile everything, neither reading nor writing the persistent cache.
+    if (rest[i] == "--no-cache") { tsr::rt::DiskCache::process().disable(); continue; }
+    flags.push_back(rest[i]);
+  }
+  if (executor != "compiled" && executor != "reference") {
+    std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
+    return 2;
+  }
+  // The graph backend: the GPU asked for (exit 3 when none can be used), or auto's choice.
+  std::shared_ptr<tsr::exec::StepBackend> backend;
+  if (device != "auto" && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
+    std::cerr << "tsr run: --device " << device << ": expected auto, cpu, cuda or cuda:N\n";
+    return 2;
+  }
+  if (device == "auto") {
+    const auto &driver = tsr::rt::cuda::Driver::get();
+    if (driver.available() && executor == "compiled") device = "cuda:0";
+    else if (deviceGiven)
+      std::cerr << "tsr run: --device auto: running on the CPU ("
+                << (driver.available() ? "the reference executor runs on the CPU only" : driver.why()) << ")\n";
+  }
+  if (device.rfind("cuda", 0) == 0) {
+    if (executor == "reference") {
+      std::cerr << "tsr run: --device " << device << ": the reference executor runs on the CPU only\n";
+      return 2;
+    }
+    try {
+      backend = tsr::exec::cudaBackend(device);
+    } catch (const std::invalid_argument &e) {
+      std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception &e) {
+      std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
+      return 3;
+    }
+  }
+  const bool onGpu = backend != nullptr;
+  if (!backend) backend = tsr::exec::cpuBackend();
+  return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
+    tsr::SourceManager sm;
+    tsr::DiagnosticEngine diags(sm);
+    tsr::sema::CheckOptions opts = tsr::sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
+    std::unique_ptr<tsr::sema::Program> program;
+    {
+      tsr::rt::profile::Scope span("compile", [&] { return "check " + file; });
+      program = tsr::sema::checkProgram(sm, diags, file, opts);
+    }
+    diags.render(std::cerr);
+    if (diags.hasInternalError()) return 70;
+    if (diags.hasErrors()) return 1;
+    auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor(nullptr, backend);
+    tsr::host::Interpreter interp(*program, *exec, std::cout, backend);
+    int rc = interp.runMain(entry, flags, std::cerr);
+    // TSR_CACHE_STATS=1: what the persistent compilation cache did (tests, and users who wonder).
+    if (const char *st = std::getenv("TSR_CACHE_STATS"); st && std::string(st) == "1")
+      std::cerr << tsr::rt::DiskCache::process().describe() << "\n";
+    if (onGpu && rc == 0) {
+      // Work nobody read back still runs; its failure is the program's.
+      try {
+        tsr::exec::synchronizeCudaBackends();
+      } catch (const std::exception &e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return 3;
+      }
+    }
+    return rc;
+  });
+}
+
+} // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"tsr: run Tessera (.tsr) programs and serve editors"};
@@ -66,91 +162,39 @@ int main(int argc, char **argv) {
       else { ++i; continue; }
       rest.erase(rest.begin() + std::ptrdiff_t(i));
     }
+    // --profile FILE: a Chrome/Perfetto trace of the run (runtime/Profile.h, docs/profiling.md),
+    // written when the run ends, whatever its exit code.
+    std::string profilePath;
+    try {
+      profilePath = tsr::rt::profile::takeProfileFlag(rest, 1);
+    } catch (const std::invalid_argument &e) {
+      std::cerr << "tsr run: " << e.what() << "\n";
+      return 2;
+    }
+    std::unique_ptr<tsr::rt::profile::Session> profile;
+    if (!profilePath.empty()) {
+      try {
+        profile = std::make_unique<tsr::rt::profile::Session>(profilePath);
+      } catch (const std::exception &e) {
+        std::cerr << "tsr run: --profile " << e.what() << "\n";
+        return 1;
+      }
+    }
+    tsr::rt::profile::enableNvtxUnderNsight();
+    auto finishProfile = [&](int rc) {
+      std::string error;
+      if (profile && !profile->finish(error)) {
+        std::cerr << "tsr run: --profile " << error << "\n";
+        return rc == 0 ? 1 : rc;
+      }
+      return rc;
+    };
     // A bundle (docs/bundle.md) runs from its own modules and code: exec/bundle/RunBundle.h.
     // Programs the bundle lacks are compiled here, as without a bundle.
     if (tsr::bundle::isBundleFile(rest[0]))
-      return tsr::bundle::runBundleCommand(rest, {[] { return tsr::exec::cpuBackend(); }, tsr::exec::nvptxSource()});
-    std::string file = rest[0], entry = "main";
-    const char *envExecutor = std::getenv("TSR_EXECUTOR");
-    std::string executor = envExecutor && *envExecutor ? envExecutor : "compiled";
-    std::vector<std::string> flags;
-    // --device auto (the default: the first GPU where the driver sees one, else the CPU), cpu,
-    // cuda, cuda:N. Graphs run on it; host code always runs on the host.
-    std::string device = "auto";
-    bool deviceGiven = false;
-    for (size_t i = 1; i < rest.size(); ++i) {
-      if (rest[i] == "--entry" && i + 1 < rest.size()) { entry = rest[++i]; continue; }
-      if (rest[i].rfind("--entry=", 0) == 0) { entry = rest[i].substr(8); continue; }
-      // --executor compiled|reference (hidden; also TSR_EXECUTOR): graphs run compiled by
-      // default; the reference evaluator stays reachable for tests and for comparisons.
-      if (rest[i] == "--executor" && i + 1 < rest.size()) { executor = rest[++i]; continue; }
-      if (rest[i].rfind("--executor=", 0) == 0) { executor = rest[i].substr(11); continue; }
-      if (rest[i] == "--device" && i + 1 < rest.size()) { device = rest[++i]; deviceGiven = true; continue; }
-      if (rest[i].rfind("--device=", 0) == 0) { device = rest[i].substr(9); deviceGiven = true; continue; }
-      if (rest[i] == "--devices" && i + 1 < rest.size()) { ++i; continue; } // one device per process for now
-      // --no-cache: compile everything, neither reading nor writing the persistent cache.
-      if (rest[i] == "--no-cache") { tsr::rt::DiskCache::process().disable(); continue; }
-      flags.push_back(rest[i]);
-    }
-    if (executor != "compiled" && executor != "reference") {
-      std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
-      return 2;
-    }
-    // The graph backend: the GPU asked for (exit 3 when none can be used), or auto's choice.
-    std::shared_ptr<tsr::exec::StepBackend> backend;
-    if (device != "auto" && device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0) {
-      std::cerr << "tsr run: --device " << device << ": expected auto, cpu, cuda or cuda:N\n";
-      return 2;
-    }
-    if (device == "auto") {
-      const auto &driver = tsr::rt::cuda::Driver::get();
-      if (driver.available() && executor == "compiled") device = "cuda:0";
-      else if (deviceGiven)
-        std::cerr << "tsr run: --device auto: running on the CPU ("
-                  << (driver.available() ? "the reference executor runs on the CPU only" : driver.why()) << ")\n";
-    }
-    if (device.rfind("cuda", 0) == 0) {
-      if (executor == "reference") {
-        std::cerr << "tsr run: --device " << device << ": the reference executor runs on the CPU only\n";
-        return 2;
-      }
-      try {
-        backend = tsr::exec::cudaBackend(device);
-      } catch (const std::invalid_argument &e) {
-        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
-        return 2;
-      } catch (const std::exception &e) {
-        std::cerr << "tsr run: --device " << device << ": " << e.what() << "\n";
-        return 3;
-      }
-    }
-    const bool onGpu = backend != nullptr;
-    if (!backend) backend = tsr::exec::cpuBackend();
-    return tsr::runWithLargeStack(size_t(512) << 20, [&]() -> int {
-      tsr::SourceManager sm;
-      tsr::DiagnosticEngine diags(sm);
-      tsr::sema::CheckOptions opts = tsr::sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
-      auto program = tsr::sema::checkProgram(sm, diags, file, opts);
-      diags.render(std::cerr);
-      if (diags.hasInternalError()) return 70;
-      if (diags.hasErrors()) return 1;
-      auto exec = executor == "reference" ? tsr::host::makeReferenceExecutor() : tsr::exec::makeCompiledExecutor(nullptr, backend);
-      tsr::host::Interpreter interp(*program, *exec, std::cout, backend);
-      int rc = interp.runMain(entry, flags, std::cerr);
-      // TSR_CACHE_STATS=1: what the persistent compilation cache did (tests, and users who wonder).
-      if (const char *st = std::getenv("TSR_CACHE_STATS"); st && std::string(st) == "1")
-        std::cerr << tsr::rt::DiskCache::process().describe() << "\n";
-      if (onGpu && rc == 0) {
-        // Work nobody read back still runs; its failure is the program's.
-        try {
-          tsr::exec::synchronizeCudaBackends();
-        } catch (const std::exception &e) {
-          std::cerr << "error: " << e.what() << "\n";
-          return 3;
-        }
-      }
-      return rc;
-    });
+      return finishProfile(
+          tsr::bundle::runBundleCommand(rest, {[] { return tsr::exec::cpuBackend(); }, tsr::exec::nvptxSource()}));
+    return finishProfile(runSource(rest));
   }
   tsr::lsp::ServerOptions opts;
   opts.check = tsr::sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
