@@ -333,8 +333,15 @@ std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir
   }
   std::stringstream ss;
   ss << f.rdbuf();
+  return importModelBytes(ss.str(), path, module, options);
+}
+
+std::variant<ImportedModel, ImportError> importModelBytes(const std::string &bytes, const std::string &path, ir::Module &module,
+                                                          const ImportOptions &options) {
+  ImportError err;
+  err.file = path;
   onnx::ModelProto model;
-  if (!model.ParseFromString(ss.str()) || !model.has_graph() || model.ir_version() <= 0) {
+  if (!model.ParseFromString(bytes) || !model.has_graph() || model.ir_version() <= 0) {
     err.message = "not an ONNX model (the file does not parse as an ONNX ModelProto with a graph)";
     return err;
   }

@@ -80,6 +80,10 @@ struct ImportOptions {
 /// Reads the model at `path` and adds its graph to `module`.
 std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir::Module &module,
                                                      const ImportOptions &options = {});
+/// The same for a model's bytes; `path` names it in errors and locations, and external data is
+/// read relative to its folder.
+std::variant<ImportedModel, ImportError> importModelBytes(const std::string &bytes, const std::string &path, ir::Module &module,
+                                                          const ImportOptions &options = {});
 
 /// Reads a serialized TensorProto (the `input_N.pb` / `output_N.pb` files of ONNX's backend
 /// test data). Returns the tensor or why it cannot be read (a dtype without a Tessera dtype:

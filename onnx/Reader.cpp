@@ -87,7 +87,11 @@ rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir)
     std::filesystem::path p(location);
     if (p.is_absolute() || location.find("..") != std::string::npos)
       throw BadModel("tensor `" + t.name() + "`: external data must lie beside the model, not at `" + location + "`");
-    external = readBytes((std::filesystem::path(baseDir) / p).string(), offset, length);
+    try {
+      external = readBytes((std::filesystem::path(baseDir) / p).string(), offset, length);
+    } catch (const BadModel &e) {
+      throw BadModel("tensor `" + t.name() + "`: " + e.what());
+    }
     raw = &external;
   }
   if (raw) {

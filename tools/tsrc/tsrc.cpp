@@ -4,6 +4,7 @@
 // 70 internal compiler error.
 #include "frontend/Parser.h"
 #include "ir/Text.h"
+#include "onnx/Import.h"
 #include "ir/Verifier.h"
 #include "ir/lower/LowerGraph.h"
 #include "ir/lower/LowerKernel.h"
@@ -411,6 +412,22 @@ int main(int argc, char **argv) {
   } else if (!check && emit.empty()) {
     std::cerr << "tsrc: nothing to do: use -o FILE.bundle, --check or --emit=ast|types|graph|tile|schedule|llvm|ptx\n";
     return 2;
+  }
+  if (fs::path(file).extension() == ".onnx") {
+    // An ONNX model: imported as `onnx.load` does (onnx/Import.h); --emit=graph prints its graph,
+    // --check only imports it.
+    if (emit != "graph" && !(check && emit.empty())) {
+      std::cerr << "tsrc: an ONNX model takes --emit=graph or --check\n";
+      return 64;
+    }
+    ir::Module module;
+    auto imported = onnxio::importModel(file, module);
+    if (auto *e = std::get_if<onnxio::ImportError>(&imported)) {
+      std::cerr << "error: " << e->str() << "\n";
+      return 1;
+    }
+    if (emit == "graph") ir::printModule(std::cout, module);
+    return 0;
   }
   return runWithLargeStack(512u << 20, [&]() -> int {
     SourceManager sm;
