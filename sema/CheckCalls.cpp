@@ -791,6 +791,7 @@ TypeRef FunctionChecker::callTransform(const TypeRef &callee, Args &args, Source
   switch (callee->transform) {
   case Transform::Checkpoint: return callValue(inner, args, at, calleeRange);
   case Transform::Pullback: return T::unknown();
+  case Transform::Vmap: return callVmap(callee, args, at, calleeRange);
   case Transform::Grad: case Transform::ValueAndGrad: {
     TypeRef r = callValue(inner, args, at, calleeRange);
     std::string tname = callee->transform == Transform::Grad ? "grad" : "value_and_grad";

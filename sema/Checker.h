@@ -101,6 +101,8 @@ private:
   bool refusedModuleConstant(const std::string &name, const BuiltinInfo &b, SourceRange at);
   TypeRef callFunction(const FunctionInfo *fn, Args &args, SourceRange at, SourceRange calleeRange, const TypeRef &grid);
   TypeRef callTransform(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
+  /// A call of vmap(f, in_axes, out_axes) (CheckVmap.cpp).
+  TypeRef callVmap(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
   void checkGrid(const FunctionInfo *kernel, const TypeRef &grid, SourceRange at);
   bool allowedHere(const FunctionInfo *callee, SourceRange at);
 

@@ -121,6 +121,7 @@ std::string typeStr(const Type &t) {
     case Transform::Grad: return "grad of " + base;
     case Transform::ValueAndGrad: return "value_and_grad of " + base;
     case Transform::Checkpoint: return "checkpointed " + base;
+    case Transform::Vmap: return "vmap of " + base;
     case Transform::Pullback: return "pullback";
     default: break;
     }

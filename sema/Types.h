@@ -57,7 +57,7 @@ std::string_view typeKindName(TypeKind k);
 struct Type;
 using TypeRef = std::shared_ptr<const Type>;
 
-enum class Transform : uint8_t { None, Grad, ValueAndGrad, Vjp, Pullback, Jvp, Checkpoint };
+enum class Transform : uint8_t { None, Grad, ValueAndGrad, Vjp, Pullback, Jvp, Checkpoint, Vmap };
 
 struct Type {
   TypeKind kind = TypeKind::Unknown;
@@ -94,6 +94,7 @@ struct Type {
   bool argnumsTuple = false; // argnums given as a tuple: the gradient is a tuple
   bool hasAux = false;       // has_aux=True: the function returns (scalar, aux), as in JAX
   TypeRef inner;             // the function a transform wraps; a pullback's primal result
+  TypeRef inAxes, outAxes;   // for Vmap: compile-time pytrees of ints and None (null: 0)
   std::string name;          // builtin name ("tile.load"), Opaque's description, a View's tensor
   bool strided = false;      // a View with a step other than 1 (tile operations reject it)
   bool runtime = false;      // a Bool computed from values known only at run time

@@ -178,7 +178,10 @@ ValueRef Interpreter::Impl::callTransform(const ValueRef &t, const std::vector<V
     walk(lam->body);
     Value vb;
     vb.k = K::Builtin;
-    vb.builtin = sema::findBuiltin(t->transform == sema::Transform::Grad ? "grad" : t->transform == sema::Transform::ValueAndGrad ? "value_and_grad" : "checkpoint");
+    vb.builtin = sema::findBuiltin(t->transform == sema::Transform::Grad           ? "grad"
+                                   : t->transform == sema::Transform::ValueAndGrad ? "value_and_grad"
+                                   : t->transform == sema::Transform::Vmap         ? "vmap"
+                                                                                   : "checkpoint");
     operands.push_back(mk(vb));
     auto *wrapped = synth.make<Lambda>(lam->range);
     for (const std::string &name : captured) {
@@ -194,7 +197,21 @@ ValueRef Interpreter::Impl::callTransform(const ValueRef &t, const std::vector<V
     wrapped->body = lam->body;
     auto *inner = synth.make<Call>(at, nameNode(0, at));
     inner->args.push_back({ArgKind::Positional, "", wrapped, at});
-    if (t->transform != sema::Transform::Checkpoint) {
+    if (t->transform == sema::Transform::Vmap) {
+      // in_axes with None for every captured value (passed as a compile-time operand); an int
+      // or None given for all arguments is repeated for each of the lambda's.
+      std::vector<ValueRef> specs(captured.size(), none());
+      if (t->inAxes && (t->inAxes->k == K::Tuple || t->inAxes->k == K::List))
+        specs.insert(specs.end(), t->inAxes->items.begin(), t->inAxes->items.end());
+      else
+        for (size_t i = 0; i < lam->params.size(); ++i) specs.push_back(t->inAxes ? t->inAxes : integer(0));
+      operands.push_back(seq(specs, false));
+      inner->args.push_back({ArgKind::Keyword, "in_axes", nameNode(operands.size() - 1, at), at});
+      if (t->outAxes) {
+        operands.push_back(t->outAxes);
+        inner->args.push_back({ArgKind::Keyword, "out_axes", nameNode(operands.size() - 1, at), at});
+      }
+    } else if (t->transform != sema::Transform::Checkpoint) {
       std::vector<int> nums = t->argnums.empty() ? std::vector<int>{0} : t->argnums;
       Expr *an = nullptr;
       if (t->argnumsTuple) {
@@ -208,7 +225,7 @@ ValueRef Interpreter::Impl::callTransform(const ValueRef &t, const std::vector<V
       if (t->hasAux) inner->args.push_back({ArgKind::Keyword, "has_aux", synth.make<BoolLit>(at, true), at});
     }
     auto *node = synth.make<Call>(at, inner);
-    for (size_t i = 1; i < operands.size(); ++i) node->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
+    for (size_t i = 1; i <= captured.size(); ++i) node->args.push_back({ArgKind::Positional, "", nameNode(i, at), at});
     passArguments(node, operands, args, kwargs, at);
     return eager(node, operands, moduleOf(env), c ? static_cast<const void *>(c) : static_cast<const void *>(t.get()));
   }

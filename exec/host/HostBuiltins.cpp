@@ -456,6 +456,17 @@ ValueRef transformOf(HostCall &c, sema::Transform tr) {
 ValueRef grad(HostCall &c) { return transformOf(c, sema::Transform::Grad); }
 ValueRef valueAndGrad(HostCall &c) { return transformOf(c, sema::Transform::ValueAndGrad); }
 ValueRef checkpoint(HostCall &c) { return transformOf(c, sema::Transform::Checkpoint); }
+// vmap(f, in_axes=0, out_axes=0): the transformed function; calling it compiles one graph.
+ValueRef vmap(HostCall &c) {
+  Value v;
+  v.k = K::Transform;
+  v.transform = sema::Transform::Vmap;
+  v.inner = c.arg(0, "f");
+  if (!v.inner) c.fail("vmap() needs a function");
+  v.inAxes = c.arg(1, "in_axes");
+  v.outAxes = c.arg(2, "out_axes");
+  return mk(v);
+}
 
 // vjp(f, *primals) -> (f(*primals), pullback); the pullback's graph recomputes f.
 ValueRef vjp(HostCall &c) {
@@ -528,7 +539,7 @@ HostRule findHostRule(std::string_view name) {
       // tensors and files
       {"tensor", tensorLiteral}, {"load", load}, {"save", save}, {"load_csv", loadCsv}, {"write_text", writeText},
       // transforms
-      {"grad", grad}, {"value_and_grad", valueAndGrad}, {"checkpoint", checkpoint}, {"vjp", vjp}, {"tree_map", treeMap},
+      {"grad", grad}, {"value_and_grad", valueAndGrad}, {"checkpoint", checkpoint}, {"vmap", vmap}, {"vjp", vjp}, {"tree_map", treeMap},
   };
   auto it = rules.find(name);
   return it == rules.end() ? nullptr : it->second;

@@ -59,6 +59,8 @@ TypeRef Interpreter::Impl::typeOf(const ValueRef &v, SourceRange at) {
     t->argnums = v->argnums;
     t->argnumsTuple = v->argnumsTuple;
     t->hasAux = v->hasAux;
+    if (v->inAxes) t->inAxes = typeOf(v->inAxes, at);
+    if (v->outAxes) t->outAxes = typeOf(v->outAxes, at);
     return t;
   }
   default: fail("a " + kindName(v) + " cannot be passed to compiled code", at);
@@ -116,6 +118,8 @@ std::string Interpreter::Impl::key(const TypeRef &t) {
     for (int n : t->argnums) s += "," + std::to_string(n);
   }
   if (t->inner) s += "inner:" + key(t->inner);
+  if (t->inAxes) s += "in_axes:" + key(t->inAxes);
+  if (t->outAxes) s += "out_axes:" + key(t->outAxes);
   return s;
 }
 

@@ -57,6 +57,7 @@ struct Value {
   std::vector<int> argnums;
   bool argnumsTuple = false;
   bool hasAux = false; // has_aux=True
+  ValueRef inAxes, outAxes; // vmap's axes (ints, None and their tuples, lists and dicts); null: 0
 };
 
 /// Runs graphs: the reference evaluator today, compiled code as it lands.

@@ -77,6 +77,8 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     v.argnums = t->argnums;
     v.tupleArgnums = t->argnumsTuple;
     v.hasAux = t->hasAux;
+    if (t->inAxes) v.inAxes = paramValue(g, name + ".in_axes", t->inAxes, at, true);
+    if (t->outAxes) v.outAxes = paramValue(g, name + ".out_axes", t->outAxes, at, true);
     return mk(v);
   }
   case TypeKind::Builtin: {

@@ -161,6 +161,7 @@ LVRef Lowering::lowerSpan(const LVRef &f, const std::vector<LVRef> &args, const 
 LVRef Lowering::callTransformed(const LV &t, std::vector<LVRef> args, const std::map<std::string, LVRef> &kwargs, SourceRange at) {
   switch (t.transform) {
   case sema::Transform::Grad: case sema::Transform::ValueAndGrad: return gradCall(t, std::move(args), kwargs, at);
+  case sema::Transform::Vmap: return vmapCall(t, std::move(args), kwargs, at);
   case sema::Transform::Checkpoint: {
     // Forward, a checkpointed function computes what the function does; the region tells
     // reverse mode to recompute it instead of keeping its intermediates.

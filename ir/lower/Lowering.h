@@ -57,6 +57,7 @@ struct LV {
   bool tupleArgnums = false;
   bool hasAux = false; // has_aux=True: `inner` returns (scalar, aux), aux passed through
   std::shared_ptr<const struct Tape> tape;
+  LVRef inAxes, outAxes; // vmap: pytrees of ints and None (null: 0)
 };
 
 // What vjp recorded for its pullback: the span of the forward ops, the differentiated leaves
@@ -249,6 +250,10 @@ public:
   // function runs (returning the output and the residuals), and a region records how the
   // backward function maps the output's cotangent to the positional arguments' cotangents.
   LVRef customVjpCall(const FunctionInfo &fn, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at);
+
+  // vmap(f, in_axes, out_axes)(*args) (LowerVmap.cpp): f lowered on one example, its ops
+  // batched by ir/autodiff/Batching.h.
+  LVRef vmapCall(const LV &t, std::vector<LVRef> args, const std::map<std::string, LVRef> &kwargs, SourceRange at);
 
   // ---- builtins ------------------------------------------------------------------------------
 

@@ -302,6 +302,43 @@ TypeRef ruleJvp(CallSite &s) {
   return T::tuple({out, out});
 }
 
+/// Whether `t` is a vmap axis spec: an int known at compile time, None, or a tuple, list or dict
+/// of specs (a pytree prefix of the arguments, as jax.vmap's).
+bool axisSpec(const Type &t) {
+  switch (t.kind) {
+  case K::None: return true;
+  case K::Int: return t.intValue && t.intValue->constantValue();
+  case K::Tuple: case K::List:
+    if (!t.lengthKnown) return false;
+    for (auto &e : t.elems) if (!axisSpec(*e)) return false;
+    return true;
+  case K::Dict:
+    if (!t.lengthKnown) return false;
+    for (auto &f : t.fields) if (!axisSpec(*f.second)) return false;
+    return true;
+  default: return false;
+  }
+}
+
+// vmap(f, in_axes=0, out_axes=0) (jax.vmap): f mapped over an axis of its arguments. in_axes and
+// out_axes are compile-time pytrees of ints and None; the checker's callTransform matches them
+// to the arguments and the result (VmapAxes, VmapSize).
+TypeRef ruleVmap(CallSite &s) {
+  if (!s.expect({"f", "in_axes", "out_axes"}, 1)) return T::unknown();
+  const ArgInfo *f = s.arg(0, "f"), *ia = s.arg(1, "in_axes"), *oa = s.arg(2, "out_axes");
+  bool ok = functionArg(s, f);
+  for (auto [a, n] : {std::pair{ia, "in_axes"}, std::pair{oa, "out_axes"}})
+    if (a && !isUnknown(a) && !axisSpec(*a->type)) {
+      s.wrongKind(a, "an int, None or a tuple, list or dict of them, known at compile time", n);
+      ok = false;
+    }
+  if (!ok || isUnknown(f) || (ia && isUnknown(ia)) || (oa && isUnknown(oa))) return T::unknown();
+  auto t = std::make_shared<Type>(*transformed(Transform::Vmap, f->type));
+  if (ia) t->inAxes = ia->type;
+  if (oa) t->outAxes = oa->type;
+  return t;
+}
+
 // checkpoint(f): f, whose activations are recomputed in the backward pass.
 TypeRef ruleCheckpoint(CallSite &s) {
   if (!s.expect({"f"}, 1)) return T::unknown();
@@ -339,6 +376,8 @@ void addAutodiffBuiltins(Registrar &r) {
       .inGraph("jvp").example("jvp(f, (x,), (y,))");
   add("checkpoint", HostAndGraph, ruleCheckpoint, "checkpoint(f) -> function", "f, recomputing its activations in the backward pass", false)
       .inGraph("checkpoint").inHost("checkpoint").example("grad(lambda t: sum(checkpoint(f)(t)))(x)");
+  add("vmap", HostAndGraph, ruleVmap, "vmap(f, in_axes=0, out_axes=0) -> function", "f mapped over an axis of its arguments (jax.vmap)", false)
+      .inGraph("vmap").inHost("vmap").example("vmap(f)(x)").example("vmap(lambda a, b: a * b, in_axes=(0, None))(x, y)");
   add("stop_gradient", HostAndGraph, ruleStopGradient, "stop_gradient(x) -> x", "x, through which no gradient flows")
       .inGraph("stop_gradient").example("stop_gradient(x)").example("stop_gradient(d)");
 }

@@ -27,6 +27,18 @@ LVRef transformOf(BuiltinCall &c, sema::Transform tr) {
 LVRef grad(BuiltinCall &c) { return transformOf(c, sema::Transform::Grad); }
 LVRef valueAndGrad(BuiltinCall &c) { return transformOf(c, sema::Transform::ValueAndGrad); }
 LVRef checkpoint(BuiltinCall &c) { return transformOf(c, sema::Transform::Checkpoint); }
+// vmap(f, in_axes=0, out_axes=0): the transformed function; the checker has matched the axes.
+LVRef vmap(BuiltinCall &c) {
+  LVRef f = c.arg(0, "f");
+  if (!f) c.unsupported("`vmap` without a function");
+  LV v;
+  v.kind = LV::K::Transformed;
+  v.transform = sema::Transform::Vmap;
+  v.inner = f;
+  v.inAxes = c.arg(1, "in_axes");
+  v.outAxes = c.arg(2, "out_axes");
+  return mk(v);
+}
 LVRef vjp(BuiltinCall &c) { return c.L.vjpCall(c.args, c.at); }
 LVRef jvp(BuiltinCall &c) { return c.L.jvpCall(c.arg(0, "f"), c.arg(1, "primals"), c.arg(2, "tangents"), c.at); }
 
@@ -96,6 +108,7 @@ void addAutodiffRules(GraphRules &r) {
   r["grad"] = grad;
   r["value_and_grad"] = valueAndGrad;
   r["checkpoint"] = checkpoint;
+  r["vmap"] = vmap;
   r["vjp"] = vjp;
   r["jvp"] = jvp;
   r["stop_gradient"] = stopGradient;
