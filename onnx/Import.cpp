@@ -6,6 +6,7 @@
 #include "ir/Verifier.h"
 #include "ir/eval/Evaluator.h"
 
+#include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 #include <onnx/version_converter/convert.h>
 
@@ -360,6 +361,30 @@ std::variant<ImportedModel, ImportError> importModelBytes(const std::string &byt
   }
   int64_t readOpset = opset;
   if (opset < kMinOpset) {
+    // The converter trusts its input (a graph output that no node computes crashes it): ONNX's
+    // checker, and every name defined before it is used.
+    try {
+      onnx::checker::check_model(model);
+    } catch (const std::exception &e) {
+      err.message = std::string("the model is not valid ONNX (ONNX's checker): ") + e.what();
+      return err;
+    }
+    std::set<std::string> defined;
+    for (auto &t : model.graph().initializer()) defined.insert(t.name());
+    for (auto &vi : model.graph().input()) defined.insert(vi.name());
+    for (auto &nd : model.graph().node()) {
+      for (auto &i : nd.input())
+        if (!i.empty() && !defined.count(i)) {
+          err.message = "node `" + nd.name() + "` (" + nd.op_type() + ") uses `" + i + "`, which nothing defines before it";
+          return err;
+        }
+      for (auto &o : nd.output()) defined.insert(o);
+    }
+    for (auto &vi : model.graph().output())
+      if (!defined.count(vi.name())) {
+        err.message = "the output `" + vi.name() + "` is not computed by any node";
+        return err;
+      }
     try {
       // The converter's adapters read the shapes of the values they rewrite.
       onnx::shape_inference::InferShapes(model);
