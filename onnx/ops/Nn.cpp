@@ -171,6 +171,7 @@ std::vector<int64_t> kernelOf(Node &n, V w) {
 
 /// Broadcasts a per-channel vector [C] against [N, C, ...].
 V perChannel(Importer &I, V p, size_t rank) {
+  if (rank < 2 || p->type.rank() != 1) throw BadModel("per-channel parameters need a 1-d parameter and an input of rank 2 or more (N, C, ...)");
   std::vector<Dim> d(rank, D(1));
   d[1] = p->type.dims.at(0);
   return I.reshape(p, d);
