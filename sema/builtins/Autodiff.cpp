@@ -339,6 +339,142 @@ TypeRef ruleVmap(CallSite &s) {
   return t;
 }
 
+/// Whether a carry returned by a scan body fits the carry it was given: the same structure, and
+/// tensors of the same dtype and provably equal dims (JAX requires the carry's type to be fixed).
+bool sameCarry(const TypeRef &a, const TypeRef &b) {
+  if (isUnknown(a) || isUnknown(b)) return true;
+  if (a->isTensorLike() || b->isTensorLike()) {
+    if (!a->isTensorLike() || !b->isTensorLike()) return a->isPyNumber() && b->isScalarTensor();
+    if (a->dtype != b->dtype || !a->rankKnown || !b->rankKnown) return a->dtype == b->dtype;
+    if (a->dims.size() != b->dims.size()) return false;
+    for (size_t i = 0; i < a->dims.size(); ++i)
+      if (a->dims[i] != b->dims[i]) return false;
+    return true;
+  }
+  if (a->isPyNumber() || b->isPyNumber()) return a->kind == b->kind || (a->isPyNumber() && b->isPyNumber());
+  if (a->kind != b->kind) return false;
+  auto ae = knownElems(*a), be = knownElems(*b);
+  if (!ae || !be) return true;
+  if (ae->size() != be->size()) return false;
+  for (size_t i = 0; i < ae->size(); ++i)
+    if (!sameCarry((*ae)[i], (*be)[i])) return false;
+  if (a->is(K::Dict))
+    for (size_t i = 0; i < a->fields.size(); ++i)
+      if (a->fields[i].first != b->fields[i].first) return false;
+  return true;
+}
+
+/// Where a scan body returns: a lambda's body, else a def's last `return` (its name otherwise).
+SourceRange bodyReturn(CallSite &s, const ArgInfo *f) {
+  const Type &t = *f->type;
+  if (t.is(K::Lambda) && t.lambda && t.lambda->body) return t.lambda->body->range;
+  if (t.is(K::Function) && t.fn && t.fn->def) {
+    SourceRange last = t.fn->def->nameRange;
+    std::function<void(ast::Node *)> walk = [&](ast::Node *n) {
+      if (auto *r = ast::dyn_cast<ast::Return>(n)) last = r->range;
+      if (!ast::dyn_cast<ast::FunctionDef>(n) || n == t.fn->def) ast::forEachChild(n, walk);
+    };
+    walk(const_cast<ast::FunctionDef *>(t.fn->def));
+    return last;
+  }
+  return s.range;
+}
+
+/// `t` (a pytree of stacked tensors) without its leading axis; each leaf's leading extent is
+/// compared with `length` (the first one found when not given).
+TypeRef unstack(CallSite &s, const ArgInfo *xs, const TypeRef &t, std::optional<Dim> &length, const std::string &path, bool &ok) {
+  if (!ok || isUnknown(t) || t->is(K::None)) return t;
+  if (t->is(K::Tensor)) {
+    if (!t->rankKnown) return T::unknown();
+    if (t->dims.empty()) {
+      s.diags->report(DiagKind::ScanStructure, xs->range, {"`xs`" + path + " is " + typeStr(t) + ", which has no leading axis to scan over"});
+      ok = false;
+      return T::unknown();
+    }
+    if (!length) length = t->dims[0];
+    else if (provablyDifferent(*length, t->dims[0])) {
+      s.diags->report(DiagKind::ScanStructure, xs->range, {"`xs`" + path + " has length " + t->dims[0].str() + ", but the scan's length is " + length->str()});
+      ok = false;
+      return T::unknown();
+    }
+    return T::withDims(t, std::vector<Dim>(t->dims.begin() + 1, t->dims.end()));
+  }
+  auto es = knownElems(*t);
+  if ((t->is(K::Tuple) || t->is(K::List)) && es) {
+    std::vector<TypeRef> out;
+    for (size_t i = 0; i < es->size(); ++i) out.push_back(unstack(s, xs, (*es)[i], length, path + "[" + std::to_string(i) + "]", ok));
+    return t->is(K::Tuple) ? T::tuple(out) : T::list(out);
+  }
+  if (t->is(K::Dict) && t->lengthKnown) {
+    std::vector<std::pair<std::string, TypeRef>> out;
+    for (auto &[k, v] : t->fields) out.push_back({k, unstack(s, xs, v, length, path + "[\"" + k + "\"]", ok)});
+    return T::dict(out);
+  }
+  s.wrongKind(xs, "tensors stacked along axis 0 (a pytree of them)", "xs");
+  ok = false;
+  return T::unknown();
+}
+
+/// `t` (a pytree of per-step results) stacked along a new leading axis of `length`.
+TypeRef stack(const TypeRef &t, const Dim &length) {
+  if (isUnknown(t) || t->is(K::None)) return t;
+  if (t->isTensorLike()) {
+    if (!t->rankKnown) return t;
+    std::vector<Dim> dims{length};
+    dims.insert(dims.end(), t->dims.begin(), t->dims.end());
+    return T::withDims(t, dims);
+  }
+  if (t->is(K::Float)) return T::tensor({length}, DType::F32);
+  if (t->is(K::Int)) return T::tensor({length}, DType::I64);
+  if (t->is(K::Bool)) return T::tensor({length}, DType::Bool);
+  Type c = *t;
+  for (auto &e : c.elems) e = stack(e, length);
+  for (auto &f : c.fields) f.second = stack(f.second, length);
+  return std::make_shared<const Type>(std::move(c));
+}
+
+// scan(f, init, xs, length=None, reverse=False) (jax.lax.scan): f(carry, x) -> (carry, y) over
+// the leading axis of xs (a pytree), giving (final carry, ys stacked). The carry must keep its
+// type (ScanCarry, at the body's return); xs's leaves share one length, which `length` gives when
+// xs is None (ScanStructure).
+TypeRef ruleScan(CallSite &s) {
+  if (!s.expect({"f", "init", "xs", "length", "reverse"}, 3)) return T::unknown();
+  const ArgInfo *f = s.arg(0, "f"), *init = s.arg(1, "init"), *xs = s.arg(2, "xs"), *len = s.arg(3, "length"), *rev = s.arg(4, "reverse");
+  if (!functionArg(s, f)) return T::unknown();
+  std::optional<Dim> length;
+  if (given(len) && !isUnknown(len)) {
+    if (!len->type->is(K::Int) || !len->type->intValue) {
+      s.wrongKind(len, "an int known at compile time", "length");
+      return T::unknown();
+    }
+    length = *len->type->intValue;
+  }
+  if (given(rev) && !isUnknown(rev) && (!rev->type->is(K::Bool) || !rev->type->boolValue)) {
+    s.wrongKind(rev, "a bool known at compile time", "reverse");
+    return T::unknown();
+  }
+  bool ok = true;
+  TypeRef x = isUnknown(xs) ? T::unknown() : unstack(s, xs, xs->type, length, "", ok);
+  if (!ok) return T::unknown();
+  if (!length && !isUnknown(xs)) {
+    s.diags->report(DiagKind::ScanStructure, s.range, {"the number of steps is not known: give `length` when `xs` is None"});
+    return T::unknown();
+  }
+  if (isUnknown(f) || !s.callValue) return T::unknown();
+  TypeRef r = s.callValue(f->type, {init->type, x});
+  if (!r || isUnknown(r)) return T::tuple({init->type, T::unknown()});
+  auto pair = knownElems(*r);
+  if (!r->is(K::Tuple) || !pair || pair->size() != 2) {
+    s.diags->report(DiagKind::ScanStructure, bodyReturn(s, f), {"the body returns " + typeStr(r) + ", not a pair (carry, y)"});
+    return T::unknown();
+  }
+  if (!sameCarry((*pair)[0], init->type)) {
+    s.diags->report(DiagKind::ScanCarry, bodyReturn(s, f), {typeStr((*pair)[0]), typeStr(init->type)});
+    return T::unknown();
+  }
+  return T::tuple({init->type, length ? stack((*pair)[1], *length) : T::unknown()});
+}
+
 // checkpoint(f): f, whose activations are recomputed in the backward pass.
 TypeRef ruleCheckpoint(CallSite &s) {
   if (!s.expect({"f"}, 1)) return T::unknown();
@@ -378,6 +514,10 @@ void addAutodiffBuiltins(Registrar &r) {
       .inGraph("checkpoint").inHost("checkpoint").example("grad(lambda t: sum(checkpoint(f)(t)))(x)");
   add("vmap", HostAndGraph, ruleVmap, "vmap(f, in_axes=0, out_axes=0) -> function", "f mapped over an axis of its arguments (jax.vmap)", false)
       .inGraph("vmap").inHost("vmap").example("vmap(f)(x)").example("vmap(lambda a, b: a * b, in_axes=(0, None))(x, y)");
+  add("scan", InGraph, ruleScan, "scan(f, init, xs, length=None, reverse=False) -> (carry, ys)",
+      "f(carry, x) -> (carry, y) over the leading axis of xs (jax.lax.scan)", false)
+      .inGraph("scan")
+      .example("scan(lambda c, t: (c + t, c * t), x[0], x)");
   add("stop_gradient", HostAndGraph, ruleStopGradient, "stop_gradient(x) -> x", "x, through which no gradient flows")
       .inGraph("stop_gradient").example("stop_gradient(x)").example("stop_gradient(d)");
 }

@@ -11,6 +11,8 @@
   1-d @ 2-d product; nested vmap (pairwise distances);
 - composition: grad of vmap, with and without checkpoint inside, jvp of vmap, vmap of jvp,
   against torch;
+- scan (unrolled for now): an RNN's final carry and ys, forwards and reversed, its gradient and
+  vmap of it, against a loop in torch;
 - a negative control: the per-example gradients compared with the gradient of the batch mean
   (what vmap would give if it summed over the examples) must differ.
 Ends with `N passed, N failed`. Needs NumPy and torch (re-runs itself under a Python that has
@@ -176,6 +178,35 @@ def main():
         want = np.stack([jvp_w(lambda u: layer(torch.tensor(w), u), xs[i], dxs[i]) for i in range(n)])
         (got,) = run("vmap_of_jvp", w, xs, dxs)
         check("vmap of jvp", rel(got, want) < 1e-13, f"relative error {rel(got, want):.1e}")
+
+        # scan against a loop in torch.
+        w, h, xs = normal(4, 4) * 0.5, normal(4), normal(5, 4)
+
+        def rnn_torch(wt, h, xs, reverse=False):
+            c, ys = torch.tensor(h), [None] * 5
+            for i in (reversed(range(5)) if reverse else range(5)):
+                x = torch.tensor(xs[i])
+                ys[i] = c if reverse else (c * x).sum()
+                c = torch.tanh(c @ wt + x)
+            return c, torch.stack(ys)
+
+        got = run("rnn", w, h, xs)
+        want = [v.detach().numpy() for v in rnn_torch(torch.tensor(w), h, xs)]
+        errs = [rel(g, v) for g, v in zip(got, want)]
+        check("scan = loop", max(errs) < 1e-14, "relative errors " + ", ".join(f"{e:.1e}" for e in errs))
+        got = run("rnn_reverse", w, h, xs)
+        want = [v.detach().numpy() for v in rnn_torch(torch.tensor(w), h, xs, reverse=True)]
+        errs = [rel(g, v) for g, v in zip(got, want)]
+        check("scan reverse=True = loop from the end", max(errs) < 1e-14, "relative errors " + ", ".join(f"{e:.1e}" for e in errs))
+        wt = t(w)
+        c, ys = rnn_torch(wt, h, xs)
+        gw = torch.autograd.grad(c.sum() + ys.sum(), wt)[0].numpy()
+        (got,) = run("rnn_grad", w, h, xs)
+        check("grad of scan", rel(got, gw) < 1e-13, f"relative error {rel(got, gw):.1e}")
+        hs = normal(3, 4)
+        (got,) = run("rnn_batched", w, hs, xs)
+        want = np.stack([rnn_torch(torch.tensor(w), hs[i], xs)[0].numpy() for i in range(3)])
+        check("vmap of scan", rel(got, want) < 1e-14, f"relative error {rel(got, want):.1e}")
 
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
