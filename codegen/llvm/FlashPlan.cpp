@@ -80,72 +80,124 @@ std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &blo
 
   FlashPlan p;
   p.loop = &f;
+  // The boxes of the loop (2-d: the ring; 1-d: registers), and the products.
+  auto ringIndex = [&](const tile::Op *ld) -> int {
+    for (size_t i = 0; i < p.ring.size(); ++i)
+      if (p.ring[i].load == ld) return int(i);
+    return -1;
+  };
+  auto preIndex = [&](const tile::Op *ld) -> int {
+    for (size_t i = 0; i < p.pre.size(); ++i)
+      if (p.pre[i].load == ld) return int(i);
+    return -1;
+  };
+  std::unordered_map<const tile::Op *, int> viaProducts; // uses of a box's tile by the products
+  bool dtypeSet = false;
+  auto sameDtype = [&](DType d) {
+    if (d != DType::BF16 && d != DType::F16) return false;
+    if (!dtypeSet) p.dtype = d, dtypeSet = true;
+    return d == p.dtype;
+  };
   for (const tile::Op *op : body.ops) {
     if (op->kind != OpKind::Dot) continue;
-    const tile::Value *a = op->operands[0];
+    if (op->operands.size() < 2 || op->operands.size() > 3) return std::nullopt;
+    const tile::Type &rt = op->result()->type;
+    if (rt.dtype != DType::F32 || rt.shape.size() != 2) return std::nullopt;
+    if (!p.BM) p.BM = rt.shape[0];
+    if (rt.shape[0] != p.BM) return std::nullopt;
+    FlashPlan::Dot d;
+    d.op = op;
+    d.n = rt.shape[1];
+    const tile::Value *a = op->operands[0], *b = op->operands[1];
     if (!inBody.count(a)) {
-      if (p.dotS) return std::nullopt;
-      p.dotS = op;
+      // SS: a box from before the loop, and the transpose of a box of the loop.
+      d.ss = true;
+      if (!a->def || a->type.shape.size() != 2 || !plainBox(a->def, nullptr, p.BM, a->type.shape[1]) ||
+          !sameDtype(a->type.dtype))
+        return std::nullopt;
+      d.k = a->type.shape[1];
+      d.a = preIndex(a->def);
+      if (d.a < 0) {
+        p.pre.push_back({a->def, p.BM, d.k, p.preBytes()});
+        d.a = int(p.pre.size()) - 1;
+      }
+      viaProducts[a->def]++;
+      d.transposeB = b->def;
+      if (!d.transposeB || d.transposeB->kind != OpKind::Transpose || uses[b] != 1) return std::nullopt;
+      const auto *perm = d.transposeB->attrAs<std::vector<int64_t>>("perm");
+      if (!perm || *perm != std::vector<int64_t>{1, 0}) return std::nullopt;
+      b = d.transposeB->operands[0];
+      if (!plainBox(b->def, iv, d.n, d.k) || !sameDtype(b->type.dtype)) return std::nullopt;
     } else {
-      if (p.dotO) return std::nullopt;
-      p.dotO = op;
+      // RS: the cast of an f32 value of the loop, and a box of the loop.
+      d.castA = a->def;
+      if (!d.castA || d.castA->kind != OpKind::Cast || uses[a] != 1 || !sameDtype(a->type.dtype) ||
+          d.castA->operands[0]->type.dtype != DType::F32 || a->type.shape.size() != 2 || a->type.shape[0] != p.BM)
+        return std::nullopt;
+      d.k = a->type.shape[1];
+      if (!plainBox(b->def, iv, d.k, d.n) || !sameDtype(b->type.dtype)) return std::nullopt;
+      if (op->operands.size() == 3) {
+        if (op->operands[2]->type != rt) return std::nullopt;
+      } else if (uses[op->result()] == 1 && user[op->result()]->kind == OpKind::Add) {
+        const tile::Op *add = user[op->result()];
+        const tile::Value *other = add->operands[0] == op->result() ? add->operands[1] : add->operands[0];
+        if (other != op->result() && other->type == rt && add->result()->type == rt) d.add = add;
+      }
     }
+    if (op->operands.size() == 3 && d.ss) return std::nullopt;
+    d.b = ringIndex(b->def);
+    if (d.b < 0) {
+      p.ring.push_back({b->def, b->type.shape[0], b->type.shape[1], p.stageBytes()});
+      d.b = int(p.ring.size()) - 1;
+    }
+    viaProducts[b->def]++;
+    // The instructions' shapes: whole warpgroups of 64 rows; n a multiple of 8 up to 256; k steps
+    // of 16 (an SS product's k is copied up to one, zeros past it; an RS product's is the A
+    // fragments' columns).
+    if (d.n % 8 || d.n > 256 || d.k > 256 || (d.ss ? d.k % 8 : d.k % 16)) return std::nullopt;
+    p.dots.push_back(d);
   }
-  if (!p.dotS || !p.dotO || p.dotS->operands.size() != 2) return std::nullopt;
-  const tile::Type &st = p.dotS->result()->type, &ot = p.dotO->result()->type;
-  if (st.dtype != DType::F32 || ot.dtype != DType::F32 || st.shape.size() != 2 || ot.shape.size() != 2) return std::nullopt;
-  p.BM = st.shape[0];
-  p.BN = st.shape[1];
-  p.Dv = ot.shape[1];
-  if (ot.shape[0] != p.BM) return std::nullopt;
-
-  // S = Q K^T: Q a box before the loop read by this product alone, with nothing between it and
-  // the loop that writes memory; K a box of the loop transposed.
-  const tile::Value *q = p.dotS->operands[0];
-  p.loadQ = q->def;
-  if (!p.loadQ || q->type.shape.size() != 2) return std::nullopt;
-  p.Dk = q->type.shape[1];
-  if (!plainBox(p.loadQ, nullptr, p.BM, p.Dk) || uses[q] != 1) return std::nullopt;
-  p.dtype = q->type.dtype;
-  {
+  if (p.dots.empty() || p.BM % 64 || warps != 4 * (p.BM / 64)) return std::nullopt;
+  // Every box's tile is read by the products alone (a pre box by its SS products, which nothing
+  // between its load and the loop may overwrite).
+  for (const auto &bx : p.pre) {
+    if (uses[bx.load->result()] != viaProducts[bx.load]) return std::nullopt;
     bool seen = false;
     for (const tile::Op *op : block.ops) {
-      if (op == p.loadQ) seen = true;
+      if (op == bx.load) seen = true;
       else if (op == &f) break;
       else if (seen && writesMemory(op)) return std::nullopt;
     }
     if (!seen) return std::nullopt;
   }
-  const tile::Value *kt = p.dotS->operands[1];
-  p.transposeK = kt->def;
-  if (!p.transposeK || p.transposeK->kind != OpKind::Transpose || uses[kt] != 1) return std::nullopt;
-  const auto *perm = p.transposeK->attrAs<std::vector<int64_t>>("perm");
-  if (!perm || *perm != std::vector<int64_t>{1, 0}) return std::nullopt;
-  const tile::Value *k = p.transposeK->operands[0];
-  p.loadK = k->def;
-  if (!plainBox(p.loadK, iv, p.BN, p.Dk) || uses[k] != 1 || k->type.dtype != p.dtype) return std::nullopt;
-
-  // O = P V: P the cast of a [BM, BN] f32 value of the loop, V a box of the loop.
-  const tile::Value *pc = p.dotO->operands[0], *v = p.dotO->operands[1];
-  p.castP = pc->def;
-  if (!p.castP || p.castP->kind != OpKind::Cast || pc->type.dtype != p.dtype || uses[pc] != 1 ||
-      p.castP->operands[0]->type.dtype != DType::F32 || pc->type.shape != std::vector<int64_t>{p.BM, p.BN})
-    return std::nullopt;
-  p.loadV = v->def;
-  if (!plainBox(p.loadV, iv, p.BN, p.Dv) || uses[v] != 1 || v->type.dtype != p.dtype) return std::nullopt;
-  if (p.dotO->operands.size() == 3) {
-    if (p.dotO->operands[2]->type != ot) return std::nullopt;
-  } else if (uses[p.dotO->result()] == 1 && user[p.dotO->result()]->kind == OpKind::Add) {
-    const tile::Op *add = user[p.dotO->result()];
-    const tile::Value *other = add->operands[0] == p.dotO->result() ? add->operands[1] : add->operands[0];
-    if (other != p.dotO->result() && other->type == ot && add->result()->type == ot) p.addO = add;
+  for (const auto &bx : p.ring) {
+    // Its direct uses (RS products) and transposes (SS products, each used once).
+    int direct = 0;
+    for (const auto &d : p.dots) direct += !d.ss && d.op->operands[1] == bx.load->result() ? 1 : 0;
+    int transposes = 0;
+    for (const auto &d : p.dots) transposes += d.ss && d.transposeB->operands[0] == bx.load->result() ? 1 : 0;
+    if (uses[bx.load->result()] != direct + transposes) return std::nullopt;
   }
-
-  // The instructions' shapes: whole warpgroups of 64 rows; k steps of 16 over BN and over Dk
-  // (rounded up, zeros past it); wgmma's n (a multiple of 8) for BN and Dv.
-  if (p.BM % 64 || warps != 4 * (p.BM / 64) || p.BN % 16 || p.BN > 256 || p.Dk % 8 || p.Dv % 8 || p.Dk > 256 ||
-      p.Dv > 256)
-    return std::nullopt;
+  std::unordered_map<const tile::Op *, bool> product; // ops the products absorb
+  for (const auto &d : p.dots) {
+    product[d.op] = true;
+    if (d.transposeB) product[d.transposeB] = true;
+  }
+  for (const auto &bx : p.ring) product[bx.load] = true;
+  for (const tile::Op *op : body.ops) {
+    if (op->kind != OpKind::LoadBox || product.count(op)) continue;
+    // A 1-d box of the loop: unmasked, f32, its one tile axis started by the loop's index or a
+    // value from outside.
+    const auto *box = op->attrAs<std::vector<int64_t>>("box");
+    const bool *masked = op->attrAs<bool>("masked");
+    if (!box || (masked && *masked) || op->result()->type.shape.size() != 1 || op->result()->type.dtype != DType::F32 ||
+        op->operands.size() != 1 + box->size())
+      return std::nullopt;
+    if (op->attr("other") && !std::get_if<double>(op->attr("other")) && !std::get_if<int64_t>(op->attr("other")))
+      return std::nullopt;
+    p.vectorLoads.push_back(op);
+    product[op] = true;
+  }
 
   // ---- the kinds of the loop's values ----
   enum : int { Unknown = -1, Bad = -2 };
@@ -180,11 +232,24 @@ std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &blo
   const tile::Op *yield = body.ops.back();
   for (const tile::Op *op : body.ops) {
     if (op == yield) continue;
-    if (op == p.loadK || op == p.loadV || op == p.transposeK || op == p.dotO) continue;
+    if (product.count(op) && op->kind != OpKind::Dot && op->kind != OpKind::LoadBox) continue; // boxes, transposes
+    if (op->kind == OpKind::LoadBox && std::find(p.vectorLoads.begin(), p.vectorLoads.end(), op) == p.vectorLoads.end())
+      continue; // the ring's boxes
     if (!op->regions.empty() || op->results.size() != 1) return std::nullopt;
-    // Operands from outside the loop: scalars (and the tensors of boxes, above) only.
-    for (const tile::Value *x : op->operands)
-      if (!inBody.count(x) && x != q && !x->type.isScalar()) return std::nullopt;
+    // Operands from outside the loop: scalars, the boxes of SS products and the tensors of boxes
+    // (above), and tiles of a register kind (read once, before the loop).
+    for (size_t i = 0; i < op->operands.size(); ++i) {
+      const tile::Value *x = op->operands[i];
+      if (inBody.count(x) || x->type.isScalar() || x->type.isTensor()) continue;
+      if (op->kind == OpKind::Dot && i == 0) continue;
+      const int k0 = byShape(x->type);
+      if (k0 == Bad || x->type.shape.size() > 2 || (x->type.shape.size() == 2 && k0 == int(Frag::Full)))
+        return std::nullopt;
+      if (!kind.count(x)) {
+        kind[x] = k0;
+        p.outside.push_back(x);
+      }
+    }
     const tile::Value *r = op->result();
     if (op->kind == OpKind::Constant) {
       kind[r] = int(Frag::Uniform);
@@ -194,7 +259,8 @@ std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &blo
     if (k0 == Bad) return std::nullopt;
     const bool scalarOp = r->type.isScalar();
     switch (op->kind) {
-    case OpKind::Dot: break; // dotS: Full
+    case OpKind::Dot: break; // Full
+    case OpKind::LoadBox: break; // a 1-d box: Rows or Cols
     case OpKind::Arange:
     case OpKind::ExpandDims: break;
     case OpKind::Broadcast:
@@ -271,10 +337,9 @@ std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &blo
     const Frag want = p.frag.at(body.args[1 + i]);
     auto it = p.frag.find(y);
     const Frag have = it != p.frag.end() ? it->second : y->type.isScalar() ? Frag::Uniform : Frag::Full;
-    if (it == p.frag.end() && y != p.dotO->result() && !y->type.isScalar()) return std::nullopt;
+    if (it == p.frag.end() && !y->type.isScalar()) return std::nullopt;
     if (want != Frag::Full && have != want && have != Frag::Uniform) return std::nullopt;
   }
-  p.frag[p.dotO->result()] = Frag::Full;
   if (p.sharedBytes() > 200 * 1024) return std::nullopt;
   return p;
 }

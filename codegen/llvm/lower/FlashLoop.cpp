@@ -1,11 +1,11 @@
-// The attention main loop on Hopper's tensor cores with its tiles in registers (FlashPlan.h).
+// The attention loops on Hopper's tensor cores with their tiles in registers (FlashPlan.h).
 //
-// Per iteration j (CTA of BM/64 warpgroups, K and V in a ring of two shared-memory stages):
+// Per iteration j (CTA of BM/64 warpgroups, the loop's boxes in a ring of two shared-memory stages):
 //   1. wait for tile j's copies, make them visible to wgmma (fence.proxy.async) and every warp;
 //   2. start the copies of tile j+1 into the other stage (free: every warp has finished the
 //      products of tile j-1 before the barrier of step 1);
-//   3. the body's ops in order, each on the registers a thread holds (below); S = Q K^T and
-//      O += P V are wgmma.mma_async, each waited for before its result is read.
+//   3. the body's ops in order, each on the registers a thread holds (below); the products are
+//      wgmma.mma_async, each waited for before its result is read.
 // Registers of a value, by kind (RegisterPlan.h's Frag), in wgmma's accumulator layout: with
 // g = lane / 4, t = lane % 4 and the warp's first row 16 * warp,
 //   Full [BM, W]: W/2 registers, r = 4j + q at row 16 warp + g + 8 (q / 2), column 8j + 2t + q % 2;
@@ -25,6 +25,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <functional>
+#include <optional>
+#include <unordered_set>
 
 namespace tsr::codegen::lower {
 
@@ -83,7 +86,8 @@ bool Lowering::absorbedByFlashLoop(const tile::Block &b, size_t index) {
     if (f->kind != OpKind::For) continue;
     const FlashPlan *p = flashPlan(*f, b);
     if (!p) continue;
-    if (p->loadQ == x) return true;
+    for (const auto &bx : p->pre)
+      if (bx.load == x) return true;
     if (x->kind == OpKind::Constant) {
       int asInit = 0;
       for (size_t q = 3; q < f->operands.size(); ++q) asInit += f->operands[q] == x->result();
@@ -171,10 +175,6 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
   const size_t nc = op.operands.size() - 3;
   PointerType *sharedPtr = PointerType::get(C, 3);
 
-  // The loop's tile results go to tile buffers for the ops after it; the ring follows them.
-  std::vector<Value *> outBufs(nc, nullptr);
-  for (size_t q = 0; q < nc; ++q)
-    if (!op.results[q]->type.isScalar()) outBufs[q] = alloc(op.results[q]->type);
   Value *ring;
   {
     IRBuilder<> ab(entry, entry->getFirstInsertionPt());
@@ -187,16 +187,23 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     Value *addr = B.CreatePtrToInt(ringS, i64());
     ringS = B.CreateInBoundsGEP(i8(), ringS, B.CreateAnd(B.CreateNeg(addr), c64(MmaPlan::kSwizzleAtom - 1)));
   }
-  auto kStage = [&](Value *s) {
-    return B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(p.qBytes()), B.CreateMul(s, c64(p.kBytes() + p.vBytes()))));
+  auto preAt = [&](int i) { return B.CreateInBoundsGEP(i8(), ringS, c64(p.pre[size_t(i)].offset)); };
+  auto ringAt = [&](int i, Value *s) {
+    return B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(p.preBytes() + p.ring[size_t(i)].offset), B.CreateMul(s, c64(p.stageBytes()))));
   };
-  auto vStage = [&](Value *s) { return B.CreateInBoundsGEP(i8(), kStage(s), c64(p.kBytes())); };
 
   Value *lane = B.CreateAnd(tid, c64(31)), *warp = B.CreateLShr(tid, c64(5));
   Value *g = B.CreateLShr(lane, c64(2)), *t4 = B.CreateAnd(lane, c64(3));
   Value *row0 = B.CreateAdd(B.CreateMul(warp, c64(16)), g);
   auto rowOf = [&](int64_t q2) { return B.CreateAdd(row0, c64(8 * q2)); };
   auto colOf = [&](int64_t j, int64_t e) { return B.CreateAdd(B.CreateMul(t4, c64(2)), c64(8 * j + e)); };
+  // The tile element of register r of a value of kind k and width w.
+  auto elementOf = [&](Frag k, int64_t w, int64_t r) -> Value * {
+    return k == Frag::Full   ? B.CreateAdd(B.CreateMul(rowOf((r % 4) / 2), c64(w)), colOf(r / 4, r % 2))
+           : k == Frag::Rows ? rowOf(r)
+           : k == Frag::Cols ? colOf(r / 2, r % 2)
+                             : c64(0);
+  };
   auto need = [&](Value *v) {
     if (!v) fail(F, "an attention loop's value read in a layout it does not broadcast to");
     return v;
@@ -207,70 +214,97 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     for (int64_t r = 0; r < regCount(want, w); ++r) y.r.push_back(need(at(x, want, r)));
     return y;
   };
+  // A tile from before the loop in the registers of kind k.
+  auto readTile = [&](const TValue *v, Frag k) {
+    Regs x;
+    if (v->type.isScalar()) {
+      x.r = {get(v)};
+    } else if (v->def && v->def->kind == OpKind::Constant) {
+      // A splat (absorbedByFlashLoop left it unmade when the loop is its only reader).
+      x.r = {constantOf(v->type.dtype, *v->def->attr("value"))};
+    } else {
+      Value *buf = get(v);
+      x.kind = k;
+      for (int64_t r = 0; r < regCount(k, widthOf(v->type)); ++r) x.r.push_back(loadElem(buf, v->type.dtype, elementOf(k, widthOf(v->type), r)));
+    }
+    return materialize(x, k, widthOf(v->type));
+  };
 
-  // ---- the carried values' first registers ----
+  // An elementwise op on registers: each register of the result's kind `rk` (width w) from the
+  // operands' registers `xs`; `fastExp`, where given, makes register r of an exp.
+  auto elementwise = [&](const TOp &o, const std::vector<const Regs *> &xs, Frag rk, int64_t w,
+                         const std::function<Value *(int64_t)> &fastExp) {
+    const DType d = o.operands[0]->type.dtype;
+    const auto *dt = o.kind == OpKind::Cast ? o.attrAs<ir::DTypeAttr>("dtype") : nullptr;
+    Regs out;
+    out.kind = rk;
+    for (int64_t r = 0; r < regCount(rk, w); ++r) {
+      std::vector<Value *> a;
+      for (const Regs *x : xs) a.push_back(need(at(*x, rk, r)));
+      Value *y;
+      switch (tile::opClass(o.kind)) {
+      case tile::OpClass::Unary: y = fastExp ? fastExp(r) : unary(o, d, a[0]); break;
+      case tile::OpClass::Binary: y = binary(o.kind, d, a[0], a[1]); break;
+      case tile::OpClass::Compare: y = compare(o.kind, d, a[0], a[1]); break;
+      case tile::OpClass::Select: y = B.CreateSelect(a[0], a[1], a[2]); break;
+      default:
+        if (!dt) fail(F, "an op of an attention loop without a register lowering");
+        y = convert(a[0], d, dt->dtype, dt->policies.saturate);
+        break;
+      }
+      out.r.push_back(y);
+    }
+    return out;
+  };
+
+  // ---- the carried values' first registers, and the tiles the body reads from before ----
   T.barrier(B); // the initial tiles were written by the ops before
   std::vector<Value *> carried0;
   std::vector<Frag> carriedKind(nc);
   std::vector<int64_t> carriedWidth(nc);
   for (size_t q = 0; q < nc; ++q) {
     const TValue *init = op.operands[3 + q];
-    const Frag k = p.frag.at(body.args[1 + q]);
-    const int64_t w = widthOf(init->type);
-    carriedKind[q] = k;
-    carriedWidth[q] = w;
-    Regs x;
-    if (init->type.isScalar()) {
-      x.r = {get(init)};
-    } else if (init->def && init->def->kind == OpKind::Constant) {
-      // A splat (absorbedByFlashLoop left it unmade when the loop is its only reader).
-      x.r = {constantOf(init->type.dtype, *init->def->attr("value"))};
-    } else {
-      Value *buf = get(init);
-      x.kind = k;
-      for (int64_t r = 0; r < regCount(k, w); ++r) {
-        Value *i = k == Frag::Full ? B.CreateAdd(B.CreateMul(rowOf((r % 4) / 2), c64(w)), colOf(r / 4, r % 2))
-                   : k == Frag::Rows ? rowOf(r)
-                   : k == Frag::Cols ? colOf(r / 2, r % 2)
-                                     : c64(0);
-        x.r.push_back(loadElem(buf, init->type.dtype, i));
-      }
-    }
-    Regs m = materialize(x, k, w);
+    carriedKind[q] = p.frag.at(body.args[1 + q]);
+    carriedWidth[q] = widthOf(init->type);
+    Regs m = readTile(init, carriedKind[q]);
     carried0.insert(carried0.end(), m.r.begin(), m.r.end());
   }
+  std::unordered_map<const TValue *, Regs> outsideRegs;
+  for (const TValue *v : p.outside) outsideRegs[v] = readTile(v, p.frag.at(v));
 
-  // ---- the copies: by TMA into mbarrier-tracked stages where the launcher made maps of Q, K
-  // and V, by cp.async otherwise (the loop is emitted once for each way) ----
+  // ---- the copies: by TMA into mbarrier-tracked stages where the launcher made maps of every
+  // box, by cp.async otherwise (the loop is emitted once for each way) ----
   Value *lo = get(op.operands[0]), *hi = get(op.operands[1]);
   Value *span = B.CreateSub(hi, lo);
   Value *n = B.CreateSelect(B.CreateICmpSGT(span, c64(0)), B.CreateSDiv(B.CreateAdd(span, c64(step - 1)), c64(step)), c64(0));
   auto commit = [&] { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_commit_group, {}, {}); };
   auto waitAll = [&] { B.CreateIntrinsic(Intrinsic::nvvm_cp_async_wait_group, {}, {B.getInt32(0)}); };
-  const TOp *loads[3] = {p.loadQ, p.loadK, p.loadV};
-  int slots[3] = {-1, -1, -1};
-  bool tmaOk = p.Dk % 64 == 0 && p.Dv % 64 == 0; // (a map's box is whole 128-byte rows)
-  for (int o = 0; o < 3 && tmaOk; ++o) {
-    const TValue *t = loads[o]->operands[0];
+  std::vector<const FlashPlan::Box *> boxes; // pre, then ring
+  for (const auto &bx : p.pre) boxes.push_back(&bx);
+  for (const auto &bx : p.ring) boxes.push_back(&bx);
+  std::vector<int> slots(boxes.size(), -1);
+  bool tmaOk = true; // (a map's box is whole 128-byte rows)
+  for (size_t o = 0; o < boxes.size() && tmaOk; ++o) {
+    const TValue *t = boxes[o]->load->operands[0];
     auto pit = std::find(F.params.begin(), F.params.end(), t);
-    if (pit == F.params.end() || t->type.rank > 5) { tmaOk = false; break; }
+    if (boxes[o]->cols % 64 || pit == F.params.end() || t->type.rank > 5) { tmaOk = false; break; }
     rt::TensorMapSpec spec;
     spec.param = int(pit - F.params.begin());
-    spec.box = *loads[o]->attrAs<std::vector<int64_t>>("box");
+    spec.box = *boxes[o]->load->attrAs<std::vector<int64_t>>("box");
     int row = -1, col = -1;
     for (size_t d = 0; d < spec.box.size(); ++d)
       if (spec.box[d] > 0) (row < 0 ? row : col) = int(d);
-    spec.inner = {col}; // Q and K K-major, V N-major: their last box axis contiguous
+    spec.inner = {col}; // the box's last axis contiguous: K-major for SS, N-major for RS
     slots[o] = T.tensorMapSlot(spec);
     tmaOk = slots[o] >= 0;
   }
   Value *args = tmaOk ? T.kernelArgs(B, fn) : nullptr;
   Value *present = B.getFalse();
-  Value *maps[3] = {nullptr, nullptr, nullptr};
+  std::vector<Value *> maps(boxes.size(), nullptr);
   if (tmaOk) {
     present = B.getTrue();
-    for (int o = 0; o < 3; ++o) {
-      const TValue *t = loads[o]->operands[0];
+    for (size_t o = 0; o < boxes.size(); ++o) {
+      const TValue *t = boxes[o]->load->operands[0];
       const int64_t param = std::find(F.params.begin(), F.params.end(), t) - F.params.begin();
       maps[o] = B.CreatePtrToInt(
           B.CreateInBoundsGEP(i8(), args, c64(int64_t(rt::tensorMapOffset(F.params.size())) + slots[o] * int64_t(rt::kTensorMapBytes))), i64());
@@ -288,10 +322,10 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     });
     T.barrier(B);
   }
-  // One TMA copy per 64 columns of the box `o` (row start `r0`: the loop's index for K and V)
+  // One TMA copy per 64 columns of box `o` (the loop's index `ivValue` where it starts an axis)
   // into `dst`, completing `bar`'s transactions (MmaWarpSpecialized.cpp's copies).
-  auto tmaBox = [&](int o, Value *ivValue, Value *dst, Value *bar) {
-    const TOp &ld = *loads[o];
+  auto tmaBox = [&](size_t o, Value *ivValue, Value *dst, Value *bar) {
+    const TOp &ld = *boxes[o]->load;
     const auto &box = *ld.attrAs<std::vector<int64_t>>("box");
     int row = -1, col = -1;
     for (size_t d = 0; d < box.size(); ++d)
@@ -309,38 +343,30 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       mma::tensorCopy(B, B.CreateInBoundsGEP(i8(), dst, c64(c * box[size_t(row)] * 128)), maps[o], coords, bar);
     }
   };
+  const size_t nPre = p.pre.size();
   auto issue = [&](bool tma, Value *j, Value *stage) {
     Value *k0 = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
     if (tma) {
       ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
-        mma::mbarrierArriveExpectTx(B, full(stage), p.kBytes() + p.vBytes());
-        tmaBox(1, k0, kStage(stage), full(stage));
-        tmaBox(2, k0, vStage(stage), full(stage));
+        mma::mbarrierArriveExpectTx(B, full(stage), p.stageBytes());
+        for (size_t i = 0; i < p.ring.size(); ++i) tmaBox(nPre + i, k0, ringAt(int(i), stage), full(stage));
       });
       return;
     }
-    copyBoxSwizzled(*p.loadK, iv, k0, kStage(stage), p.BN, p.kSpan());
-    copyBoxSwizzled(*p.loadV, iv, k0, vStage(stage), p.BN, p.Dv);
+    for (size_t i = 0; i < p.ring.size(); ++i)
+      copyBoxSwizzled(*p.ring[i].load, iv, k0, ringAt(int(i), stage), p.ring[i].rows, p.ring[i].copyCols());
   };
 
-  MmaPlan sPlan; // S = Q K^T as wgmmaKTile sees it: A [BM, Dk] K-major, B K-major [BN lines of Dk]
-  sPlan.BM = p.BM;
-  sPlan.BN = p.BN;
-  sPlan.BK = p.kSpan();
-  sPlan.dtype = p.dtype;
-  sPlan.wgmma = true;
-
   auto mainLoop = [&](bool tma) -> std::vector<Value *> {
-    // Q once, with tile 0 of K and V.
+    // The pre boxes once, with tile 0 of the ring.
     if (tma) {
       ifThen(B.CreateAnd(B.CreateICmpSGT(n, c64(0)), B.CreateICmpEQ(tid, c64(0))), [&] {
-        mma::mbarrierArriveExpectTx(B, full(c64(0)), p.qBytes() + p.kBytes() + p.vBytes());
-        tmaBox(0, nullptr, ringS, full(c64(0)));
-        tmaBox(1, lo, kStage(c64(0)), full(c64(0)));
-        tmaBox(2, lo, vStage(c64(0)), full(c64(0)));
+        mma::mbarrierArriveExpectTx(B, full(c64(0)), p.preBytes() + p.stageBytes());
+        for (size_t i = 0; i < nPre; ++i) tmaBox(i, nullptr, preAt(int(i)), full(c64(0)));
+        for (size_t i = 0; i < p.ring.size(); ++i) tmaBox(nPre + i, lo, ringAt(int(i), c64(0)), full(c64(0)));
       });
     } else {
-      copyBoxSwizzled(*p.loadQ, nullptr, nullptr, ringS, p.BM, p.kSpan());
+      for (size_t i = 0; i < nPre; ++i) copyBoxSwizzled(*p.pre[i].load, nullptr, nullptr, preAt(int(i)), p.pre[i].rows, p.pre[i].copyCols());
       ifThen(B.CreateICmpSGT(n, c64(0)), [&] { issue(false, c64(0), c64(0)); });
       commit();
     }
@@ -357,9 +383,10 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     ifThen(B.CreateICmpSLT(next, n), [&] { issue(tma, next, B.CreateURem(next, c64(2))); });
     if (!tma) commit();
     Value *stage = B.CreateURem(j, c64(2));
+    Value *ivValue = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
 
-    std::unordered_map<const TValue *, Regs> R;
-    R[iv].r = {B.CreateAdd(lo, B.CreateMul(j, c64(step)))};
+    std::unordered_map<const TValue *, Regs> R(outsideRegs);
+    R[iv].r = {ivValue};
     {
       size_t at0 = 0;
       for (size_t q = 0; q < nc; ++q) {
@@ -381,15 +408,18 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       }
       return it->second;
     };
-    // O += P V from P's registers (the A fragments of each k16 step), accumulating into `acc`.
-    // P's cast is done as its registers are packed into the A fragments (castInRegisters: the
+    // An RS product from the registers of A (the A fragments of each k16 step), accumulating into
+    // `acc`. A's cast is done as its registers are packed into the fragments (castInRegisters: the
     // cast's Regs are its f32 operand's), unless the cast saturates or rounds stochastically.
-    const auto *castAttr = p.castP->attrAs<ir::DTypeAttr>("dtype");
-    const bool castInRegisters = castAttr && !castAttr->policies.saturate && !castAttr->policies.stochasticRound;
-    auto productPV = [&](const Regs &pr, std::vector<Value *> acc) {
-      std::vector<std::array<Value *, 4>> frags(size_t(p.BN / 16));
+    auto castInRegisters = [](const TOp *cast) {
+      const auto *a = cast->attrAs<ir::DTypeAttr>("dtype");
+      return a && !a->policies.saturate && !a->policies.stochasticRound;
+    };
+    auto productRS = [&](const FlashPlan::Dot &d, std::vector<Value *> acc) {
+      const Regs &ar = val(d.castA->result());
+      const bool inRegs = castInRegisters(d.castA);
       auto pack = [&](Value *lo2, Value *hi2) -> Value * {
-        if (castInRegisters) {
+        if (inRegs) {
           // cvt.rn.{bf16,f16}x2.f32 d, hi, lo (PTX ISA §9.7.9.21): both rounded to nearest even
           // and packed in one instruction, `hi` into the upper half.
           const char *text = p.dtype == DType::BF16 ? "cvt.rn.bf16x2.f32 $0, $1, $2;" : "cvt.rn.f16x2.f32 $0, $1, $2;";
@@ -407,43 +437,106 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
         return B.CreateOr(l, B.CreateShl(h, B.getInt32(16)));
       };
       std::vector<Value *> aRegs;
-      for (int64_t kk = 0; kk < p.BN / 16; ++kk)
+      for (int64_t kk = 0; kk < d.k / 16; ++kk)
         for (int half = 0; half < 2; ++half) {
           const int64_t jj = 2 * kk + half;
-          frags[size_t(kk)][size_t(2 * half)] = pack(at(pr, Frag::Full, 4 * jj), at(pr, Frag::Full, 4 * jj + 1));
-          frags[size_t(kk)][size_t(2 * half + 1)] = pack(at(pr, Frag::Full, 4 * jj + 2), at(pr, Frag::Full, 4 * jj + 3));
+          aRegs.push_back(pack(at(ar, Frag::Full, 4 * jj), at(ar, Frag::Full, 4 * jj + 1)));
+          aRegs.push_back(pack(at(ar, Frag::Full, 4 * jj + 2), at(ar, Frag::Full, 4 * jj + 3)));
         }
-      for (auto &f4 : frags) aRegs.insert(aRegs.end(), f4.begin(), f4.end());
+      // The fragment of step kk is {a0, a1, a2, a3} = rows g and g+8 of columns 16kk + 2t (a0,
+      // a1) and 16kk + 8 + 2t (a2, a3): the pairs (jj = 2kk, q 0-1), (2kk, q 2-3), (2kk+1, q 0-1),
+      // (2kk+1, q 2-3) as pushed above.
       mma::fenceOperands(B, acc, aRegs);
-      acc = mma::wgmmaRegisterA(B, p.dtype, p.Dv, p.BN, aRegs, vStage(stage), acc);
+      acc = mma::wgmmaRegisterA(B, p.dtype, d.n, d.k, aRegs, ringAt(d.b, stage), acc);
       mma::ptx(B, "wgmma.commit_group.sync.aligned;");
       return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+    };
+    auto dotOf = [&](const TOp *o) -> const FlashPlan::Dot * {
+      for (const auto &d : p.dots)
+        if (d.op == o || (d.add && d.add == o)) return &d;
+      return nullptr;
+    };
+    auto castOfRS = [&](const TOp *o) {
+      for (const auto &d : p.dots)
+        if (d.castA == o) return castInRegisters(o);
+      return false;
+    };
+    auto isRingOp = [&](const TOp *o) {
+      for (const auto &bx : p.ring)
+        if (bx.load == o) return true;
+      for (const auto &d : p.dots)
+        if (d.transposeB == o) return true;
+      return false;
     };
 
     for (const TOp *o : body.ops) {
       if (o->kind == OpKind::Yield) break;
-      if (o == p.loadK || o == p.loadV || o == p.transposeK) continue;
+      if (isRingOp(o)) continue;
       const TType &rt = o->result()->type;
-      const Frag rk = rt.isScalar() ? Frag::Uniform : p.frag.at(o->result());
+      const Frag rk = rt.isScalar() ? Frag::Uniform : p.frag.count(o->result()) ? p.frag.at(o->result()) : Frag::Full;
       const int64_t w = widthOf(rt);
       Regs out;
       out.kind = rk;
-      if (o == p.dotS) {
-        std::vector<Value *> acc(size_t(p.BN / 2), cf(f32(), 0.0));
-        acc = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", acc, {}, "");
-        acc = mma::wgmmaKTile(B, sPlan, ringS, kStage(stage), warp, /*kMajorB=*/true, acc);
-        mma::ptx(B, "wgmma.commit_group.sync.aligned;");
-        out.r = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
-      } else if (o == p.dotO) {
-        if (p.addO) continue; // made at the add, into its other operand's registers
-        std::vector<Value *> acc(size_t(p.Dv / 2), cf(f32(), 0.0));
-        if (o->operands.size() == 3) acc = materialize(val(o->operands[2]), Frag::Full, p.Dv).r;
-        out.r = productPV(val(o->operands[0]), acc);
-      } else if (o == p.castP && castInRegisters) {
+      if (const FlashPlan::Dot *d = dotOf(o)) {
+        if (d->op == o && d->add) continue; // made at the add, into its other operand's registers
+        if (d->ss) {
+          MmaPlan sp; // as wgmmaKTile sees it: A [BM, k] K-major, B K-major [n lines of k]
+          sp.BM = p.BM;
+          sp.BN = d->n;
+          sp.BK = FlashPlan::roundUp(d->k, 16);
+          sp.dtype = p.dtype;
+          sp.wgmma = true;
+          std::vector<Value *> acc(size_t(d->n / 2), cf(f32(), 0.0));
+          acc = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", acc, {}, "");
+          acc = mma::wgmmaKTile(B, sp, preAt(d->a), ringAt(d->b, stage), warp, /*kMajorB=*/true, acc);
+          mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+          out.r = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+        } else {
+          std::vector<Value *> acc(size_t(d->n / 2), cf(f32(), 0.0));
+          if (d->add) {
+            const TValue *other = o->operands[0] == d->op->result() ? o->operands[1] : o->operands[0];
+            acc = materialize(val(other), Frag::Full, d->n).r;
+          } else if (o->operands.size() == 3) {
+            acc = materialize(val(o->operands[2]), Frag::Full, d->n).r;
+          }
+          out.r = productRS(*d, acc);
+        }
+        out.kind = Frag::Full;
+      } else if (castOfRS(o)) {
         out = val(o->operands[0]);
-      } else if (o == p.addO) {
-        const TValue *other = o->operands[0] == p.dotO->result() ? o->operands[1] : o->operands[0];
-        out.r = productPV(val(p.dotO->operands[0]), materialize(val(other), Frag::Full, p.Dv).r);
+      } else if (o->kind == OpKind::LoadBox) {
+        // A 1-d box: each register's element from global memory, `other` outside the tensor.
+        TensorInfo &ti = tensor(o->operands[0]);
+        const auto &box = *o->attrAs<std::vector<int64_t>>("box");
+        Value *base = c64(0), *ok0 = B.getTrue(), *start = nullptr;
+        Value *axisStride = nullptr, *axisLen = nullptr;
+        for (size_t dd = 0; dd < box.size(); ++dd) {
+          Value *sv = val(o->operands[1 + dd]).r[0]; // the index, a constant of the body, a scalar from outside
+          base = B.CreateAdd(base, B.CreateMul(sv, ti.strides[dd]));
+          if (box[dd] > 0) {
+            start = sv;
+            axisStride = ti.strides[dd];
+            axisLen = ti.shape[dd];
+          } else {
+            ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(sv, c64(0)), B.CreateICmpSLT(sv, ti.shape[dd])));
+          }
+        }
+        const ir::AttrValue *oth = o->attr("other");
+        Value *other = oth ? constantOf(rt.dtype, *oth) : cf(f32(), 0.0);
+        // Elements outside the tensor load from a local copy of `other` (the tensor may be empty).
+        Value *spare;
+        {
+          IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+          spare = ab.CreateAlloca(f32());
+        }
+        B.CreateStore(other, spare);
+        for (int64_t r = 0; r < regCount(rk, w); ++r) {
+          Value *i = elementOf(rk, w, r);
+          Value *pos = B.CreateAdd(start, i);
+          Value *ok = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(pos, c64(0)), B.CreateICmpSLT(pos, axisLen)));
+          Value *from = B.CreateSelect(ok, elemPtr(ti.data, rt.dtype, B.CreateAdd(base, B.CreateMul(i, axisStride))), spare);
+          out.r.push_back(B.CreateLoad(f32(), from));
+        }
       } else if (rt.isScalar() && !tile::isElementwise(o->kind) && o->kind != OpKind::Constant) {
         dispatch(*o); // program and tensor queries
         out.r = {get(o->result())};
@@ -494,7 +587,6 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
           const DType d = o->operands[0]->type.dtype;
           std::vector<const Regs *> xs;
           for (const TValue *v : o->operands) xs.push_back(&val(v));
-          const auto *dt = o->kind == OpKind::Cast ? o->attrAs<ir::DTypeAttr>("dtype") : nullptr;
           // exp of the scores on the special-function unit: 2^(x log2 e) by ex2.approx (relative
           // error 2^-22 near 0, PTX ISA §9.7.3.20) instead of the ~20 FMA-pipe instructions of
           // expF32: the probabilities are rounded to 16 bits for the second product, and the
@@ -520,24 +612,7 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
               };
             }
           }
-          for (int64_t r = 0; r < regCount(rk, w); ++r) {
-            std::vector<Value *> a;
-            for (const Regs *x : xs) a.push_back(need(at(*x, rk, r)));
-            Value *y;
-            switch (tile::opClass(o->kind)) {
-            case tile::OpClass::Unary:
-              y = fastExp ? fastExp(r) : unary(*o, d, a[0]);
-              break;
-            case tile::OpClass::Binary: y = binary(o->kind, d, a[0], a[1]); break;
-            case tile::OpClass::Compare: y = compare(o->kind, d, a[0], a[1]); break;
-            case tile::OpClass::Select: y = B.CreateSelect(a[0], a[1], a[2]); break;
-            default:
-              if (!dt) fail(F, "an op of an attention loop without a register lowering");
-              y = convert(a[0], d, dt->dtype, dt->policies.saturate);
-              break;
-            }
-            out.r.push_back(y);
-          }
+          out = elementwise(*o, xs, rk, w, fastExp);
           break;
         }
         }
@@ -571,30 +646,239 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
   }
   T.releaseTileBuffer(ring);
 
-  // ---- the results: to tile buffers for the ops after the loop ----
-  size_t at0 = 0;
-  for (size_t q = 0; q < nc; ++q) {
-    const TValue *res = op.results[q];
-    const Frag k = carriedKind[q];
-    const int64_t w = carriedWidth[q], cnt = regCount(k, w);
-    std::vector<Value *> regs(fin.begin() + long(at0), fin.begin() + long(at0 + size_t(cnt)));
-    at0 += size_t(cnt);
-    if (res->type.isScalar()) {
-      set(res, regs[0]);
+  // ---- the epilogue: the ops after the loop that only scale, cast or combine its results with
+  // scalars and each other, ending in stores of whole [BM, W] or [BM] boxes, run on the registers
+  // and store straight to global memory (as MmaLoop.cpp's epilogue); the other uses of a result
+  // read it from a tile buffer ----
+  std::unordered_map<const TValue *, Regs> E;
+  {
+    size_t at0 = 0;
+    for (size_t q = 0; q < nc; ++q) {
+      Regs x;
+      x.kind = op.results[q]->type.isScalar() ? Frag::Uniform : carriedKind[q];
+      const int64_t cnt = regCount(carriedKind[q], carriedWidth[q]);
+      x.r.assign(fin.begin() + long(at0), fin.begin() + long(at0 + size_t(cnt)));
+      at0 += size_t(cnt);
+      E[op.results[q]] = x;
+    }
+  }
+  const auto &ops = curBlock->ops;
+  const size_t self = size_t(std::find(ops.begin(), ops.end(), &op) - ops.begin());
+  auto kindOf = [&](const TType &t) -> std::optional<Frag> {
+    if (t.isScalar() || t.numElements() == 1) return Frag::Uniform;
+    if ((t.shape.size() == 2 && t.shape[0] == p.BM && t.shape[1] % 8 == 0 && t.shape[1] <= 256)) return Frag::Full;
+    if ((t.shape.size() == 1 && t.shape[0] == p.BM) || (t.shape.size() == 2 && t.shape[0] == p.BM && t.shape[1] == 1)) return Frag::Rows;
+    return std::nullopt;
+  };
+  // A scalar operand: a constant (made here: it may come after the loop) or a value from before.
+  auto scalarOf = [&](const TValue *v) {
+    return v->def && v->def->kind == OpKind::Constant ? constantOf(v->type.dtype, *v->def->attr("value")) : get(v);
+  };
+  // Candidates, in order: ops whose operands are results, candidates, or scalars from before the loop.
+  std::unordered_map<const TOp *, Frag> cand;
+  std::unordered_set<const TValue *> candValue(op.results.begin(), op.results.end());
+  std::vector<const TOp *> stores;
+  // A store moves up to the loop: none may pass an op that reads or writes memory.
+  bool memoryOp = false;
+  for (size_t i = self + 1; i < ops.size() && !memoryOp; ++i) {
+    const TOp *o = ops[i];
+    auto ready = [&](const TValue *v) {
+      if (candValue.count(v)) return true;
+      if (!v->type.isScalar()) return false;
+      if (!v->def || v->def->kind == OpKind::Constant) return true; // a parameter, a constant
+      const size_t at = size_t(std::find(ops.begin(), ops.end(), v->def) - ops.begin());
+      return at < self;
+    };
+    if (o->kind == OpKind::StoreBox) {
+      const auto *box = o->attrAs<std::vector<int64_t>>("box");
+      const bool *masked = o->attrAs<bool>("masked");
+      memoryOp = true; // unless taken
+      if (!box || (masked && *masked) || o->operands.size() != 2 + box->size()) continue;
+      const TValue *v = o->operands.back();
+      if (!candValue.count(v) || v->type.isScalar()) continue;
+      bool starts = true;
+      for (size_t d = 0; d < box->size(); ++d) starts &= ready(o->operands[1 + d]) && !candValue.count(o->operands[1 + d]);
+      std::vector<int64_t> ext;
+      for (int64_t e : *box)
+        if (e > 0) ext.push_back(e);
+      const auto k = kindOf(v->type);
+      if (!starts || !k || *k == Frag::Uniform || ext.empty() || ext[0] != p.BM || ext.size() != v->type.shape.size() ||
+          (ext.size() == 2 && ext[1] != v->type.shape[1]))
+        continue;
+      stores.push_back(o);
+      memoryOp = false;
       continue;
     }
-    Value *buf = outBufs[q];
+    if (o->results.size() != 1 || !o->regions.empty()) {
+      memoryOp = true;
+      continue;
+    }
+    if (o->kind == OpKind::LoadBox || o->kind == OpKind::Load || o->kind == OpKind::AtomicAdd || o->kind == OpKind::AtomicAddBox) {
+      memoryOp = true;
+      continue;
+    }
+    if (o->kind == OpKind::Constant) continue; // scalars: scalarOf makes them where they are read
+    const bool shapeOp = o->kind == OpKind::Broadcast || o->kind == OpKind::ExpandDims;
+    if (!shapeOp && !tile::isElementwise(o->kind)) continue;
+    bool ok = true;
+    for (const TValue *x : o->operands) ok &= ready(x);
+    const auto k = kindOf(o->result()->type);
+    if (!ok || !k) continue;
+    cand[o] = *k;
+    candValue.insert(o->result());
+  }
+  // Absorb a candidate only when every use of its result is absorbed: drop the rest until nothing changes.
+  std::unordered_set<const TOp *> take(stores.begin(), stores.end());
+  for (auto &[o, k] : cand) take.insert(o);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = self + 1; i < ops.size(); ++i) {
+      const TOp *o = ops[i];
+      if (take.count(o)) continue;
+      for (const TValue *x : o->operands)
+        if (x->def && take.count(x->def)) {
+          take.erase(x->def);
+          changed = true;
+        }
+      for (const tile::Block *r : o->regions) {
+        std::function<void(const tile::Block &)> walk = [&](const tile::Block &b) {
+          for (const TOp *u : b.ops) {
+            for (const TValue *x : u->operands)
+              if (x->def && take.count(x->def)) {
+                take.erase(x->def);
+                changed = true;
+              }
+            for (const tile::Block *rr : u->regions) walk(*rr);
+          }
+        };
+        walk(*r);
+      }
+    }
+    // An op whose operand's op was dropped cannot take it from registers.
+    for (size_t i = self + 1; i < ops.size(); ++i) {
+      const TOp *o = ops[i];
+      if (!take.count(o)) continue;
+      for (const TValue *x : o->operands)
+        if (candValue.count(x) && x->def && x->def != &op && !take.count(x->def)) {
+          take.erase(o);
+          changed = true;
+          break;
+        }
+    }
+  }
+  // A store left in place keeps the later ones in place too (their order in memory).
+  for (size_t i = 0; i < stores.size(); ++i)
+    if (!take.count(stores[i]))
+      for (size_t j = i + 1; j < stores.size(); ++j) take.erase(stores[j]);
+  // Run the taken ops on registers and store.
+  for (size_t i = self + 1; i < ops.size(); ++i) {
+    const TOp *o = ops[i];
+    if (!take.count(o)) continue;
+    absorbed.insert(o);
+    if (o->kind == OpKind::StoreBox) {
+      const TValue *v = o->operands.back();
+      const Regs &x = E.at(v);
+      TensorInfo &ti = tensor(o->operands[0]);
+      const auto &box = *o->attrAs<std::vector<int64_t>>("box");
+      int rowAxis = -1, colAxis = -1;
+      Value *base = c64(0), *ok0 = B.getTrue();
+      for (size_t d = 0; d < box.size(); ++d) {
+        Value *sv = scalarOf(o->operands[1 + d]);
+        if (box[d] > 0) {
+          (rowAxis < 0 ? rowAxis : colAxis) = int(d);
+          base = B.CreateAdd(base, B.CreateMul(sv, ti.strides[d]));
+        } else {
+          base = B.CreateAdd(base, B.CreateMul(sv, ti.strides[d]));
+          ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(sv, c64(0)), B.CreateICmpSLT(sv, ti.shape[d])));
+        }
+      }
+      const DType to = o->operands[0]->type.dtype, from = v->type.dtype;
+      Value *r0 = scalarOf(o->operands[1 + size_t(rowAxis)]);
+      auto inside = [&](Value *pos, int axis) {
+        return B.CreateAnd(B.CreateICmpSGE(pos, c64(0)), B.CreateICmpSLT(pos, ti.shape[size_t(axis)]));
+      };
+      auto put = [&](Value *off, Value *ok, Value *y) {
+        ifThen(ok, [&] { B.CreateStore(toMem(to, convert(y, from, to, false)), B.CreateInBoundsGEP(mtype(to), ti.data, off)); });
+      };
+      if (x.kind == Frag::Rows || (x.kind == Frag::Uniform && colAxis < 0)) {
+        // Rows: the first lane of each row's four stores it.
+        for (int64_t q2 = 0; q2 < 2; ++q2) {
+          Value *gr = B.CreateAdd(r0, rowOf(q2));
+          Value *ok = B.CreateAnd(B.CreateICmpEQ(t4, c64(0)), B.CreateAnd(ok0, inside(gr, rowAxis)));
+          put(B.CreateAdd(base, B.CreateMul(rowOf(q2), ti.strides[size_t(rowAxis)])), ok, need(at(x, Frag::Rows, q2)));
+        }
+        continue;
+      }
+      const int64_t w = widthOf(v->type);
+      Value *c0 = scalarOf(o->operands[1 + size_t(colAxis)]);
+      for (int64_t r = 0; r < regCount(Frag::Full, w); ++r) {
+        Value *row = rowOf((r % 4) / 2), *col = colOf(r / 4, r % 2);
+        Value *ok = B.CreateAnd(ok0, B.CreateAnd(inside(B.CreateAdd(r0, row), rowAxis), inside(B.CreateAdd(c0, col), colAxis)));
+        Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(row, ti.strides[size_t(rowAxis)]), B.CreateMul(col, ti.strides[size_t(colAxis)])));
+        put(off, ok, need(at(x, Frag::Full, r)));
+      }
+      continue;
+    }
+    const Frag rk = cand.at(o);
+    const TType &rt = o->result()->type;
+    auto valE = [&](const TValue *v) -> const Regs & {
+      auto it = E.find(v);
+      if (it == E.end()) {
+        Regs y;
+        y.r = {scalarOf(v)};
+        it = E.emplace(v, y).first;
+      }
+      return it->second;
+    };
+    Regs out;
+    out.kind = rk;
+    if (o->kind == OpKind::Constant) {
+      out.kind = Frag::Uniform;
+      out.r = {constantOf(rt.dtype, *o->attr("value"))};
+    } else if (o->kind == OpKind::Broadcast || o->kind == OpKind::ExpandDims) {
+      out = valE(o->operands[0]);
+    } else {
+      std::vector<const Regs *> xs;
+      for (const TValue *v : o->operands) xs.push_back(&valE(v));
+      out = elementwise(*o, xs, rk, widthOf(rt), nullptr);
+    }
+    E[o->result()] = out;
+  }
+
+  // ---- the results the ops after the loop still read: to tile buffers, in the ring's memory ----
+  for (size_t q = 0; q < nc; ++q) {
+    const TValue *res = op.results[q];
+    const Regs &x = E.at(res);
+    if (res->type.isScalar()) {
+      set(res, x.r[0]);
+      continue;
+    }
+    bool read = false;
+    for (size_t i = self + 1; i < ops.size() && !read; ++i) {
+      std::function<bool(const TOp &)> reads = [&](const TOp &u) {
+        if (std::find(u.operands.begin(), u.operands.end(), res) != u.operands.end()) return true;
+        for (const tile::Block *b : u.regions)
+          for (const TOp *v : b->ops)
+            if (reads(*v)) return true;
+        return false;
+      };
+      read = !absorbed.count(ops[i]) && reads(*ops[i]);
+    }
+    if (!read) continue;
+    const Frag k = carriedKind[q];
+    const int64_t w = carriedWidth[q], cnt = regCount(k, w);
+    Value *buf = alloc(res->type);
     const DType d = res->type.dtype;
     if (k == Frag::Uniform) {
-      loopN(res->type.numElements(), [&](Value *i) { storeElem(buf, d, i, regs[0]); });
+      loopN(res->type.numElements(), [&](Value *i) { storeElem(buf, d, i, x.r[0]); });
     } else {
       for (int64_t r = 0; r < cnt; ++r) {
         if (k == Frag::Full) {
-          storeElem(buf, d, B.CreateAdd(B.CreateMul(rowOf((r % 4) / 2), c64(w)), colOf(r / 4, r % 2)), regs[size_t(r)]);
+          storeElem(buf, d, elementOf(k, w, r), x.r[size_t(r)]);
         } else if (k == Frag::Rows) {
-          ifThen(B.CreateICmpEQ(t4, c64(0)), [&] { storeElem(buf, d, rowOf(r), regs[size_t(r)]); });
+          ifThen(B.CreateICmpEQ(t4, c64(0)), [&] { storeElem(buf, d, rowOf(r), x.r[size_t(r)]); });
         } else {
-          ifThen(B.CreateICmpULT(tid, c64(4)), [&] { storeElem(buf, d, colOf(r / 2, r % 2), regs[size_t(r)]); });
+          ifThen(B.CreateICmpULT(tid, c64(4)), [&] { storeElem(buf, d, colOf(r / 2, r % 2), x.r[size_t(r)]); });
         }
       }
     }
