@@ -707,6 +707,14 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
   }
   if (fn->kind == FunctionKind::Inline) needSpecialization = true; // checked in each caller's context
   if (grid) {
+    // A knob of the autotune space is the configuration's to choose: a launch that also passes it
+    // would be overridden by it without a word (Triton refuses the same conflict).
+    for (auto &k : args.keywords)
+      for (auto &[name, values] : fn->space)
+        if (name == k.keyword)
+          pc_.P.diags.report(DiagKind::ScheduleKnob, k.keywordRange.valid() ? k.keywordRange : k.range,
+                             {"`" + name + "` is chosen by the autotune space of `" + fn->name +
+                              "`; a launch cannot also pass it (remove it from the space or from the call)"});
     checkGrid(fn, grid, gridRange_.valid() ? gridRange_ : at);
     if (needSpecialization) pc_.specialize(*fn, paramTypes, env, at, ctx_);
     return T::none();
