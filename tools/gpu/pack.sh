@@ -2,8 +2,9 @@
 # Packs what tools/gpu/suite.sh needs: the binaries (tsr, tsrc, tsr-eval, schedule_check and
 # tsr-run-bundle from build/) stripped and xz-compressed, and three bundles of
 # examples/train_regression.tsr, into DIR (default .gpu-bin, which .gitignore keeps out of the
-# repository), for a GPU host that has no LLVM to build them. They need only libz, libzstd and
-# libstdc++ there (LLVM and ANTLR are linked statically).
+# repository), for a GPU host that has no LLVM to build them. They need libz, libzstd and
+# libstdc++ there (LLVM and ANTLR are linked statically), and the ONNX and Protobuf libraries that
+# tsrc and tsr link, which DIR/lib carries.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DIR=${1:-.gpu-bin}
@@ -14,6 +15,16 @@ for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval
   strip -o "$DIR/$n" "$b"
   xz -T0 -6 -f "$DIR/$n"
   echo "packed $DIR/$n.xz ($(du -h "$DIR/$n.xz" | cut -f1))"
+done
+# The shared libraries they link beyond the C/C++ runtime, libz and libzstd (ONNX and Protobuf,
+# for the ONNX importer), into DIR/lib; suite.sh puts it on LD_LIBRARY_PATH.
+mkdir -p "$DIR/lib"
+for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check \
+         build/tools/tsr-run-bundle/tsr-run-bundle; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | grep -E 'lib(onnx|protobuf)' | while read -r l; do
+  xz -T0 -6 -c "$l" >"$DIR/lib/$(basename "$l").xz"
+  echo "packed $DIR/lib/$(basename "$l").xz ($(du -h "$DIR/lib/$(basename "$l").xz" | cut -f1))"
 done
 # Bundles for the suite's bundle steps, made by this compiler (the GPU host has none).
 for t in cuda cpu; do

@@ -48,6 +48,12 @@ for b in tsr tsrc tsr-eval schedule_check tsr-run-bundle; do
   if [[ ! -x "$BIN/$b" && -f "$BIN/$b.xz" ]]; then xz -dc "$BIN/$b.xz" >"$BIN/$b" && chmod +x "$BIN/$b"; fi
   [[ -x "$BIN/$b" ]] || { echo "suite: $BIN/$b is missing"; echo "0 passed, 1 failed"; exit 1; }
 done
+# Shared libraries the binaries link that a GPU host may lack (ONNX and Protobuf, for the ONNX
+# importer): pack.sh ships them in BIN/lib.
+if [[ -d "$BIN/lib" ]]; then
+  for l in "$BIN"/lib/*.xz; do [[ -f "$l" && ! -f "${l%.xz}" ]] && xz -dc "$l" >"${l%.xz}"; done
+  export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export TSR_REQUIRE_PREREQS=1
 # Cases of the Python tests run this many at a time (each its own process and CUDA context).
 export TSR_TEST_JOBS=${TSR_TEST_JOBS:-8}
