@@ -329,6 +329,7 @@ TypeRef FunctionChecker::attribute(Attribute *a) {
 // ---- calls -----------------------------------------------------------------------------------
 
 TypeRef FunctionChecker::call(Call *c) {
+  if (TypeRef model = onnxCall(c)) return model; // onnx.load("m.onnx"): CheckOnnx.cpp
   TypeRef callee = expr(c->func);
   Args args;
   for (const Arg &a : c->args) {

@@ -101,6 +101,9 @@ private:
   bool refusedModuleConstant(const std::string &name, const BuiltinInfo &b, SourceRange at);
   TypeRef callFunction(const FunctionInfo *fn, Args &args, SourceRange at, SourceRange calleeRange, const TypeRef &grid);
   TypeRef callTransform(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
+  /// `onnx.load(...)` / `onnx.save(...)` where no name `onnx` is bound (CheckOnnx.cpp): the
+  /// call's type; null when `c` is no such call.
+  TypeRef onnxCall(ast::Call *c);
   /// A call of vmap(f, in_axes, out_axes) (CheckVmap.cpp).
   TypeRef callVmap(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
   void checkGrid(const FunctionInfo *kernel, const TypeRef &grid, SourceRange at);

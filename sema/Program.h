@@ -53,6 +53,12 @@ struct FunctionInfo {
   bool usesContext = false;              // calls tile.context()
   bool broken = false;                   // its decorators are contradictory: the body is not checked
   std::vector<std::string> variadicNames; // *args / **kwargs (rejected; bound so uses are quiet)
+  // A model loaded by `onnx.load` (spec 15): its resolved path. `def` is then a synthetic
+  // signature (parameter names, the call's range, an empty body) and graph lowering inlines the
+  // model's Graph IR in place of a body (ir/ExternalModels.h). `externalSplit`: the
+  // split_params=True form, whose first parameter is the dict of the model's tensors.
+  std::string externalModel;
+  bool externalSplit = false;
 
   // Checking state.
   bool checking = false, checked = false;
@@ -126,6 +132,10 @@ public:
   std::vector<BindingRecord> bindings;
   /// Where each name use resolves to (for go-to-definition).
   std::unordered_map<const ast::Expr *, SourceRange> definitions;
+  /// The functions of models loaded by `onnx.load`, by resolved path and form ("PATH" or
+  /// "PATH|split"); their synthetic signatures live in `externalAst`.
+  std::map<std::string, std::unique_ptr<FunctionInfo>> externalFunctions;
+  ast::AstContext externalAst;
 };
 
 /// The options the drivers use: the stdlib installed beside the running binary

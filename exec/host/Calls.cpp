@@ -105,6 +105,7 @@ ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::Fu
 }
 
 ValueRef Interpreter::Impl::call(Call *c, std::shared_ptr<Env> &env) {
+  if (ValueRef model = onnxLoad(c, env)) return model;
   if (auto *sub = dyn_cast<Subscript>(c->func); sub && (sub->value->kind == Kind::Name || sub->value->kind == Kind::Attribute)) {
     ValueRef base = expr(sub->value, env);
     if (base->k == K::Function && base->fn->kind == sema::FunctionKind::Kernel) return launchKernel(c, sub, *base->fn, env);
@@ -119,6 +120,36 @@ ValueRef Interpreter::Impl::call(Call *c, std::shared_ptr<Env> &env) {
     else fail("`**` arguments cannot run yet", a.range);
   }
   return callValue(callee, args, kwargs, c, env);
+}
+
+ValueRef Interpreter::Impl::onnxLoad(Call *c, std::shared_ptr<Env> &env) {
+  auto *at = dyn_cast<Attribute>(c->func);
+  auto *ns = at ? dyn_cast<Name>(at->value) : nullptr;
+  if (!ns || ns->id != "onnx" || at->attr != "load") return nullptr;
+  // A name `onnx` the program binds is its own (the checker resolved it so too).
+  for (Env *e = env.get(); e; e = e->parent.get())
+    if (e->vars.count("onnx")) return nullptr;
+  const sema::ModuleInfo &m = moduleOf(env);
+  if (m.globals.count("onnx")) return nullptr;
+  // The checker read the model and made its function (sema/CheckOnnx.cpp); the path is a literal.
+  auto *path = c->args.empty() ? nullptr : dyn_cast<StrLit>(c->args[0].value);
+  bool split = false;
+  for (const Arg &a : c->args)
+    if (a.kind == ArgKind::Keyword && a.name == "split_params") split = truthy(expr(a.value, env), a.value->range);
+  std::string resolved = path ? sema::resolveModelPath(m.path, path->value) : "";
+  auto it = P.externalFunctions.find(resolved + (split ? "|split" : ""));
+  if (it == P.externalFunctions.end()) fail("`onnx.load` of a model the checker did not read", c->range, 70);
+  Value f;
+  f.k = K::Function;
+  f.fn = it->second.get();
+  if (!split) return mk(f);
+  ir::ModelGraphSource *src = ir::modelGraphSource();
+  const ir::ModelGraph *mg = src ? src->graph(resolved) : nullptr;
+  if (!mg) fail("`onnx.load`: this tool does not link the ONNX importer", c->range);
+  Value d;
+  d.k = K::Dict;
+  for (size_t i = 0; i < mg->constants.size(); ++i) d.dict.push_back({mg->constantNames[i], tensor(mg->constants[i])});
+  return seq({mk(f), mk(d)}, false);
 }
 
 ValueRef Interpreter::Impl::callValue(const ValueRef &callee, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
@@ -366,6 +397,8 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
       flatten(bound[i].second, ins);
     }
   }
+  // The tensors of models loaded by onnx.load that the graph captured (ir/ExternalModels.h).
+  if (!ir::appendCaptured(*g, ins)) fail("internal error: graph `" + g->name + "` has parameters its call does not give", at, 70);
   std::vector<rt::Tensor> outs;
   try {
     rt::profile::Scope span("graph", [&] { return "graph " + g->name; }, true);

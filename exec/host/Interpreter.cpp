@@ -149,6 +149,8 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   }
   std::vector<rt::Tensor> ins;
   for (auto &o : operands) flatten(o, ins);
+  // The tensors of models loaded by onnx.load that the graph captured (ir/ExternalModels.h).
+  if (!ir::appendCaptured(*g, ins)) fail("internal error: graph `" + g->name + "` has parameters its operands do not give", e->range, 70);
   std::vector<rt::Tensor> outs;
   try {
     rt::profile::Scope span("graph", [&] { return "graph " + g->name; }, true);

@@ -8,6 +8,7 @@
 
 #include "exec/host/Interpreter.h"
 
+#include "ir/ExternalModels.h"
 #include "ir/eval/Evaluator.h"
 #include "ir/lower/LowerGraph.h"
 #include "ir/passes/Pipeline.h"
@@ -15,6 +16,7 @@
 #include "exec/KernelLauncher.h"
 #include "ir/lower/LowerKernel.h"
 #include "sema/Builtins.h"
+#include "sema/ExternalModels.h"
 
 #include <cctype>
 #include <cerrno>
@@ -215,6 +217,9 @@ struct Interpreter::Impl {
   // ---- calls -------------------------------------------------------------------------------
 
   ValueRef call(Call *c, std::shared_ptr<Env> &env);
+  // onnx.load(...) (spec 15): the model's function, with the dict of its tensors for
+  // split_params=True; null when `c` is no such call (Calls.cpp).
+  ValueRef onnxLoad(Call *c, std::shared_ptr<Env> &env);
 
   ValueRef callValue(const ValueRef &callee, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
                      Call *c, std::shared_ptr<Env> &env);

@@ -33,6 +33,13 @@ LVRef Lowering::lookup(const std::string &id, SourceRange at) {
       if (t.is(TypeKind::Bool) && t.boolValue) return boolean(*t.boolValue);
       if (t.is(TypeKind::Str) && t.strValue) return str(*t.strValue);
       if (t.is(TypeKind::DTypeVal)) { LV v; v.kind = LV::K::DType; v.dt = {t.dtype, t.policies}; return mk(v); }
+      // A model loaded by onnx.load at module level (`f = onnx.load("m.onnx")`).
+      if (t.is(TypeKind::Function) && t.fn && !t.fn->externalModel.empty() && t.transform == sema::Transform::None) {
+        LV v;
+        v.kind = LV::K::Function;
+        v.fn = t.fn;
+        return mk(v);
+      }
     }
     unsupported("the module constant `" + id + "`", at);
   }
@@ -504,6 +511,7 @@ LVRef Lowering::launch(Call *c, Subscript *sub) {
 }
 
 LVRef Lowering::call(Call *c) {
+  if (LVRef model = onnxLoad(c)) return model;
   if (auto *sub = dyn_cast<Subscript>(c->func)) {
     LVRef base = expr(sub->value);
     if (base->kind == LV::K::Function) return launch(c, sub);

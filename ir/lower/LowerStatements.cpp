@@ -44,6 +44,11 @@ LVRef Lowering::callFunction(const FunctionInfo &fn, const std::vector<LVRef> &a
       if (it->kind == Kind::StrLit || it->kind == Kind::IntLit) ++d;
     }
   }
+  if (!fn.externalModel.empty()) {
+    LVRef r = callExternal(fn, env, at);
+    --depth_;
+    return r;
+  }
   Frame frame{&fn, fn.module, std::move(env)};
   frames_.push_back(&frame);
   LVRef result = none();

@@ -177,6 +177,13 @@ public:
 
   LVRef call(Call *c);
 
+  // onnx.load(...) in graph code (LowerExternal.cpp): the model's function value, or null when
+  // `c` is no such call.
+  LVRef onnxLoad(Call *c);
+  // A call of a model loaded by onnx.load: its Graph IR inlined here, with `env` the bound
+  // arguments of its synthetic signature (LowerExternal.cpp).
+  LVRef callExternal(const FunctionInfo &fn, const std::map<std::string, LVRef> &env, SourceRange at);
+
   // Calls a function value: a graph or inline function, a lambda, a builtin or a transformed
   // function.
   LVRef callValue(const LVRef &callee, const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kwargs, SourceRange at);

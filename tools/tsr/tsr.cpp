@@ -14,6 +14,7 @@
 #include "runtime/Profile.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "exec/host/Interpreter.h"
+#include "onnx/Language.h"
 #include "sema/Program.h"
 #include "support/RunModes.h"
 
@@ -122,6 +123,7 @@ int runSource(const std::vector<std::string> &rest) {
 } // namespace
 
 int main(int argc, char **argv) {
+  tsr::onnxio::installLanguageHooks(); // onnx.load in programs (spec 15)
   CLI::App app{"tsr: run Tessera (.tsr) programs and serve editors"};
   app.set_version_flag("--version", "tsr 0.1 (Tessera)");
   app.require_subcommand(1);

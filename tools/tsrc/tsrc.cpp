@@ -5,6 +5,7 @@
 #include "frontend/Parser.h"
 #include "ir/Text.h"
 #include "onnx/Import.h"
+#include "onnx/Language.h"
 #include "ir/Verifier.h"
 #include "ir/lower/LowerGraph.h"
 #include "ir/lower/LowerKernel.h"
@@ -247,6 +248,7 @@ static void reportRuntimeLaunches(const sema::Program &p, const ir::Module &grap
 }
 
 int main(int argc, char **argv) {
+  tsr::onnxio::installLanguageHooks(); // onnx.load in programs (spec 15)
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
   app.set_version_flag("--version", "tsrc 0.1 (Tessera)");
   std::string file, emit, output;
