@@ -22,6 +22,7 @@
 //   spaces to a multiple of 8 bytes; tf32 as F32.
 // - CSV: see loadCsv.
 // - IDX (MNIST's format, plain or gzip-compressed): see readIdx.
+// - Raw bytes (`load_bytes`): see readBytes.
 //
 // Every problem with a file (missing, unreadable, malformed, truncated, unsupported) is a
 // FormatError whose message starts with the path as given; nothing in here crashes on bad input.
@@ -108,6 +109,12 @@ Tensor decodeIdx(const void *bytes, size_t size, const std::string &where);
 /// LeCun's naming, "idx" and the dimension count after a '-', '.' or '_' and before a '-'
 /// (train-images-idx3-ubyte, t10k-labels.idx1-ubyte.gz).
 bool isIdxPath(const std::string &path);
+
+/// readBytes(path): the bytes of a file as they are stored, a 1-d i32 tensor [size] of values
+/// 0..255 (Tessera has no u8; the widening is exact, as for IDX's unsigned bytes). No
+/// decompression: a .gz file gives its compressed bytes. An empty file gives a [0] tensor.
+/// - Errors (FormatError naming the file): a missing or unreadable file, a directory.
+Tensor readBytes(const std::string &path);
 
 /// What `load(path)` returns: one tensor (.npy) or a dict (.npz, .safetensors).
 struct Loaded {

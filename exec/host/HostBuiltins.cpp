@@ -419,6 +419,42 @@ ValueRef loadCsv(HostCall &c) {
   }
 }
 
+ValueRef loadBytes(HostCall &c) {
+  ValueRef path = pathArg(c);
+  try {
+    return tensor(rt::readBytes(path->s));
+  } catch (std::exception &e) {
+    c.fail(e.what()); // a missing file is the program's error (exit 1), naming the path
+  }
+}
+
+// encode_bytes(s): the string's bytes as a 1-d i32 tensor (values 0..255).
+ValueRef encodeBytes(HostCall &c) {
+  ValueRef s = c.need(0, "s");
+  if (s->k != K::Str) c.fail("encode_bytes() takes a string");
+  rt::Tensor t = rt::Tensor::empty({static_cast<int64_t>(s->s.size())}, DType::I32);
+  int32_t *out = t.data<int32_t>();
+  for (size_t i = 0; i < s->s.size(); ++i) out[i] = static_cast<unsigned char>(s->s[i]);
+  return tensor(t);
+}
+
+// decode_bytes(x): the string whose bytes are x's elements, in order; no UTF-8 check, so that
+// what a byte-level model produces is printed as it is.
+ValueRef decodeBytes(HostCall &c) {
+  ValueRef x = c.need(0, "x");
+  if (x->k != K::Tensor || !isInteger(x->t.dtype()) || x->t.shape().size() != 1)
+    c.fail("decode_bytes() takes a 1-d integer tensor of byte values");
+  rt::Tensor t = x->t.cast(DType::I64);
+  const int64_t *v = t.data<int64_t>();
+  std::string s(static_cast<size_t>(t.numel()), '\0');
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (v[i] < 0 || v[i] > 255)
+      c.fail("decode_bytes(): element " + std::to_string(i) + " is " + std::to_string(v[i]) + ", not a byte (0..255)");
+    s[static_cast<size_t>(i)] = static_cast<char>(static_cast<unsigned char>(v[i]));
+  }
+  return ::tsr::host::str(s);
+}
+
 ValueRef writeText(HostCall &c) {
   const ValueRef &path = c.need(0, "path"), &text = c.need(1, "text");
   if (path->k != K::Str || text->k != K::Str) c.fail("write_text() takes a path string and a string");
@@ -537,7 +573,7 @@ HostRule findHostRule(std::string_view name) {
       {"random_key", randomKey}, {"random_split", randomSplit}, {"random_fold_in", randomFoldIn},
       {"random_randint", randomRandint}, {"random_permutation", randomPermutation},
       // tensors and files
-      {"tensor", tensorLiteral}, {"load", load}, {"save", save}, {"load_csv", loadCsv}, {"write_text", writeText},
+      {"tensor", tensorLiteral}, {"load", load}, {"save", save}, {"load_csv", loadCsv}, {"load_bytes", loadBytes}, {"encode_bytes", encodeBytes}, {"decode_bytes", decodeBytes}, {"write_text", writeText},
       // transforms
       {"grad", grad}, {"value_and_grad", valueAndGrad}, {"checkpoint", checkpoint}, {"vmap", vmap}, {"vjp", vjp}, {"tree_map", treeMap},
   };

@@ -1,5 +1,5 @@
 // The host builtins (spec 9): print, len, range, enumerate, zip, the conversions, list/tuple/dict,
-// sorted, reversed, time, progress, the files (load, save, load_csv, write_text), to_host, item,
+// sorted, reversed, time, progress, the files (load, save, load_csv, load_bytes, encode_bytes, decode_bytes, write_text), to_host, item,
 // cdiv, and the methods of dicts and lists.
 #include "sema/builtins/Rules.h"
 
@@ -318,6 +318,35 @@ TypeRef ruleLoadCsv(CallSite &s) {
   return T::tensor({Dim::unknown(), Dim::unknown()}, dt->first, dt->second);
 }
 
+// load_bytes(path): the file's bytes as a 1-d i32 tensor of values 0..255, its length known
+// only at run time.
+TypeRef ruleLoadBytes(CallSite &s) {
+  if (!s.expect({"path"}, 1)) return T::unknown();
+  pathArg(s, s.arg(0, "path"));
+  return T::tensor({Dim::unknown()}, DType::I32);
+}
+
+// encode_bytes(s) -> Tensor[?, i32]: the bytes of a string (its UTF-8), each 0..255.
+TypeRef ruleEncodeBytes(CallSite &s) {
+  if (!s.expect({"s"}, 1)) return T::unknown();
+  const ArgInfo *a = s.arg(0, "s");
+  if (given(a) && !isUnknown(a) && !a->type->is(K::Str)) s.wrongKind(a, "a string", paramName(a, "s"));
+  return T::tensor({Dim::unknown()}, DType::I32);
+}
+
+// decode_bytes(x) -> str: the string of the bytes a 1-d integer tensor holds (each 0..255, checked
+// when it runs), for text that a byte-level model produces.
+TypeRef ruleDecodeBytes(CallSite &s) {
+  if (!s.expect({"x"}, 1)) return T::unknown();
+  const ArgInfo *a = s.arg(0, "x");
+  if (isUnknown(a)) return T::str();
+  TypeRef t = s.tensorArg(a, "x");
+  if (!t) return T::str();
+  if (!isInteger(t->dtype) || (t->rankKnown && t->dims.size() != 1))
+    s.wrongKind(a, "a 1-d integer tensor of byte values", paramName(a, "x"));
+  return T::str();
+}
+
 // write_text(path, text) -> None: text written to the file at path (created or replaced), as
 // bytes, for reports and plots that a program produces as strings.
 TypeRef ruleWriteText(CallSite &s) {
@@ -586,6 +615,15 @@ void addHostBuiltins(Registrar &r) {
   add("load_csv", InHost, ruleLoadCsv, "load_csv(path, dtype=f32, delimiter=\",\") -> Tensor[?, ?]",
       "a 2-d tensor from a CSV file (.gz too)", false)
       .inHost("load_csv").example("load_csv(\"rows.csv\")");
+  add("load_bytes", InHost, ruleLoadBytes, "load_bytes(path) -> Tensor[?, i32]",
+      "the bytes of a file as they are stored, each 0..255, as a 1-d i32 tensor", false)
+      .inHost("load_bytes").example("load_bytes(\"rows.csv\")");
+  add("encode_bytes", InHost, ruleEncodeBytes, "encode_bytes(s) -> Tensor[?, i32]",
+      "the bytes of a string (UTF-8), each 0..255, as a 1-d i32 tensor", false)
+      .inHost("encode_bytes").example("encode_bytes(\"hi\")");
+  add("decode_bytes", InHost, ruleDecodeBytes, "decode_bytes(x) -> str",
+      "the string of the bytes (0..255) of a 1-d integer tensor, as they are", false)
+      .inHost("decode_bytes").example("decode_bytes(tensor([72, 105]))");
   add("write_text", InHost, ruleWriteText, "write_text(path, text) -> None", "write a string to a text file (replacing it)", false)
       .inHost("write_text").example("write_text(\"out.txt\", \"hello\")");
   add("to_host", InHost, ruleToHost, "to_host(x) -> Tensor", "x copied to host memory", false).inHost("to_host").example("to_host(x)");
