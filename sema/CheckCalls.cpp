@@ -565,6 +565,18 @@ static bool compatibleScalar(const TypeRef &want, const TypeRef &got) {
   case TypeKind::Bool: return got->is(TypeKind::Bool);
   case TypeKind::Str: return got->is(TypeKind::Str);
   case TypeKind::None: return got->is(TypeKind::None);
+  case TypeKind::Dict: {
+    // The params dict of a model loaded by onnx.load (the only dict a signature declares): a
+    // dict with every tensor of the model.
+    if (!got->is(TypeKind::Dict)) return false;
+    if (!got->lengthKnown) return true;
+    for (auto &[k, t] : want->fields) {
+      bool found = false;
+      for (auto &[gk, gt] : got->fields) found |= gk == k;
+      if (!found) return false;
+    }
+    return true;
+  }
   default: return true;
   }
 }
