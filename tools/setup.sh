@@ -13,6 +13,7 @@ PACKAGES=(
   neovim                                                   # the language server's editor test (0.7)
   libonnx-dev libprotobuf-dev python3-onnx libonnx-testdata   # ONNX import/export and its backend tests
   dataset-fashion-mnist                                    # Fashion-MNIST's IDX files (examples/dino)
+  fortunes                                                 # the fortune files' text (examples/gpt)
 )
 
 missing=()
