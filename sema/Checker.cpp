@@ -687,10 +687,27 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
 
 // ---- expressions -----------------------------------------------------------------------------
 
+// Whether a type holds a KVCache (as itself or inside a tuple, list or dict).
+static bool holdsCache(const TypeRef &t) {
+  if (!t) return false;
+  if (t->is(TypeKind::KVCache)) return true;
+  for (const TypeRef &e : t->elems) if (holdsCache(e)) return true;
+  for (const auto &f : t->fields) if (holdsCache(f.second)) return true;
+  return false;
+}
+
 TypeRef FunctionChecker::expr(Expr *e) {
   if (!e) return T::unknown();
   TypeRef t = exprUncached(e);
   if (!t) t = T::unknown();
+  // A graph function that hands a cache to host code: the interpreter cannot hold one yet
+  // (KVCache and its methods are refused in host code as their registry entries say).
+  if (ctx_ == BodyContext::Host && e->kind == Kind::Call && holdsCache(t)) {
+    if (prepassDepth_ == 0)
+      pc_.P.diags.report(DiagKind::NotImplementedYet, e->range,
+                         {"a KVCache value", "host code", "keep the cache inside a @jit function (the decoding loop as a `for` over range)"});
+    t = T::unknown();
+  }
   if (record_ && prepassDepth_ == 0) pc_.P.exprTypes[e] = t;
   return t;
 }
@@ -789,11 +806,16 @@ TypeRef FunctionChecker::exprUncached(Expr *e) {
     auto *b = static_cast<BoolOp *>(e);
     TypeRef res;
     std::optional<bool> value = b->isAnd ? std::optional<bool>(true) : std::optional<bool>(false);
+    // A known false operand of `and` (true of `or`) decides the result whatever follows, as
+    // Python's short circuit does: the operands after it are checked but never run.
+    bool decided = false;
     for (Expr *v : b->values) {
       TypeRef t = expr(v);
       if (t->is(TypeKind::Tensor) && ctx_ != BodyContext::Host) checkCondition(v, t, b->isAnd ? "and" : "or");
+      if (decided) { res = join(res, t); continue; }
       if (t->boolValue && value) {
         if (b->isAnd) value = *value && *t->boolValue; else value = *value || *t->boolValue;
+        decided = *value != b->isAnd;
       } else {
         value.reset();
       }
@@ -1017,6 +1039,24 @@ TypeRef FunctionChecker::unary(Unary *u) {
   return unaryElementwise(spelling(u->op), t, r, false);
 }
 
+// Sizes: `a is b` holds when both are the same size expression (the same symbol, or equal
+// constants), and for tuples of sizes when they have one length and the same size at each axis.
+// It is known at compile time; equal values of differently named symbols are not the same size
+// (language.md, "Sizes"). nullopt when a or b is not a size or a tuple of them.
+static std::optional<bool> sameSizes(const TypeRef &a, const TypeRef &b) {
+  if (a->intValue && b->intValue) return *a->intValue == *b->intValue;
+  if (!a->is(TypeKind::Tuple) || !b->is(TypeKind::Tuple) || !a->lengthKnown || !b->lengthKnown) return std::nullopt;
+  bool same = a->elems.size() == b->elems.size();
+  for (size_t i = 0; i < a->elems.size(); ++i) {
+    if (!a->elems[i]->intValue) return std::nullopt;
+    if (i < b->elems.size()) {
+      if (!b->elems[i]->intValue) return std::nullopt;
+      same = same && *a->elems[i]->intValue == *b->elems[i]->intValue;
+    }
+  }
+  return same;
+}
+
 TypeRef FunctionChecker::compare(Compare *c) {
   DiagnosticEngine &D = pc_.P.diags;
   TypeRef left = expr(c->left);
@@ -1029,7 +1069,8 @@ TypeRef FunctionChecker::compare(Compare *c) {
     if (op == CmpOp::Is || op == CmpOp::IsNot || ((op == CmpOp::Eq || op == CmpOp::Ne) && (left->is(TypeKind::None) || right->is(TypeKind::None)))) {
       // `x is None` and `x != None` are decided by the types: a value is None or it is not.
       std::optional<bool> same;
-      if (left->is(TypeKind::None) && right->is(TypeKind::None)) same = true;
+      if (auto s = sameSizes(left, right)) same = s;
+      else if (left->is(TypeKind::None) && right->is(TypeKind::None)) same = true;
       else if ((left->is(TypeKind::None) && !right->is(TypeKind::Unknown)) || (right->is(TypeKind::None) && !left->is(TypeKind::Unknown))) same = false;
       bool negate = op == CmpOp::IsNot || op == CmpOp::Ne;
       r = T::boolean(same ? std::optional<bool>(*same != negate) : std::nullopt);

@@ -224,6 +224,19 @@ LVRef Lowering::binary(BinOp bop, const LVRef &a, const LVRef &b, SourceRange at
   return tensor(op(kinds.at(bop), {x, y}, {}, at));
 }
 
+// `a is b` on sizes and tuples of sizes: the same size expression at each axis, as sema decides
+// it (language.md, "Sizes"). nullopt when a or b is not a compile-time size or a tuple of them.
+static std::optional<bool> sameSizes(const LVRef &a, const LVRef &b) {
+  auto size = [](const LVRef &x) { return x->kind == LV::K::Int && !x->v; };
+  if (size(a) && size(b)) return a->i == b->i;
+  if (a->kind != LV::K::Tuple || b->kind != LV::K::Tuple) return std::nullopt;
+  for (const auto *t : {&a->elems, &b->elems})
+    for (const LVRef &x : *t) if (!size(x)) return std::nullopt;
+  if (a->elems.size() != b->elems.size()) return false;
+  for (size_t i = 0; i < a->elems.size(); ++i) if (a->elems[i]->i != b->elems[i]->i) return false;
+  return true;
+}
+
 LVRef Lowering::compare(Compare *c) {
   LVRef left = expr(c->left);
   LVRef result;
@@ -231,7 +244,9 @@ LVRef Lowering::compare(Compare *c) {
     LVRef right = expr(c->comparators[i]);
     CmpOp o = c->ops[i];
     LVRef r;
-    if (o == CmpOp::Is || o == CmpOp::IsNot || ((o == CmpOp::Eq || o == CmpOp::Ne) && (left->kind == LV::K::None || right->kind == LV::K::None))) {
+    if (std::optional<bool> same; (o == CmpOp::Is || o == CmpOp::IsNot) && (same = sameSizes(left, right))) {
+      r = boolean((o == CmpOp::Is) == *same);
+    } else if (o == CmpOp::Is || o == CmpOp::IsNot || ((o == CmpOp::Eq || o == CmpOp::Ne) && (left->kind == LV::K::None || right->kind == LV::K::None))) {
       bool same = left->kind == LV::K::None && right->kind == LV::K::None;
       r = boolean((o == CmpOp::Is || o == CmpOp::Eq) ? same : !same);
     } else if (left->kind == LV::K::Str || right->kind == LV::K::Str) {
@@ -406,6 +421,7 @@ LVRef Lowering::attribute(Attribute *a) {
       LV v; v.kind = LV::K::Builtin; v.builtin = m; v.self = base; return mk(v);
     }
   }
+  if (isCache(base)) return cacheAttribute(base, n, a->range);
   if (base->kind == LV::K::Dict) {
     for (auto &f : base->fields) if (f.first == n) return f.second;
     if (const sema::BuiltinInfo *m = sema::findMethod(TypeKind::Dict, n)) {
