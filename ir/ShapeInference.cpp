@@ -366,6 +366,14 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
   }
   case OpKind::KernelCall:
     return std::string("kernel_call has explicit result types");
+  case OpKind::CheckLe: {
+    if (ops.size() < 2) return std::string("check_le takes at least two operands");
+    for (const Type *o : ops)
+      if (o->isKey() || isFloat(o->dtype) || o->dims != ops[0]->dims) return std::string("check_le takes integer operands of one shape");
+    if (!attrs.empty() && !std::any_of(attrs.begin(), attrs.end(), [](const Attr &a) { return a.name == "message"; }))
+      return std::string("check_le needs a message");
+    return std::vector<Type>{*ops[0]};
+  }
   default:
     return std::string("no type rule for ") + std::string(opSpelling(kind));
   }

@@ -47,6 +47,7 @@ Registry build() {
   addScheduleBuiltins(reg);
   addAutodiffBuiltins(reg);
   addDistributionBuiltins(reg);
+  addStateBuiltins(reg);
   registerTileBuiltins(all);
   // The first entry of a name wins (the namespaces above, should TileOps list `tile` again).
   for (auto &b : all) {

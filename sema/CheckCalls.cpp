@@ -315,6 +315,17 @@ TypeRef FunctionChecker::attribute(Attribute *a) {
       return noSuch();
     }
     return T::unknown();
+  case TypeKind::KVCache: {
+    // A cache's run-time length, the positions appended so far (past max_len in a rolling
+    // window), its storage [batch, heads, max_len, head_dim] (in ring order in a rolling window:
+    // position p at slot p % max_len) and its compile-time configuration (spec 14).
+    if (at == "length" || at == "appended") return T::scalar(DType::I32);
+    if (at == "k" || at == "v") return T::tensor(base->dims, base->dtype, base->policies);
+    if (at == "max_len") return T::integer(base->dims[2]);
+    if (at == "rolling_window") return T::boolean(base->rolling);
+    if (const BuiltinInfo *m = findMethod(base->kind, at)) return T::builtin(m, base);
+    return noSuch();
+  }
   case TypeKind::Config: case TypeKind::Schedule: {
     for (auto &[k, v] : base->knobs) if (k == at) return T::integer(v);
     if (const BuiltinInfo *m = findMethod(base->kind, at)) return T::builtin(m, base);

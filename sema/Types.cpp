@@ -55,6 +55,14 @@ TypeRef key() { static TypeRef k = make(of(TypeKind::Key)); return k; }
 TypeRef config(std::vector<std::pair<std::string, Dim>> knobs) { Type t = of(TypeKind::Config); t.knobs = std::move(knobs); return make(std::move(t)); }
 TypeRef schedule(std::vector<std::pair<std::string, Dim>> knobs) { Type t = of(TypeKind::Schedule); t.knobs = std::move(knobs); return make(std::move(t)); }
 TypeRef opaque(std::string what) { Type t = of(TypeKind::Opaque); t.name = std::move(what); return make(std::move(t)); }
+TypeRef kvcache(std::vector<Dim> dims, DType d, Policies p, bool rolling) {
+  Type t = of(TypeKind::KVCache);
+  t.dims = std::move(dims);
+  t.dtype = d;
+  t.policies = p;
+  t.rolling = rolling;
+  return make(std::move(t));
+}
 TypeRef withDims(const TypeRef &t, std::vector<Dim> dims) { Type c = *t; c.dims = std::move(dims); c.rankKnown = true; return make(std::move(c)); }
 TypeRef withDType(const TypeRef &t, DType d, Policies p) { Type c = *t; c.dtype = d; c.policies = p; return make(std::move(c)); }
 } // namespace T
@@ -103,6 +111,7 @@ std::string typeStr(const Type &t) {
   case TypeKind::Tensor: return shaped("Tensor", t);
   case TypeKind::Tile: return shaped("Tile", t);
   case TypeKind::View: return shaped("View", t);
+  case TypeKind::KVCache: return shaped("KVCache", t) + (t.rolling ? " @rolling_window" : "");
   case TypeKind::Tuple: case TypeKind::List: {
     std::string s = t.kind == TypeKind::Tuple ? "tuple[" : "list[";
     if (!t.lengthKnown) return s + (t.elem ? typeStr(*t.elem) : "unknown") + ", ...]";
@@ -170,6 +179,7 @@ bool sameType(const TypeRef &a, const TypeRef &b) {
   case TypeKind::Tensor: case TypeKind::Tile: case TypeKind::View:
     return x.rankKnown == y.rankKnown && x.dims == y.dims && x.dtype == y.dtype && x.policies == y.policies;
   case TypeKind::DTypeVal: return x.dtype == y.dtype && x.policies == y.policies;
+  case TypeKind::KVCache: return x.dims == y.dims && x.dtype == y.dtype && x.policies == y.policies && x.rolling == y.rolling;
   case TypeKind::Tuple: case TypeKind::List:
     if (x.lengthKnown != y.lengthKnown || x.elems.size() != y.elems.size()) return false;
     for (size_t i = 0; i < x.elems.size(); ++i) if (!sameType(x.elems[i], y.elems[i])) return false;

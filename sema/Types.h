@@ -45,6 +45,7 @@ struct BuiltinInfo;
   X(Key)      /* a random key */                                                                    \
   X(Config)   /* a kernel's chosen configuration (grid lambdas, tile.context()) */                 \
   X(Schedule)                                                                                      \
+  X(KVCache)  /* a key/value cache (spec 14): dims B, H, S_MAX, D, a dtype, maybe a rolling window */ \
   X(Opaque)   /* other host objects: meshes, devices, files */
 
 enum class TypeKind : uint8_t {
@@ -99,6 +100,7 @@ struct Type {
   bool strided = false;      // a View with a step other than 1 (tile operations reject it)
   bool runtime = false;      // a Bool computed from values known only at run time
   bool kernelRange = false;  // a Range of tile.range(...): a kernel's loop, not an unrolled one
+  bool rolling = false;      // a KVCache with rolling_window=True: appends past max_len overwrite
 
   // Config and Schedule: named integer knobs (BM, BN, warps, ...).
   std::vector<std::pair<std::string, Dim>> knobs;
@@ -138,6 +140,8 @@ TypeRef key();
 TypeRef config(std::vector<std::pair<std::string, Dim>> knobs);
 TypeRef schedule(std::vector<std::pair<std::string, Dim>> knobs);
 TypeRef opaque(std::string what);
+/// KVCache["B", "H", "S_MAX", "D", dtype] (@rolling_window): dims {batch, heads, max_len, head_dim}.
+TypeRef kvcache(std::vector<Dim> dims, DType d, Policies p, bool rolling);
 /// A copy of `t` with other dims / dtype / policies.
 TypeRef withDims(const TypeRef &t, std::vector<Dim> dims);
 TypeRef withDType(const TypeRef &t, DType d, Policies p);

@@ -203,6 +203,12 @@ std::map<OpKind, BatchRule> buildTable() {
   for (OpKind k : {OpKind::Constant, OpKind::Iota, OpKind::DimValue, OpKind::KeySplit, OpKind::RandomBits, OpKind::RandomNormal}) t[k] = never;
   t[OpKind::RandomUniform] = {unrollExamples};
   t[OpKind::KernelCall] = {unrollExamples};
+  // check_le checks every example: its operands, batched to one shape, are checked elementwise.
+  t[OpKind::CheckLe] = {[](Emitter &E, const Op &o, const Operands &xs, const Flags &bd, const Dim &B) -> Operands {
+    Operands ops = xs;
+    for (size_t i = 0; i < xs.size(); ++i) if (!bd[i]) ops[i] = materialize(E, xs[i], B);
+    return {E.op(OpKind::CheckLe, ops, o.attrs)};
+  }};
   return t;
 }
 

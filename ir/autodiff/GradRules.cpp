@@ -587,6 +587,8 @@ std::map<OpKind, GradRule> buildTable() {
   }
   t[OpKind::RandomBits].nondiff = true;
   t[OpKind::KernelCall].nondiff = true;
+  // A run-time check of integers (KVCache.append): no derivative.
+  t[OpKind::CheckLe].nondiff = true;
   return t;
 }
 

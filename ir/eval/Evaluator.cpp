@@ -685,6 +685,22 @@ private:
       return {keyTensor(rt::split(keyOf(in[0]), count)[static_cast<size_t>(index)])};
     }
     case OpKind::KernelCall: return kernelCall(op, in);
+    case OpKind::CheckLe: {
+      // A run-time check (KVCache.append past max_len): a, unless an element of a exceeds b's.
+      if (in.size() < 2) fail("check_le takes at least two operands");
+      for (int64_t i = 0; i < in[0].numel(); ++i) {
+        if (in[0].toI64(i) <= in[1].toI64(i)) continue;
+        const std::string *m = op.attrAs<std::string>("message");
+        std::string msg = m ? *m : "check_le: {0} > {1}";
+        for (size_t k = 0; k < in.size(); ++k) {
+          const std::string hole = "{" + std::to_string(k) + "}";
+          for (size_t at = msg.find(hole); at != std::string::npos; at = msg.find(hole, at))
+            msg.replace(at, hole.size(), std::to_string(in[k].toI64(in[k].numel() == in[0].numel() ? i : 0)));
+        }
+        failProgram(msg);
+      }
+      return {in[0]};
+    }
     default: fail("no evaluation rule");
     }
   }

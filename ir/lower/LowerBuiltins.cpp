@@ -95,6 +95,7 @@ GraphRule findGraphRule(std::string_view name) {
     addStructureRules(r);
     addAutodiffRules(r);
     addCompositeRules(r);
+    addStateRules(r);
     return r;
   }();
   auto it = rules.find(name);

@@ -94,6 +94,13 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
     for (size_t i = 0; i < t->elems.size(); ++i) es.push_back(paramValue(g, name + "." + std::to_string(i), t->elems[i], at, compileTime));
     return tuple(es, t->is(TypeKind::List));
   }
+  case TypeKind::KVCache: {
+    for (const Dim &d : t->dims)
+      if (d.hasUnknown()) throw CompileError{"a KVCache parameter whose shape is not known", at};
+    Type storage = Type::tensor(t->dims, t->dtype, t->policies);
+    return cacheValue(g.addParam(name + ".k", storage), g.addParam(name + ".v", storage),
+                      g.addParam(name + ".pos", Type::tensor({}, DType::I32)), t->rolling);
+  }
   case TypeKind::Dict: {
     if (!t->lengthKnown) throw CompileError{"a dict parameter with keys not known", at};
     LV v;
@@ -140,6 +147,10 @@ TypeRef lowering::structureOf(const LVRef &v, SourceRange at) {
     return v->kind == LV::K::Tuple ? sema::T::tuple(es) : sema::T::list(es);
   }
   case LV::K::Dict: {
+    if (isCache(v)) {
+      const Type &k = cacheField(v, "k")->type;
+      return sema::T::kvcache(k.dims, k.dtype, k.policies, v->b);
+    }
     std::vector<std::pair<std::string, TypeRef>> fs;
     for (auto &[k, e] : v->fields) fs.push_back({k, structureOf(e, at)});
     return sema::T::dict(fs);

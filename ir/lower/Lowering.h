@@ -81,6 +81,23 @@ inline LVRef tensor(Value *x) { LV v; v.kind = x->type.isKey() ? LV::K::Key : LV
 inline LVRef weakFloat(Value *x) { LV v; v.kind = LV::K::Tensor; v.v = x; v.weak = true; return mk(v); }
 inline LVRef tuple(std::vector<LVRef> e, bool list = false) { LV v; v.kind = list ? LV::K::List : LV::K::Tuple; v.elems = std::move(e); return mk(v); }
 
+// A KVCache (spec 14) is a dict of its storage "k" and "v" [batch, heads, max_len, head_dim] and
+// "pos", the i32 count of positions appended, marked by s = "KVCache" and b = rolling_window, so
+// that every pytree walk (outputs, parameters, autodiff leaves) treats it as the record it is.
+inline bool isCache(const LVRef &v) { return v && v->kind == LV::K::Dict && v->s == "KVCache"; }
+inline LVRef cacheValue(Value *k, Value *v, Value *pos, bool rolling) {
+  LV c;
+  c.kind = LV::K::Dict;
+  c.s = "KVCache";
+  c.b = rolling;
+  c.fields = {{"k", tensor(k)}, {"v", tensor(v)}, {"pos", tensor(pos)}};
+  return mk(c);
+}
+inline Value *cacheField(const LVRef &c, const char *name) {
+  for (auto &f : c->fields) if (f.first == name) return f.second->v;
+  return nullptr;
+}
+
 struct Returned {
   LVRef value;
 };
@@ -168,6 +185,9 @@ public:
   Value *indexTensor(Value *x, Subscript *s);
 
   LVRef attribute(Attribute *a);
+  // An attribute of a KVCache (length, appended, k, v, max_len, rolling_window, append):
+  // ir/lower/builtins/State.cpp.
+  LVRef cacheAttribute(const LVRef &cache, const std::string &name, SourceRange at);
 
   // kernel[grid](args): one kernel_call op. Kernels write into their tensor arguments; in the
   // graph the call returns the written tensors as new values, and the caller's names for them

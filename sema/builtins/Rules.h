@@ -127,5 +127,6 @@ void addHostBuiltins(Registrar &r);         // Host.cpp: print, len, range, file
 void addScheduleBuiltins(Registrar &r);     // Schedule.cpp: Schedule and its with_* methods
 void addAutodiffBuiltins(Registrar &r);     // Autodiff.cpp: tree_map, grad, vjp, jvp, checkpoint
 void addDistributionBuiltins(Registrar &r); // Distribution.cpp: dist.*, ShardSpec, device, gpu
+void addStateBuiltins(Registrar &r);        // State.cpp: KVCache, its append method, isinstance
 
 } // namespace tsr::sema::builtins
