@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Where a run's time goes, from a `tsr run --profile` trace (docs/profiling.md).
 
-    tools/bench/trace_summary.py trace.json [--graph NAME] [--top 15] [--skip 1]
+    tools/bench/trace_summary.py trace.json [--graph NAME | --at FILE:LINE] [--top 15] [--skip 1]
 
-For the calls of one graph (by default the graph whose calls take the most time in all; `--skip N`
+For the calls of one graph (by default the graph whose calls take the most time in all; `--at`
+takes the calls made at a source place, such as a training step's `value_and_grad` line; `--skip N`
 leaves out each graph's first N calls, which compile): wall time per call, the device time of the
 kernels its launches ran, the launches and host time per launch, and the step kinds. Then the
 kernels of those calls by device time, grouped by name and source place. A call whose wall time
@@ -12,6 +13,7 @@ is far above its kernels' is bound by the host (the executor between launches), 
 import argparse
 import collections
 import json
+import re
 import sys
 
 
@@ -25,9 +27,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace")
     ap.add_argument("--graph", help="the graph's name as the trace shows it, without 'graph '")
+    ap.add_argument("--at", help="the calls made at this place, FILE:LINE or FILE:LINE:COLUMN (the end of args.at)")
     ap.add_argument("--top", type=int, default=15)
-    ap.add_argument("--skip", type=int, default=1, help="leave out each graph's first N calls (compilation)")
+    ap.add_argument("--skip", type=int, help="leave out each graph's first N calls (compilation): 1 by default, 0 with --at")
     a = ap.parse_args()
+    if a.skip is None:
+        a.skip = 0 if a.at else 1
     ev = [e for e in load(a.trace) if e.get("ph") == "X"]
     graphs = collections.defaultdict(list)
     for e in ev:
@@ -38,7 +43,12 @@ def main():
     for g in graphs.values():
         g.sort(key=lambda e: e["ts"])
     calls = {n: g[a.skip:] for n, g in graphs.items()}
-    name = a.graph or max(calls, key=lambda n: sum(e["dur"] for e in calls[n]))
+    if a.at:
+        # Every graph called at that place (a call site may compile a graph per specialization).
+        here = sorted((e for g in graphs.values() for e in g if re.search(re.escape(a.at) + r"(:\d+)?$", e.get("args", {}).get("at", ""))),
+                      key=lambda e: e["ts"])
+        calls = {a.at: here[a.skip:]}
+    name = a.at or a.graph or max(calls, key=lambda n: sum(e["dur"] for e in calls[n]))
     if name not in calls or not calls[name]:
         sys.exit(f"trace_summary: no calls of graph {name!r} after the first {a.skip} (graphs: {', '.join(sorted(graphs))})")
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in calls[name]]
