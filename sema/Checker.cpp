@@ -687,27 +687,10 @@ void FunctionChecker::checkModuleStmt(Stmt *s) {
 
 // ---- expressions -----------------------------------------------------------------------------
 
-// Whether a type holds a KVCache (as itself or inside a tuple, list or dict).
-static bool holdsCache(const TypeRef &t) {
-  if (!t) return false;
-  if (t->is(TypeKind::KVCache)) return true;
-  for (const TypeRef &e : t->elems) if (holdsCache(e)) return true;
-  for (const auto &f : t->fields) if (holdsCache(f.second)) return true;
-  return false;
-}
-
 TypeRef FunctionChecker::expr(Expr *e) {
   if (!e) return T::unknown();
   TypeRef t = exprUncached(e);
   if (!t) t = T::unknown();
-  // A graph function that hands a cache to host code: the interpreter cannot hold one yet
-  // (KVCache and its methods are refused in host code as their registry entries say).
-  if (ctx_ == BodyContext::Host && e->kind == Kind::Call && holdsCache(t)) {
-    if (prepassDepth_ == 0)
-      pc_.P.diags.report(DiagKind::NotImplementedYet, e->range,
-                         {"a KVCache value", "host code", "keep the cache inside a @jit function (the decoding loop as a `for` over range)"});
-    t = T::unknown();
-  }
   if (record_ && prepassDepth_ == 0) pc_.P.exprTypes[e] = t;
   return t;
 }

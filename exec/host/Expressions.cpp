@@ -390,6 +390,18 @@ ValueRef Interpreter::Impl::attribute(Attribute *a, std::shared_ptr<Env> &env) {
   if (base->k == K::Builtin && base->builtin->isNamespace) {
     if (const sema::BuiltinInfo *b = sema::findBuiltin(base->builtin->name + "." + n)) { Value v; v.k = K::Builtin; v.builtin = b; return mk(v); }
   }
+  if (isCache(base)) {
+    // A KVCache's attributes (as the checker types them, sema/CheckCalls.cpp) and append.
+    const rt::Tensor &k = base->dict.at(0).second->t, &pos = base->dict.at(2).second->t;
+    const int64_t S = k.shape()[2];
+    if (n == "k" || n == "v") return base->dict.at(n == "k" ? 0 : 1).second;
+    if (n == "appended") return base->dict.at(2).second;
+    if (n == "length") return tensor(rt::Tensor::fromI64({}, DType::I32, std::vector<int64_t>{base->b ? std::min(pos.toI64(0), S) : pos.toI64(0)}));
+    if (n == "max_len") return integer(S);
+    if (n == "rolling_window") return boolean(base->b);
+    if (const sema::BuiltinInfo *m = sema::findMethod(TypeKind::KVCache, n)) { Value v; v.k = K::Builtin; v.builtin = m; v.self = base; return mk(v); }
+    fail("a KVCache has no attribute `" + n + "`", a->attrRange);
+  }
   if (base->k == K::Dict && base->s == kConfigMark) {
     for (auto &[k, v] : base->dict) if (k == n) return v;
     fail("the configuration has no entry `" + n + "`", a->attrRange);

@@ -41,6 +41,12 @@ TypeRef Interpreter::Impl::typeOf(const ValueRef &v, SourceRange at) {
     return v->k == K::List ? T::list(es) : T::tuple(es);
   }
   case K::Dict: {
+    if (isCache(v)) {
+      const rt::Tensor &k = v->dict.at(0).second->t;
+      std::vector<Dim> dims;
+      for (int64_t d : k.shape()) dims.push_back(Dim::constant(d));
+      return T::kvcache(dims, k.dtype(), {}, v->b);
+    }
     std::vector<std::pair<std::string, TypeRef>> fs;
     for (auto &[k, e] : v->dict) fs.push_back({k, typeOf(e, at)});
     return T::dict(fs);
@@ -96,6 +102,15 @@ ValueRef Interpreter::Impl::rebuild(const TypeRef &t, const std::vector<rt::Tens
     Value v;
     v.k = K::Dict;
     for (auto &[k, e] : t->fields) v.dict.push_back({k, rebuild(e, outs, next)});
+    return mk(v);
+  }
+  case TypeKind::KVCache: {
+    // The graph's outputs k, v, pos, in the order of lowering's record.
+    Value v;
+    v.k = K::Dict;
+    v.s = kCacheMark;
+    v.b = t->rolling;
+    for (const char *f : {"k", "v", "pos"}) v.dict.push_back({f, tensor(outs.at(next++))});
     return mk(v);
   }
   default: return none();
@@ -245,6 +260,13 @@ std::string Interpreter::Impl::display(const ValueRef &v) {
     return s + (v->k == K::List ? "]" : ")");
   }
   case K::Dict: {
+    if (isCache(v)) {
+      const rt::Tensor &k = v->dict.at(0).second->t, &pos = v->dict.at(2).second->t;
+      std::string s = "KVCache(batch=" + std::to_string(k.shape()[0]) + ", heads=" + std::to_string(k.shape()[1]) +
+                      ", max_len=" + std::to_string(k.shape()[2]) + ", head_dim=" + std::to_string(k.shape()[3]) +
+                      ", dtype=" + std::string(dtypeName(k.dtype())) + (v->b ? ", rolling_window=True" : "");
+      return s + ", appended=" + std::to_string(pos.toI64(0)) + ")";
+    }
     std::string s = "{";
     for (size_t i = 0; i < v->dict.size(); ++i) s += (i ? ", " : "") + ("'" + v->dict[i].first + "': ") + repr(v->dict[i].second);
     return s + "}";

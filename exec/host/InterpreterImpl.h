@@ -208,6 +208,10 @@ struct Interpreter::Impl {
   // A launch's configuration as a grid lambda sees it (`cfg.BM`): a dict marked as such, whose
   // entries are read as attributes.
   static constexpr const char *kConfigMark = "kernel configuration";
+  // A KVCache (spec 14): a dict of its storage k, v and its i32 count of positions appended pos,
+  // marked so (b: rolling_window), as graph lowering's record of it (ir/lower/Lowering.h).
+  static constexpr const char *kCacheMark = "KVCache";
+  static bool isCache(const ValueRef &v) { return v && v->k == K::Dict && v->s == kCacheMark; }
 
   // kernel[grid](args) in host code: the kernel runs on the program's device (exec/KernelLauncher.h)
   // and writes into its tensor arguments in place, so the caller's tensors see its results.

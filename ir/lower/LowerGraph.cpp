@@ -97,9 +97,12 @@ LVRef paramValue(Graph &g, const std::string &name, const TypeRef &t, SourceRang
   case TypeKind::KVCache: {
     for (const Dim &d : t->dims)
       if (d.hasUnknown()) throw CompileError{"a KVCache parameter whose shape is not known", at};
+    // In the order of the record's fields (k, v, pos), which host values flatten in.
     Type storage = Type::tensor(t->dims, t->dtype, t->policies);
-    return cacheValue(g.addParam(name + ".k", storage), g.addParam(name + ".v", storage),
-                      g.addParam(name + ".pos", Type::tensor({}, DType::I32)), t->rolling);
+    Value *k = g.addParam(name + ".k", storage);
+    Value *v = g.addParam(name + ".v", storage);
+    Value *pos = g.addParam(name + ".pos", Type::tensor({}, DType::I32));
+    return cacheValue(k, v, pos, t->rolling);
   }
   case TypeKind::Dict: {
     if (!t->lengthKnown) throw CompileError{"a dict parameter with keys not known", at};

@@ -130,24 +130,22 @@ TypeRef kvRuleIsinstance(CallSite &s) {
 } // namespace
 
 void addStateBuiltins(Registrar &r) {
-  const char *host = "KVCache values live in graph functions for now: write the decoding loop in a @jit function "
-                     "(the host interpreter does not carry caches between graph calls yet)";
   r.add("KVCache", HostAndGraph, kvRuleCache,
         "KVCache(batch, heads, max_len, head_dim, dtype=f32, *, rolling_window=False) -> KVCache",
         "an empty key/value cache for autoregressive decoding (spec 14)", false)
       .inGraph("kvcache")
       .example("KVCache(batch=2, heads=3, max_len=8, head_dim=4, dtype=f32)", HostAndGraph)
-      .notYet(InHost, host);
+      .inHost("graph");
   r.method(K::KVCache, "append", HostAndGraph, kvRuleAppend, "cache.append(k, v) -> KVCache",
            "the cache with k and v [batch, heads, T, head_dim] appended at its length (spec 14)", false)
       .inGraph("kvcache_append")
       .example("KVCache(batch=1, heads=2, max_len=4, head_dim=3, dtype=f32).append(reshape(x, (1, 2, 1, 3)), reshape(y, (1, 2, 1, 3)))", HostAndGraph)
-      .notYet(InHost, host);
+      .inHost("graph");
   r.add("isinstance", HostAndGraph, kvRuleIsinstance, "isinstance(obj, cls) -> bool",
         "whether obj is a KVCache, decided at compile time (cls must be KVCache)", false)
       .inGraph("isinstance")
       .example("isinstance(x, KVCache)", HostAndGraph)
-      .notYet(InHost, host);
+      .inHost("graph");
 }
 
 } // namespace tsr::sema::builtins

@@ -6,15 +6,16 @@
 decode.tsr reads random q, k, v [2, 3, 11, 8] (f32) and decodes them three ways with
 nn.flash_attention(q, cache, causal=True): a fixed cache (a prefill of 4, then one position per
 step), a rolling window of 5 (a prefill of 3, then one position per step) and a rolling window of
-5 filled 3 positions at a time (chunks that wrap around its slots). NumPy computes, in f64, what
+5 filled 3 positions at a time (chunks that wrap around its slots); and the fixed cache's decoding
+again with the loop in host code (a graph call per step carrying the cache). NumPy computes, in f64, what
 spec 14 says each call sees: the queries of a chunk [a, b) are the last b - a positions, and query
 t attends to the positions p <= t that the cache holds after the append (all of 0 .. b - 1, or in
 a rolling window of W the last W: b - W <= p). Each output must match within 1e-5 (f32), and each
-cache's final length must be 11 for the fixed cache and 5 for the windows.
+cache's final length must be 11 for the fixed caches and 5 for the windows.
 
 The negative controls change the reference, and the comparison must catch it (expect.py looks
 for the FAIL lines): --negative-causal attends with a top-left causal mask (query t of a chunk sees
-positions p <= t - a: "FAIL: fixed"); --negative-window ignores the window (every position seen so
+positions p <= t - a: "FAIL: fixed", "FAIL: host"); --negative-window ignores the window (every position seen so
 far: "FAIL: window" and "FAIL: chunks", while "ok fixed").
 """
 import os
@@ -61,6 +62,7 @@ def main():
         "fixed": ([(0, 4)] + [(t, t + 1) for t in range(4, N)], None, N),
         "window": ([(0, 3)] + [(t, t + 1) for t in range(3, N)], 5, 5),
         "chunks": ([(0, 3), (3, 6), (6, 9), (9, 11)], 5, 5),
+        "host": ([(0, 4)] + [(t, t + 1) for t in range(4, N)], None, N),
     }
     failed = 0
     with tempfile.TemporaryDirectory() as d:

@@ -50,7 +50,8 @@ LVRef kvcache(BuiltinCall &c) {
   LVRef r = c.kwarg("rolling_window");
   bool rolling = r && r->kind == LV::K::Bool && r->b;
   Value *zeros = L.op(OpKind::Constant, {}, {{"value", 0.0}, {"shape", dims}, {"dtype", dt}}, c.at);
-  return cacheValue(zeros, zeros, L.constant(0, DType::I32, c.at), rolling);
+  Value *pos = L.constant(0, DType::I32, c.at);
+  return cacheValue(zeros, zeros, pos, rolling);
 }
 
 // cache.append(k, v): the slots that the T new positions land in take them; the rest keep the
@@ -96,7 +97,9 @@ LVRef kvcacheAppend(BuiltinCall &c) {
     Value *taken = L.op(OpKind::Take, {rows, index}, {{"axis", int64_t{2}}}, at);
     return stateFit(L, L.op(OpKind::Where, {mask, taken, old}, {}, at), old->type, at);
   };
-  return cacheValue(update(oldK, k), update(oldV, v), end, rolling);
+  Value *newK = update(oldK, k);
+  Value *newV = update(oldV, v);
+  return cacheValue(newK, newV, end, rolling);
 }
 
 // isinstance(x, KVCache): known when the graph is lowered.
