@@ -7,7 +7,8 @@ decode.tsr reads random q, k, v [2, 3, 11, 8] (f32) and decodes them three ways 
 nn.flash_attention(q, cache, causal=True): a fixed cache (a prefill of 4, then one position per
 step), a rolling window of 5 (a prefill of 3, then one position per step) and a rolling window of
 5 filled 3 positions at a time (chunks that wrap around its slots); and the fixed cache's decoding
-again with the loop in host code (a graph call per step carrying the cache). NumPy computes, in f64, what
+again with the loop in host code (a graph call per step carrying the cache) and mapped over the
+batch with vmap (a cache of batch 1 per example). NumPy computes, in f64, what
 spec 14 says each call sees: the queries of a chunk [a, b) are the last b - a positions, and query
 t attends to the positions p <= t that the cache holds after the append (all of 0 .. b - 1, or in
 a rolling window of W the last W: b - W <= p). Each output must match within 1e-5 (f32), and each
@@ -15,7 +16,7 @@ cache's final length must be 11 for the fixed caches and 5 for the windows.
 
 The negative controls change the reference, and the comparison must catch it (expect.py looks
 for the FAIL lines): --negative-causal attends with a top-left causal mask (query t of a chunk sees
-positions p <= t - a: "FAIL: fixed", "FAIL: host"); --negative-window ignores the window (every position seen so
+positions p <= t - a: "FAIL: fixed", "FAIL: host", "FAIL: vmap"); --negative-window ignores the window (every position seen so
 far: "FAIL: window" and "FAIL: chunks", while "ok fixed").
 """
 import os
@@ -63,6 +64,7 @@ def main():
         "window": ([(0, 3)] + [(t, t + 1) for t in range(3, N)], 5, 5),
         "chunks": ([(0, 3), (3, 6), (6, 9), (9, 11)], 5, 5),
         "host": ([(0, 4)] + [(t, t + 1) for t in range(4, N)], None, N),
+        "vmap": ([(0, 4)] + [(t, t + 1) for t in range(4, N)], None, N),
     }
     failed = 0
     with tempfile.TemporaryDirectory() as d:
@@ -76,7 +78,8 @@ def main():
             return 1
         for name, (chunks, window, length) in cases.items():
             got = np.load(os.path.join(d, name + ".npy"))
-            n = int(np.load(os.path.join(d, name + "_length.npy")))
+            lengths = np.load(os.path.join(d, name + "_length.npy")).reshape(-1)  # one per example for vmap
+            n = int(lengths[0]) if (lengths == lengths[0]).all() else -1
             want = reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), chunks, window, negative)
             err = float(np.abs(got - want).max())
             ok = err <= TOL and got.shape == want.shape
