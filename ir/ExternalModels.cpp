@@ -6,11 +6,14 @@ namespace tsr::ir {
 
 namespace {
 ModelGraphSource *g_source = nullptr;
+ModelWriter *g_writer = nullptr;
 constexpr std::string_view kPrefix = "__onnx";
 } // namespace
 
 ModelGraphSource *modelGraphSource() { return g_source; }
 void setModelGraphSource(ModelGraphSource *source) { g_source = source; }
+ModelWriter *modelWriter() { return g_writer; }
+void setModelWriter(ModelWriter *writer) { g_writer = writer; }
 
 std::string capturedName(size_t index, size_t i) {
   return std::string(kPrefix) + std::to_string(index) + "_c" + std::to_string(i);

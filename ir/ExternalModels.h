@@ -42,6 +42,16 @@ public:
 ModelGraphSource *modelGraphSource();
 void setModelGraphSource(ModelGraphSource *source);
 
+/// Writes a graph as a model file (`onnx.save` in host code; the importer's library implements
+/// it: onnx/Export.h). Returns "" or why the graph cannot be written (naming the op at fault).
+class ModelWriter {
+public:
+  virtual ~ModelWriter() = default;
+  virtual std::string write(const Module &m, const Graph &g, const std::string &path) = 0;
+};
+ModelWriter *modelWriter();
+void setModelWriter(ModelWriter *writer);
+
 /// The name of the parameter that holds captured tensor `i` of model `index`: `onnx<index>_c<i>`
 /// with a prefix no parameter of a program has ("__").
 std::string capturedName(size_t index, size_t i);

@@ -1,6 +1,7 @@
 #include "onnx/Language.h"
 
 #include "ir/ExternalModels.h"
+#include "onnx/Export.h"
 #include "onnx/Import.h"
 #include "sema/ExternalModels.h"
 
@@ -20,8 +21,10 @@ struct Entry {
   ir::ModelGraph graph;
 };
 
-class Hooks final : public sema::ModelImporter, public ir::ModelGraphSource {
+class Hooks final : public sema::ModelImporter, public ir::ModelGraphSource, public ir::ModelWriter {
 public:
+  std::string write(const ir::Module &m, const ir::Graph &g, const std::string &path) override { return exportGraph(m, g, path); }
+
   std::variant<sema::ModelSignature, sema::ModelLoadError> signature(const std::string &path) override {
     std::lock_guard<std::mutex> lock(mu_);
     Entry &e = load(path);
@@ -90,6 +93,7 @@ void installLanguageHooks() {
   static Hooks hooks;
   sema::setModelImporter(&hooks);
   ir::setModelGraphSource(&hooks);
+  ir::setModelWriter(&hooks);
 }
 
 } // namespace tsr::onnxio

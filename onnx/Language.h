@@ -6,7 +6,8 @@
 
 namespace tsr::onnxio {
 
-/// Registers the importer with the checker and graph lowering, once per process. Each model is
+/// Registers the importer with the checker and graph lowering, and the exporter for onnx.save
+/// (ir::ModelWriter), once per process. Each model is
 /// imported once (by resolved path) and kept for the process's life.
 void installLanguageHooks();
 

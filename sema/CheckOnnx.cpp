@@ -41,6 +41,7 @@ TypeRef FunctionChecker::onnxCall(Call *c) {
 
   DiagnosticEngine &D = pc_.P.diags;
   std::string name = "onnx." + at->attr;
+  if (at->attr == "save") return onnxSave(c);
   if (at->attr != "load") {
     D.report(DiagKind::NoSuchAttribute, at->attrRange, {"module `onnx`", at->attr});
     return T::unknown();
@@ -148,6 +149,46 @@ TypeRef FunctionChecker::onnxCall(Call *c) {
   TypeRef f = T::function(fn);
   if (!split) return f;
   return T::tuple({f, fn->params[0].annotated});
+}
+
+// onnx.save(path, f, *examples): host code writes the graph function `f` specialized to the
+// examples' shapes as an ONNX model. The call of `f` on the examples is checked as a call.
+TypeRef FunctionChecker::onnxSave(Call *c) {
+  DiagnosticEngine &D = pc_.P.diags;
+  if (ctx_ != BodyContext::Host) {
+    if (ctx_ == BodyContext::Graph) D.report(DiagKind::NotInGraph, c->range, {"`onnx.save`", "it writes a file: call it from host code"});
+    else if (ctx_ == BodyContext::Kernel) D.report(DiagKind::NotInKernel, c->range, {"`onnx.save`", "call it from host code"});
+    else D.report(DiagKind::OutsideFunction, c->range, {"onnx.save"});
+    return T::unknown();
+  }
+  Args args;
+  for (const Arg &a : c->args) {
+    TypeRef t = expr(a.value);
+    if (a.kind == ArgKind::Positional) {
+      args.positional.push_back({t, a.value->range, a.value, ""});
+    } else {
+      SourceRange kr = {a.range.file, a.range.begin, a.value->range.begin > a.range.begin ? a.value->range.begin - 1 : a.range.end};
+      if (a.kind == ArgKind::Keyword) D.report(DiagKind::UnknownKeyword, kr, {"onnx.save", a.name});
+      else D.report(DiagKind::NotCompileTime, a.range, {"the arguments of `onnx.save`"});
+      return T::none();
+    }
+  }
+  if (args.positional.size() < 2) {
+    D.report(DiagKind::MissingArg, c->range, {"onnx.save", args.positional.empty() ? "path" : "f"});
+    return T::none();
+  }
+  const ArgInfo &path = args.positional[0], &f = args.positional[1];
+  if (!path.type->is(TypeKind::Str) && !path.type->is(TypeKind::Unknown))
+    D.report(DiagKind::ArgKind, path.range, {"onnx.save", "a string", "path", typeStr(path.type)});
+  if (f.type->is(TypeKind::Unknown)) return T::none();
+  if (!f.type->is(TypeKind::Function) || !f.type->fn || f.type->transform != Transform::None || f.type->fn->kind != FunctionKind::Graph) {
+    D.report(DiagKind::ArgKind, f.range, {"onnx.save", "a graph function (@jit, or a model from onnx.load)", "f", typeStr(f.type)});
+    return T::none();
+  }
+  Args call;
+  call.positional.assign(args.positional.begin() + 2, args.positional.end());
+  callFunction(f.type->fn, call, c->range, f.range, nullptr);
+  return T::none();
 }
 
 } // namespace tsr::sema

@@ -104,6 +104,7 @@ private:
   /// `onnx.load(...)` / `onnx.save(...)` where no name `onnx` is bound (CheckOnnx.cpp): the
   /// call's type; null when `c` is no such call.
   TypeRef onnxCall(ast::Call *c);
+  TypeRef onnxSave(ast::Call *c);
   /// A call of vmap(f, in_axes, out_axes) (CheckVmap.cpp).
   TypeRef callVmap(const TypeRef &callee, Args &args, SourceRange at, SourceRange calleeRange);
   void checkGrid(const FunctionInfo *kernel, const TypeRef &grid, SourceRange at);

@@ -125,12 +125,13 @@ ValueRef Interpreter::Impl::call(Call *c, std::shared_ptr<Env> &env) {
 ValueRef Interpreter::Impl::onnxLoad(Call *c, std::shared_ptr<Env> &env) {
   auto *at = dyn_cast<Attribute>(c->func);
   auto *ns = at ? dyn_cast<Name>(at->value) : nullptr;
-  if (!ns || ns->id != "onnx" || at->attr != "load") return nullptr;
+  if (!ns || ns->id != "onnx" || (at->attr != "load" && at->attr != "save")) return nullptr;
   // A name `onnx` the program binds is its own (the checker resolved it so too).
   for (Env *e = env.get(); e; e = e->parent.get())
     if (e->vars.count("onnx")) return nullptr;
   const sema::ModuleInfo &m = moduleOf(env);
   if (m.globals.count("onnx")) return nullptr;
+  if (at->attr == "save") return onnxSave(c, env);
   // The checker read the model and made its function (sema/CheckOnnx.cpp); the path is a literal.
   auto *path = c->args.empty() ? nullptr : dyn_cast<StrLit>(c->args[0].value);
   bool split = false;
@@ -150,6 +151,37 @@ ValueRef Interpreter::Impl::onnxLoad(Call *c, std::shared_ptr<Env> &env) {
   d.k = K::Dict;
   for (size_t i = 0; i < mg->constants.size(); ++i) d.dict.push_back({mg->constantNames[i], tensor(mg->constants[i])});
   return seq({mk(f), mk(d)}, false);
+}
+
+// onnx.save(path, f, *examples): `f` lowered for the examples' types (as a call of it would be),
+// through the Graph IR pipeline, and written by the exporter (ir::ModelWriter, onnx/Export.h).
+ValueRef Interpreter::Impl::onnxSave(Call *c, std::shared_ptr<Env> &env) {
+  std::vector<ValueRef> args;
+  for (const Arg &a : c->args) args.push_back(expr(a.value, env));
+  if (args.size() < 2 || args[0]->k != K::Str || args[1]->k != K::Function || args[1]->fn->kind != sema::FunctionKind::Graph)
+    fail("`onnx.save` takes a path, a graph function and its example arguments", c->range);
+  const sema::FunctionInfo &fn = *args[1]->fn;
+  if (args.size() - 2 != fn.def->params.size())
+    fail("`onnx.save` of `" + fn.name + "` needs one example per parameter (" + std::to_string(fn.def->params.size()) + "), not " +
+             std::to_string(args.size() - 2),
+         c->range);
+  std::vector<std::pair<std::string, TypeRef>> params;
+  for (size_t i = 0; i < fn.def->params.size(); ++i) params.push_back({fn.def->params[i].name, typeOf(args[i + 2], c->range)});
+  ir::ModelWriter *writer = ir::modelWriter();
+  if (!writer) fail("`onnx.save`: this tool does not link the ONNX exporter", c->range);
+  ir::Module module;
+  std::string err;
+  try {
+    ir::Graph *g = ir::lowerGraphFunction(module, P, fn, params, fn.name);
+    ir::runGraphPipeline(*g, true);
+    err = writer->write(module, *g, args[0]->s);
+  } catch (ir::CompileError &e) {
+    failCompile(e, c->range, fn.name);
+  } catch (ir::IRError &e) {
+    fail("internal error: " + e.message, c->range, 70);
+  }
+  if (!err.empty()) fail("`onnx.save`: " + err, c->range, err.rfind("internal error", 0) == 0 ? 70 : 1);
+  return none();
 }
 
 ValueRef Interpreter::Impl::callValue(const ValueRef &callee, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,

@@ -222,8 +222,10 @@ struct Interpreter::Impl {
 
   ValueRef call(Call *c, std::shared_ptr<Env> &env);
   // onnx.load(...) (spec 15): the model's function, with the dict of its tensors for
-  // split_params=True; null when `c` is no such call (Calls.cpp).
+  // split_params=True; onnx.save(path, f, *examples) writes f as a model; null when `c` is
+  // neither (Calls.cpp).
   ValueRef onnxLoad(Call *c, std::shared_ptr<Env> &env);
+  ValueRef onnxSave(Call *c, std::shared_ptr<Env> &env);
 
   ValueRef callValue(const ValueRef &callee, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,
                      Call *c, std::shared_ptr<Env> &env);

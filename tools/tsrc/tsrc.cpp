@@ -5,6 +5,8 @@
 #include "frontend/Parser.h"
 #include "ir/Text.h"
 #include "onnx/Import.h"
+#include "ir/passes/Pipeline.h"
+#include "onnx/Export.h"
 #include "onnx/Language.h"
 #include "ir/Verifier.h"
 #include "ir/lower/LowerGraph.h"
@@ -247,6 +249,65 @@ static void reportRuntimeLaunches(const sema::Program &p, const ir::Module &grap
   for (const std::string &l : lines) std::cerr << "  " << l << "\n";
 }
 
+// --emit=onnx (spec 15): the graph function `entry` of the main module, lowered for its annotated
+// signature (its symbols at the --specialize sizes, else they stay dim_params where shapes allow),
+// written to `out` as an ONNX model (onnx/Export.h). Returns the exit code.
+static int emitOnnx(const sema::Program &p, const std::string &entry, const std::map<std::string, int64_t> &sizes, const std::string &out,
+                    DiagnosticEngine &diags) {
+  const sema::FunctionInfo *fn = nullptr;
+  for (auto &f : p.main->functions)
+    if (f->name == entry) fn = f.get();
+  if (!fn) {
+    std::cerr << "tsrc: --entry " << entry << ": the module has no function `" << entry << "`\n";
+    return 2;
+  }
+  if (fn->kind != sema::FunctionKind::Graph) {
+    std::cerr << "tsrc: --entry " << entry << ": `" << entry << "` is a " << sema::functionKindWord(fn->kind)
+              << "; --emit=onnx exports a graph function (@jit)\n";
+    return 2;
+  }
+  std::map<std::string, Dim> env;
+  for (auto &[k, v] : sizes) env[k] = Dim::constant(v);
+  std::vector<std::pair<std::string, sema::TypeRef>> sig;
+  for (const sema::ParamInfo &prm : fn->params) {
+    sema::TypeRef t = prm.annotated ? prm.annotated : prm.defaultType;
+    if (prm.compileTime() && prm.defaultType) t = prm.defaultType;
+    if (!t) {
+      std::cerr << "tsrc: error: --emit=onnx: parameter `" << prm.name << "` of `" << entry
+                << "` has no annotation; annotate it, or export from host code with onnx.save(path, " << entry << ", example)\n";
+      return 1;
+    }
+    if (t->is(sema::TypeKind::Tensor)) {
+      std::vector<Dim> dims;
+      for (const Dim &d : t->dims) dims.push_back(d.substitute(env));
+      t = sema::T::withDims(t, dims);
+    }
+    sig.push_back({prm.name, t});
+  }
+  ir::Module m;
+  try {
+    ir::Graph *g = ir::lowerGraphFunction(m, p, *fn, sig, fn->name);
+    ir::runGraphPipeline(*g, true);
+    std::string err = onnxio::exportGraph(m, *g, out);
+    if (!err.empty()) {
+      std::cerr << "tsrc: error: " << err << "\n";
+      return err.rfind("internal error", 0) == 0 ? 70 : 1;
+    }
+  } catch (ir::CompileError &e) {
+    if (e.kind != DiagKind::NotCompilableYet) {
+      diags.report(e.kind, e.range, e.args);
+      for (auto &n : e.notes) diags.note(n);
+    } else {
+      diags.report(DiagKind::NotCompilableYet, e.range, {e.what});
+    }
+    return 1;
+  } catch (ir::IRError &e) {
+    diags.internalError(e.message, fn->def->nameRange);
+    return 70;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   tsr::onnxio::installLanguageHooks(); // onnx.load in programs (spec 15)
   CLI::App app{"tsrc: check and compile a Tessera (.tsr) module"};
@@ -265,7 +326,9 @@ int main(int argc, char **argv) {
                                  "  llvm   the optimized host-CPU LLVM IR of each kernel that `tile` prints\n"
                                  "  ptx    one PTX module holding every kernel that `tile` prints and every kernel step\n"
                                  "         of every graph's schedule, for the GPU (--arch)")
-      ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule", "llvm", "ptx"}));
+      ->check(CLI::IsMember({"ast", "types", "graph", "tile", "schedule", "llvm", "ptx", "onnx"}));
+  std::string entry;
+  app.add_option("--entry", entry, "with --emit=onnx: the graph function to export (written to -o FILE.onnx)");
   std::string arch = "sm_90";
   // One architecture for --emit=ptx; a comma-separated list for a bundle (-o).
   auto *archOpt = app.add_option("--arch", arch, "the GPU architecture of --emit=ptx: sm_80 or sm_90 (default sm_90); "
@@ -362,6 +425,16 @@ int main(int argc, char **argv) {
     }
   }
   const bool kernelEmit = emit == "tile" || emit == "llvm" || emit == "ptx";
+  // --emit=onnx writes the graph function --entry names to -o (spec 15), at the --specialize sizes.
+  const bool onnxEmit = emit == "onnx";
+  if (onnxEmit && (entry.empty() || output.empty() || check)) {
+    std::cerr << "tsrc: --emit=onnx exports one graph function: --entry NAME -o FILE.onnx\n";
+    return 2;
+  }
+  if (!onnxEmit && !entry.empty()) {
+    std::cerr << "tsrc: --entry names the function --emit=onnx exports\n";
+    return 2;
+  }
   // --target without -o, --check or --emit: compile the program for the targets as -o would, and
   // write nothing (what cannot be compiled is an error, exit 1).
   const bool compileOnly = output.empty() && !check && emit.empty() && !targetList.empty();
@@ -381,7 +454,7 @@ int main(int argc, char **argv) {
   }
   // A bundle (-o), or the same compilation written nowhere (--target alone): the options it
   // takes, and none of --check and --emit.
-  if (!output.empty() || compileOnly) {
+  if ((!output.empty() && !onnxEmit) || compileOnly) {
     if (check || !emit.empty()) {
       std::cerr << "tsrc: -o writes a bundle; it does not combine with --check or --emit\n";
       return 2;
@@ -403,7 +476,7 @@ int main(int argc, char **argv) {
       bundleOpts.trace.emplace();
       for (std::string f; ss >> f;) bundleOpts.trace->push_back(f);
     }
-  } else if (!targetList.empty() || (!specialize.empty() && !kernelEmit) || traceOpt->count() || cpuName != "host") {
+  } else if (!targetList.empty() || (!specialize.empty() && !kernelEmit && !onnxEmit) || traceOpt->count() || cpuName != "host") {
     std::cerr << "tsrc: --target, --cpu, --specialize and --trace apply to a bundle: add -o FILE.bundle (--target alone compiles "
                  "without writing; with --emit=llvm or ptx it may only name that form's target)"
               << (specialize.empty() ? "" : " (--specialize also applies to --emit=tile, llvm and ptx)") << "\n";
@@ -437,7 +510,14 @@ int main(int argc, char **argv) {
     diags.setMaxErrors(maxErrors);
     int rc = 0;
     try {
-      if (!output.empty() || compileOnly) {
+      if (onnxEmit) {
+        sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
+        auto program = sema::checkProgram(sm, diags, file, opts);
+        if (!diags.hasErrors()) {
+          if (int usage = checkSpecializeSymbols(*program, bundleOpts.sizes, false)) return usage;
+          rc = emitOnnx(*program, entry, bundleOpts.sizes, output, diags);
+        }
+      } else if (!output.empty() || compileOnly) {
         sema::CheckOptions opts = sema::defaultCheckOptions(TSR_SOURCE_STDLIB);
         auto program = sema::checkProgram(sm, diags, file, opts);
         if (!diags.hasErrors()) {
