@@ -19,7 +19,7 @@ static unsigned contextBit(BodyContext c) {
 static TypeRef substitute(const TypeRef &t, const std::map<std::string, Dim> &env) {
   if (!t || env.empty()) return t;
   switch (t->kind) {
-  case TypeKind::Tensor: case TypeKind::Tile: {
+  case TypeKind::Tensor: case TypeKind::Tile: case TypeKind::KVCache: {
     std::vector<Dim> dims;
     for (const Dim &d : t->dims) dims.push_back(d.substitute(env));
     return T::withDims(t, std::move(dims));
@@ -666,9 +666,10 @@ TypeRef FunctionChecker::callFunction(const FunctionInfo *fnc, Args &args, Sourc
       if (!why.empty()) D.note(why);
       if (p.range.valid()) D.note("the parameter is declared here", p.range);
     };
-    if (want->is(TypeKind::Tensor)) {
+    if (want->is(TypeKind::Tensor) || want->is(TypeKind::KVCache)) {
       if (got->isPyNumber() && want->isScalarTensor()) { paramTypes.push_back({p.name, want}); continue; }
-      if (!got->is(TypeKind::Tensor)) { mismatch(""); paramTypes.push_back({p.name, want}); continue; }
+      // (a KVCache annotation binds its four sizes as a tensor's; its window must match)
+      if (!got->is(want->kind) || got->rolling != want->rolling) { mismatch(""); paramTypes.push_back({p.name, want}); continue; }
       if (got->rankKnown && want->rankKnown) {
         if (got->dims.size() != want->dims.size()) { mismatch(""); paramTypes.push_back({p.name, want}); continue; }
         for (size_t i = 0; i < want->dims.size(); ++i) {

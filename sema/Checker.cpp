@@ -195,7 +195,7 @@ void FunctionChecker::checkReturn(Return *s) {
   }
   if (fn_ && fn_->declaredReturn && s->value && !t->is(TypeKind::Unknown)) {
     TypeRef want = fn_->declaredReturn;
-    if (!env_.empty() && want->is(TypeKind::Tensor)) {
+    if (!env_.empty() && (want->is(TypeKind::Tensor) || want->is(TypeKind::KVCache))) {
       std::vector<Dim> dims;
       for (const Dim &d : want->dims) dims.push_back(d.substitute(env_));
       want = T::withDims(want, dims);
@@ -209,6 +209,8 @@ void FunctionChecker::checkReturn(Return *s) {
       } else {
         ok = false;
       }
+    } else if (want->is(TypeKind::KVCache)) {
+      ok = t->is(TypeKind::KVCache) && t->dtype == want->dtype && t->rolling == want->rolling && !shapesProvablyDiffer(t->dims, want->dims);
     } else if (want->is(TypeKind::Float)) {
       ok = t->is(TypeKind::Float) || t->is(TypeKind::Int) || t->isScalarTensor();
     } else if (!want->is(TypeKind::Unknown)) {

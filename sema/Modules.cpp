@@ -234,6 +234,17 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
     if (t->is(TypeKind::DTypeVal)) return t;
     return std::nullopt;
   };
+  // KVCache[...] @rolling_window (spec 14): the cache type with a rolling window.
+  if (auto *b = dyn_cast<Binary>(e); b && b->op == BinOp::MatMul) {
+    auto *r = dyn_cast<Name>(b->rhs);
+    auto *l = dyn_cast<Subscript>(b->lhs);
+    auto *lh = l ? dyn_cast<Name>(l->value) : nullptr;
+    if (r && r->id == "rolling_window" && lh && lh->id == "KVCache") {
+      TypeRef t = annotationType(b->lhs, fn, m, symbols);
+      if (!t->is(TypeKind::KVCache)) return t;
+      return T::kvcache(t->dims, t->dtype, t->policies, true);
+    }
+  }
   if (auto *n = dyn_cast<Name>(e)) {
     if (n->id == "int") return T::integer();
     if (n->id == "float") return T::floating();
@@ -255,7 +266,7 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
     if (auto *n = dyn_cast<Name>(s->value)) head = n->id;
     else if (auto *a = dyn_cast<Attribute>(s->value)) head = a->attr;
   }
-  if (s && head == "Tensor") {
+  if (s && (head == "Tensor" || head == "KVCache")) {
     std::vector<Expr *> items = s->indices;
     DType dt = DType::F32;
     Policies pol;
@@ -321,6 +332,15 @@ TypeRef ProgramChecker::annotationType(Expr *e, FunctionInfo *fn, ModuleInfo &m,
     // A wrong annotation was reported; checking values against the rest of it would only report
     // the same mistake again.
     if (D.errorCount() > errorsBefore) return T::unknown();
+    if (head == "KVCache") {
+      // KVCache["B", "H", "S_MAX", "D", dtype]: the type KVCache(...) gives (sema/builtins/State.cpp).
+      if (dims.size() != 4 || !isFloat(dt)) {
+        D.report(DiagKind::InvalidAnnotation, e->range,
+                 {"a KVCache annotation lists batch, heads, max_len and head_dim, then a floating-point dtype: KVCache[\"B\", \"H\", 1024, \"D\", bf16]"});
+        return T::unknown();
+      }
+      return T::kvcache(std::move(dims), dt, pol, false);
+    }
     return T::tensor(std::move(dims), dt, pol);
   }
   if (s && (head == "tuple" || head == "list" || head == "dict")) return T::unknown();
