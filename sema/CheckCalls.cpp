@@ -582,9 +582,17 @@ static bool compatibleScalar(const TypeRef &want, const TypeRef &got) {
     if (!got->is(TypeKind::Dict)) return false;
     if (!got->lengthKnown) return true;
     for (auto &[k, t] : want->fields) {
-      bool found = false;
-      for (auto &[gk, gt] : got->fields) found |= gk == k;
-      if (!found) return false;
+      const TypeRef *g = nullptr;
+      for (auto &[gk, gt] : got->fields)
+        if (gk == k) g = &gt;
+      if (!g) return false;
+      // Each tensor of the model's rank, sizes and dtype (unknown parts pass).
+      const Type &w = *t, &x = **g;
+      if (w.is(TypeKind::Tensor) && x.is(TypeKind::Tensor) && x.rankKnown && w.rankKnown) {
+        if (x.dtype != w.dtype || x.dims.size() != w.dims.size()) return false;
+        for (size_t i = 0; i < w.dims.size(); ++i)
+          if (provablyDifferent(w.dims[i], x.dims[i])) return false;
+      }
     }
     return true;
   }
