@@ -1,9 +1,9 @@
 // Graph lowering of state objects (spec 14): KVCache(...), cache.append(k, v), the attributes of a
 // cache, and isinstance(x, KVCache). A cache is a record of tensors (Lowering.h, cacheValue): its
 // storage k and v [batch, heads, max_len, head_dim] and pos, the i32 count of positions appended.
-// append is a composition of existing ops: the new rows are taken (take) into a [.., max_len, ..]
-// tensor at the slots they land in, and a mask over the slots (iota, compares) selects them
-// (where) over the old storage. Past max_len without a rolling window, check_le stops the program
+// append is a composition of existing ops: the new rows are taken (take; one row is broadcast)
+// into a [.., max_len, ..] tensor at the slots they land in, and a mask over the slots (iota,
+// compares) selects them (where) over the old storage. Past max_len without a rolling window, check_le stops the program
 // with the cache's name and both lengths. The result is a new value: the executor does not yet
 // donate the old storage, so append copies the storage (docs/language.md section 12).
 #include "ir/lower/builtins/Rules.h"
@@ -93,8 +93,12 @@ LVRef kvcacheAppend(BuiltinCall &c) {
   index = L.op(OpKind::Max, {L.op(OpKind::Min, {index, L.op(OpKind::Sub, {Tv, one}, {}, at)}, {}, at), zero}, {}, at);
   const std::vector<Dim> maskDims{Dim::constant(1), Dim::constant(1), S, Dim::constant(1)};
   Value *mask = L.op(OpKind::Reshape, {inside}, {{"shape", maskDims}}, at);
+  // One new position (a decoding step): the row broadcast over the slots, which the mask then
+  // selects, so that the update is one fused elementwise step instead of a take.
+  const bool oneRow = T.constantValue() == std::optional<int64_t>(1);
   auto update = [&](Value *old, Value *rows) {
-    Value *taken = L.op(OpKind::Take, {rows, index}, {{"axis", int64_t{2}}}, at);
+    Value *taken = oneRow ? L.op(OpKind::BroadcastTo, {rows}, {{"shape", old->type.dims}}, at)
+                          : L.op(OpKind::Take, {rows, index}, {{"axis", int64_t{2}}}, at);
     return stateFit(L, L.op(OpKind::Where, {mask, taken, old}, {}, at), old->type, at);
   };
   Value *newK = update(oldK, k);
