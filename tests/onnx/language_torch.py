@@ -2,7 +2,7 @@
 """onnx.load in .tsr programs against PyTorch and ONNX's reference outputs (ctest onnx_language;
 spec 15, issue 19).
 
-  language_torch.py TSR [--negative]
+  language_torch.py TSR [--negative] [--device cpu|cuda]
 
 1. A small MLP written with ONNX's helper (MatMul, Add, Tanh, Softmax; a symbolic batch "N"; two
    outputs) is loaded by a .tsr program three ways: `f = onnx.load(...)` called from host code and
@@ -82,10 +82,13 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
+DEVICE = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
+
+
 def run(tsr, work, program):
     with open(os.path.join(work, "prog.tsr"), "w") as f:
         f.write(program)
-    r = subprocess.run([tsr, "run", "prog.tsr", "--device", "cpu"], cwd=work, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([tsr, "run", "prog.tsr", "--device", DEVICE], cwd=work, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         print(f"FAIL: tsr run exited {r.returncode}:\n{r.stdout}{r.stderr}")
         return None
