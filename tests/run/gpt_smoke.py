@@ -7,7 +7,7 @@ vocabulary of 114 byte values), that the training loss falls (the mean of the la
 steps at least 0.5 below the first window's; at the start it is near log 114 = 4.74), that the
 validation loss falls below its value before training, that the curves are a well-formed SVG
 chart with a point per window, and that generate.tsr samples the requested number of bytes from
-the checkpoint.
+the checkpoint, the same text with its key/value cache as without.
 
 Extra arguments go to train.tsr: `--lr 0 --min_lr 0` (nothing learns) must make this test fail, which is its
 negative control (ctest negative_gpt_no_learning).
@@ -103,15 +103,24 @@ def main():
         if not os.path.exists(ckpt):
             problems.append("no checkpoint was written")
         else:
-            gen = [tsr, "run", os.path.join(root, "examples", "gpt", "generate.tsr"), "--device", "cpu",
-                   "--checkpoint", ckpt, "--prompt", "Q: ", "--length", "40", "--samples", "2", "--top_k", "20"]
-            g = subprocess.run(gen, capture_output=True, text=True, errors="replace", timeout=600)
-            if g.returncode != 0:
-                problems.append(f"generate.tsr failed with exit code {g.returncode}: {g.stderr.strip()}")
-            else:
+            # 70 bytes after a 3-byte prompt: the key/value caches serve the first 61 tokens, the
+            # sliding window the rest (the context is 64); without the cache the window serves
+            # all. On the CPU both give the same scores, so the same text.
+            texts = {}
+            for cache in ("true", "false"):
+                gen = [tsr, "run", os.path.join(root, "examples", "gpt", "generate.tsr"), "--device", "cpu",
+                       "--checkpoint", ckpt, "--prompt", "Q: ", "--length", "70", "--samples", "2", "--top_k", "20",
+                       "--cache", cache]
+                g = subprocess.run(gen, capture_output=True, text=True, errors="replace", timeout=600)
+                if g.returncode != 0:
+                    problems.append(f"generate.tsr --cache {cache} failed with exit code {g.returncode}: {g.stderr.strip()}")
+                    continue
                 print(g.stdout, end="")
-                if g.stdout.count("--- sample ") != 2 or not re.search(r"^--- 80 tokens in ", g.stdout, re.M):
-                    problems.append("generate.tsr did not print 2 samples and the count of 80 tokens")
+                if g.stdout.count("--- sample ") != 2 or not re.search(r"^--- 140 tokens in ", g.stdout, re.M):
+                    problems.append(f"generate.tsr --cache {cache} did not print 2 samples and the count of 140 tokens")
+                texts[cache] = g.stdout.split("--- sample 1 ---", 1)[-1].rsplit("\n--- 140 tokens", 1)[0]
+            if len(texts) == 2 and texts["true"] != texts["false"]:
+                problems.append("the text sampled with the key/value cache differs from the text sampled without it")
     for pr in problems:
         print("FAIL: " + pr)
     print("gpt smoke: " + ("ok" if not problems else f"{len(problems)} problem(s)"))
