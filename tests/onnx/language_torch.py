@@ -12,13 +12,14 @@ spec 15, issue 19).
    relative error (the difference's norm over the reference's) of 1e-5.
 2. Models of ONNX's backend test data (Debian's libonnx-testdata, the pytorch-converted set) are
    loaded by absolute path and run on their test_data_set_0 input; the output must match the
-   data set's output_0.pb (computed by the exporter's reference) within ONNX's backend tolerances
+   data set's output_0.pb (computed by the exporter's reference; Embedding's input is int64 token
+   ids) within ONNX's backend tolerances
    (rtol 1e-3, atol 1e-7; as tools/onnx/backend_test.sh).
 (onnx.reference, ONNX's Python evaluator, is newer than the onnx 1.12 of this machine; the
 backend data's outputs and PyTorch are the oracles.)
 
 --negative is the control: Tessera's copy of the MLP has one column of W2 changed by 0.05 and the
-backend models get their input times 1.1, so every comparison must fail ("FAIL: ... differ").
+backend models get their input times 1.1 (other token ids for Embedding), so every comparison must fail ("FAIL: ... differ").
 """
 import os
 import subprocess
@@ -42,7 +43,7 @@ except ImportError as e:
     skip("onnx_language", f"the onnx Python package is missing ({e}; Debian: python3-onnx)")
 
 DATA = "/usr/share/libonnx-testdata/data/pytorch-converted"
-BACKEND = ["test_Linear", "test_Conv2d", "test_BatchNorm2d_eval", "test_Softmax", "test_GLU", "test_PReLU_1d"]
+BACKEND = ["test_Linear", "test_Conv2d", "test_BatchNorm2d_eval", "test_Softmax", "test_GLU", "test_PReLU_1d", "test_Embedding"]
 
 PROGRAM = '''f = onnx.load("mlp.onnx")
 
@@ -141,7 +142,8 @@ def main():
             inp = numpy_helper.to_array(onnx.load_tensor(os.path.join(ds, "input_0.pb")))
             ref = numpy_helper.to_array(onnx.load_tensor(os.path.join(ds, "output_0.pb")))
             if negative:
-                inp = inp * np.asarray(1.1, inp.dtype)
+                # Embedding's token ids (int64, within its vocabulary of 4) change to other ids.
+                inp = inp * np.asarray(1.1, inp.dtype) if inp.dtype.kind == "f" else (inp + 1) % 4
             np.save(os.path.join(work, "x.npy"), inp)
             out = run(tsr, work, f'm = onnx.load("{model}")\n\ndef main():\n    save("out.npz", {{"y": m(load("x.npy"))}})\n')
             got = None if out is None else out["y"]
