@@ -230,6 +230,20 @@ struct CompiledExecutor::Impl {
   // for the shapes it has been called with. Pointers into graphs are never kept, so a graph
   // freed and another allocated at its address cannot alias a plan.
   std::unordered_map<std::string, Compiled> programs;
+  // A graph's fusion plan and content key, computed at its first run (planning and hashing the
+  // graph's text took most of a small step's host time), by Graph::serial, which is never reused.
+  struct GraphPlan {
+    size_t ops = 0; // the graph's op count when planned: a graph rewritten since is planned again
+    sched::Schedule plan;
+    std::string key;
+  };
+  std::unordered_map<uint64_t, GraphPlan> plans;
+  const GraphPlan &planOf(const ir::Module &m, const ir::Graph &g) {
+    auto it = plans.find(g.serial);
+    if (it != plans.end() && it->second.ops == g.ops.size()) return it->second;
+    GraphPlan p{g.ops.size(), sched::planFusion(g), std::to_string(ir::contentHash(g, m)) + "/"};
+    return plans.insert_or_assign(g.serial, std::move(p)).first->second;
+  }
 
   const Compiled &program(const ProgramRequest &r) {
     auto it = programs.find(r.key);
@@ -519,8 +533,9 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
                                           const ir::SymbolSizes &given) {
   Impl &I = *impl_;
   const ir::SymbolSizes sizes = ir::bindSymbols(m, g, inputs, given);
-  const sched::Schedule plan = sched::planFusion(g);
-  const std::string graphKey = std::to_string(ir::contentHash(g, m)) + "/";
+  const Impl::GraphPlan &planned = I.planOf(m, g);
+  const sched::Schedule &plan = planned.plan;
+  const std::string &graphKey = planned.key;
 
   auto shapeOfDims = [&](const std::vector<Dim> &dims) {
     Shape s;

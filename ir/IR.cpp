@@ -1,3 +1,4 @@
+#include <atomic>
 #include "ir/IR.h"
 
 #include <algorithm>
@@ -88,6 +89,11 @@ void Graph::renumber() {
   for (Op *op : ops)
     for (Value *r : op->results) r->id = id++;
   nextId_ = id;
+}
+
+uint64_t Graph::nextSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 size_t Graph::opIndex(const Op *op) const {

@@ -144,6 +144,9 @@ class Graph {
 public:
   explicit Graph(std::string name) : name(std::move(name)) {}
   std::string name;
+  /// Unique in the process and never reused (an address can be, once a graph is freed): what
+  /// caches of a graph's analyses key on, with the op count as a check that it was not rewritten.
+  uint64_t serial = nextSerial();
   std::vector<Value *> params;
   std::vector<Op *> ops; // in execution order
   std::vector<Value *> outputs;
@@ -161,6 +164,7 @@ public:
   size_t opIndex(const Op *op) const;
 
 private:
+  static uint64_t nextSerial();
   std::deque<std::unique_ptr<Op>> opStore_;
   std::deque<std::unique_ptr<Value>> valueStore_;
   uint32_t nextId_ = 0;

@@ -47,7 +47,7 @@ bool alwaysRecomputed(const Value *v) {
 }
 
 // The elementwise ops a value is computed from, stopping at materialized values, in graph order.
-std::vector<const Op *> coneOf(const Graph &g, const Value *root, bool includeRoot,
+std::vector<const Op *> coneOf(const OpOrder &order, const Value *root, bool includeRoot,
                                const std::unordered_set<const Value *> &materialized) {
   std::unordered_set<const Op *> seen;
   std::vector<const Value *> work;
@@ -64,7 +64,7 @@ std::vector<const Op *> coneOf(const Graph &g, const Value *root, bool includeRo
     for (const Value *o : v->def->operands) work.push_back(o);
   }
   std::vector<const Op *> ops(seen.begin(), seen.end());
-  std::sort(ops.begin(), ops.end(), [&](const Op *a, const Op *b) { return g.opIndex(a) < g.opIndex(b); });
+  std::sort(ops.begin(), ops.end(), [&](const Op *a, const Op *b) { return order.before(a, b); });
   return ops;
 }
 
@@ -80,9 +80,9 @@ bool transcendental(OpKind k) {
 // Whether recomputing v costs more than a round trip through memory: its cone has a
 // transcendental function or more than a handful of arithmetic ops (a cast or `x - mean` is
 // cheaper to recompute than to store and load again).
-bool costlyToRecompute(const Graph &g, const Value *v, const std::unordered_set<const Value *> &materialized) {
+bool costlyToRecompute(const OpOrder &order, const Value *v, const std::unordered_set<const Value *> &materialized) {
   int arithmetic = 0;
-  for (const Op *op : coneOf(g, v, true, materialized)) {
+  for (const Op *op : coneOf(order, v, true, materialized)) {
     if (transcendental(op->kind)) return true;
     if (op->kind != OpKind::Constant && op->kind != OpKind::Iota) ++arithmetic;
   }
@@ -106,7 +106,13 @@ std::vector<const Value *> inputsOf(const std::vector<const Op *> &cone, const V
 
 } // namespace
 
+OpOrder::OpOrder(const Graph &g) {
+  pos_.reserve(g.ops.size());
+  for (size_t i = 0; i < g.ops.size(); ++i) pos_.emplace(g.ops[i], i);
+}
+
 Schedule planFusion(const Graph &g) {
+  const OpOrder order(g);
   std::unordered_set<const Value *> materialized;
   for (const Value *v : g.outputs) materialized.insert(v);
   for (const Op *op : g.ops) {
@@ -125,19 +131,19 @@ Schedule planFusion(const Graph &g) {
     };
     for (const Op *op : g.ops) {
       if (isElementwiseOp(op->kind) && op->results.size() == 1 && materialized.count(op->result()))
-        count(coneOf(g, op->result(), true, materialized), op);
+        count(coneOf(order, op->result(), true, materialized), op);
       else if (isFusedReduction(op->kind) && !op->operands.empty())
-        count(coneOf(g, op->operands[0], false, materialized), nullptr);
+        count(coneOf(order, op->operands[0], false, materialized), nullptr);
     }
     // In graph order: each value materialized shortens the cones of those after it, so the
     // order decides the schedule, and the map's (address-hashed) order would differ per run.
     std::vector<const Value *> shared;
     for (auto &[v, n] : readers)
       if (n >= 3) shared.push_back(v);
-    std::sort(shared.begin(), shared.end(), [&](const Value *a, const Value *b) { return g.opIndex(a->def) < g.opIndex(b->def); });
+    std::sort(shared.begin(), shared.end(), [&](const Value *a, const Value *b) { return order.before(a->def, b->def); });
     bool changed = false;
     for (const Value *v : shared)
-      if (!alwaysRecomputed(v) && costlyToRecompute(g, v, materialized) && materialized.insert(v).second) changed = true;
+      if (!alwaysRecomputed(v) && costlyToRecompute(order, v, materialized) && materialized.insert(v).second) changed = true;
     if (!changed) break;
   }
 
@@ -148,11 +154,11 @@ Schedule planFusion(const Graph &g) {
     if (isElementwiseOp(op->kind)) {
       if (op->results.size() != 1 || !materialized.count(op->result())) continue;
       st.kind = StepKind::Elementwise;
-      st.cone = coneOf(g, op->result(), true, materialized);
+      st.cone = coneOf(order, op->result(), true, materialized);
       st.inputs = inputsOf(st.cone, nullptr);
     } else if (isFusedReduction(op->kind) && op->operands.size() == 1) {
       st.kind = StepKind::Reduce;
-      st.cone = coneOf(g, op->operands[0], false, materialized);
+      st.cone = coneOf(order, op->operands[0], false, materialized);
       st.inputs = inputsOf(st.cone, st.cone.empty() ? op->operands[0] : nullptr);
     } else {
       st.kind = op->kind == OpKind::MatMul && op->operands.size() == 2 ? StepKind::MatMul

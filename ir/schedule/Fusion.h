@@ -47,6 +47,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tsr::ir::schedule {
@@ -84,6 +85,18 @@ struct Schedule {
 /// Partitions `g`'s ops into steps by the rules above (then fuseRows). Never fails: an op that
 /// fits no fused form is a library step.
 Schedule planFusion(const Graph &g);
+
+/// The positions of a graph's ops in execution order, for sorting sets of ops back into that
+/// order in O(1) per comparison (Graph::opIndex searches).
+class OpOrder {
+public:
+  explicit OpOrder(const Graph &g);
+  size_t operator()(const Op *op) const { return pos_.at(op); }
+  bool before(const Op *a, const Op *b) const { return (*this)(a) < (*this)(b); }
+
+private:
+  std::unordered_map<const Op *, size_t> pos_;
+};
 
 /// The longest row (elements of the last axis) that a row step takes. The GPU program of a row
 /// step keeps a block of whole rows in shared memory (codegen/nvptx's tiles; a bf16 layer_norm

@@ -104,6 +104,7 @@ int64_t liveRowBytes(const std::vector<const Op *> &cone, const std::vector<cons
 
 void fuseRows(const Graph &g, Schedule &s) {
   const size_t n = s.steps.size();
+  const OpOrder order(g);
   // Which steps read each value, and which reduce step makes it.
   std::unordered_map<const Value *, std::vector<size_t>> readers;
   std::unordered_map<const Value *, size_t> reduceOf;
@@ -160,7 +161,7 @@ void fuseRows(const Graph &g, Schedule &s) {
       ops.insert(R.anchor);
     }
     row.cone.assign(ops.begin(), ops.end());
-    std::sort(row.cone.begin(), row.cone.end(), [&](const Op *a, const Op *b) { return g.opIndex(a) < g.opIndex(b); });
+    std::sort(row.cone.begin(), row.cone.end(), [&](const Op *a, const Op *b) { return order.before(a, b); });
     row.inputs = inputsOf(row.cone);
     if (liveRowBytes(row.cone, {root}, *N) > kMaxRowBytes) continue;
     row.outputs.push_back(root);
