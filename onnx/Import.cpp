@@ -327,6 +327,12 @@ ir::Type typeOfValueInfo(const onnx::ValueInfoProto &vi) {
 std::variant<ImportedModel, ImportError> importModel(const std::string &path, ir::Module &module, const ImportOptions &options) {
   ImportError err;
   err.file = path;
+  // Only a regular file: a device such as /dev/zero or a FIFO would be read forever.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    err.message = "not a regular file";
+    return err;
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     err.message = "cannot open the file";

@@ -44,6 +44,9 @@ DType dtypeOfElem(int32_t e) {
 namespace {
 
 std::string readBytes(const std::string &path, int64_t offset, int64_t length) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw BadModel("the external data file `" + path + "` is not a regular file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw BadModel("cannot open the external data file `" + path + "`");
   f.seekg(0, std::ios::end);
@@ -122,6 +125,9 @@ rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir)
 }
 
 std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    return TensorReadError{"`" + path + "` is not a regular file"};
   std::ifstream f(path, std::ios::binary);
   if (!f) return TensorReadError{"cannot open `" + path + "`"};
   std::stringstream ss;
