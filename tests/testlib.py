@@ -187,3 +187,39 @@ def summary(passed, failed, minimum=1, what="cases"):
         failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def chart_problems(path, series, points, labels=(), what="the curves"):
+    """What is wrong with an SVG chart that a training example wrote (tools' write_text of a
+    plot): it must be well-formed SVG with one polyline per entry of `series` (names for the
+    message), each of `points` points inside the image, and every text of `labels` somewhere in
+    its text. Returns the problems as sentences; empty when the chart is right."""
+    import xml.etree.ElementTree as ET
+    try:
+        svg = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        return [f"{what} are not well-formed XML: {e}"]
+    problems = []
+    if svg.tag != SVG + "svg":
+        problems.append(f"the root element is {svg.tag}, not svg")
+    lines = svg.findall(f".//{SVG}polyline")
+    if len(lines) != len(series):
+        problems.append(f"expected {len(series)} polylines ({', '.join(series)}), got {len(lines)}")
+    width, height = float(svg.get("width", "inf")), float(svg.get("height", "inf"))
+    for pl in lines:
+        pts = pl.get("points", "").split()
+        if len(pts) != points:
+            problems.append(f"a polyline has {len(pts)} points, not {points}")
+        for pt in pts:
+            x, y = (float(v) for v in pt.split(","))
+            if not (0 <= x <= width and 0 <= y <= height):
+                problems.append(f"point {pt} lies outside the image")
+                break
+    texts = " ".join(t.text or "" for t in svg.iter(SVG + "text"))
+    for label in labels:
+        if label not in texts:
+            problems.append(f"the chart has no `{label}` label")
+    return problems

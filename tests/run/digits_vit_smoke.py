@@ -12,9 +12,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 
-SVG = "{http://www.w3.org/2000/svg}"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import chart_problems  # noqa: E402
+
 EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  train_acc +([\d.]+)%  test_acc +([\d.]+)%  time ([\d.]+)s$")
 
 
@@ -61,29 +62,8 @@ def main():
         if "epoch" not in p.stderr:
             problems.append("no progress output on stderr")
 
-        try:
-            svg = ET.parse(out).getroot()
-        except (OSError, ET.ParseError) as e:
-            problems.append(f"the curve is not well-formed XML: {e}")
-            svg = None
-        if svg is not None:
-            if svg.tag != SVG + "svg":
-                problems.append(f"the root element is {svg.tag}, not svg")
-            lines = svg.findall(f".//{SVG}polyline")
-            if len(lines) != 3:
-                problems.append(f"expected 3 polylines (loss, train and test accuracy), got {len(lines)}")
-            for pl in lines:
-                pts = pl.get("points", "").split()
-                if len(pts) != epochs:
-                    problems.append(f"a polyline has {len(pts)} points, not {epochs}")
-                for pt in pts:
-                    x, y = (float(v) for v in pt.split(","))
-                    if not (0 <= x <= float(svg.get("width")) and 0 <= y <= float(svg.get("height"))):
-                        problems.append(f"point {pt} lies outside the image")
-            texts = " ".join(t.text or "" for t in svg.iter(SVG + "text"))
-            for label in ("epoch", "train loss", "train accuracy", "test accuracy"):
-                if label not in texts:
-                    problems.append(f"the chart has no `{label}` label")
+        problems += chart_problems(out, ("loss", "train accuracy", "test accuracy"), epochs,
+                                   ("epoch", "train loss", "train accuracy", "test accuracy"), "the curve")
 
         bad = os.path.join(tmp, "no-such-dir", "curve.svg")
         p = run(tsr, root, "--epochs", "1", "--train_limit", "64", "--batch", "64", "--out", bad)

@@ -22,9 +22,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 
-SVG = "{http://www.w3.org/2000/svg}"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import chart_problems  # noqa: E402
+
 DATA = "/usr/share/datasets/fashion-mnist"
 RANDOM = re.compile(r"^random backbone  knn_acc +([\d.]+)%  time ([\d.]+)s$")
 EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  knn_acc +([\d.]+)%  random +([\d.]+)%  time ([\d.]+)s$")
@@ -128,22 +129,8 @@ def main():
                       f"{max(accs) - random_acc:+.1f} at best (not asserted)")
         if not re.search(r"^final k-NN accuracy [\d.]+% \(random backbone [\d.]+%\)", p.stdout, re.M):
             problems.append("no final k-NN accuracy line")
-        try:
-            svg = ET.parse(out).getroot()
-        except (OSError, ET.ParseError) as e:
-            problems.append(f"the curves are not well-formed XML: {e}")
-            svg = None
-        if svg is not None:
-            lines = svg.findall(f".//{SVG}polyline")
-            if len(lines) != 3:
-                problems.append(f"expected 3 polylines (loss, k-NN of the teacher and of the random backbone), got {len(lines)}")
-            for pl in lines:
-                if len(pl.get("points", "").split()) != epochs:
-                    problems.append(f"a polyline does not have {epochs} points")
-            texts = " ".join(t.text or "" for t in svg.iter(SVG + "text"))
-            for label in ("DINO loss", "k-NN, teacher", "k-NN, random backbone"):
-                if label not in texts:
-                    problems.append(f"the chart has no `{label}` label")
+        problems += chart_problems(out, ("loss", "k-NN of the teacher", "k-NN of the random backbone"), epochs,
+                                   ("DINO loss", "k-NN, teacher", "k-NN, random backbone"))
 
         problems += gram_run(tsr, root, extra, tmp)
 

@@ -21,9 +21,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 
-SVG = "{http://www.w3.org/2000/svg}"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from testlib import chart_problems  # noqa: E402
+
 DATA = "/usr/share/games/fortunes"
 CORPUS = re.compile(r"^gpt: fortunes, (\d+) bytes from (\d+) files, vocabulary (\d+) bytes")
 START = re.compile(r"^step +0/\d+  val (\S+)  val_acc")
@@ -88,18 +89,7 @@ def main():
                     problems.append(f"the validation loss did not fall by 0.5: {start[0]} before training, {val}")
             print(f"training loss, first window {train[0]:.4f}, last {train[-1]:.4f}; validation {start[0]:.4f} -> "
                   f"{val[-1]:.4f}; {rows[-1].group(6)} ms/step in the last window")
-        try:
-            svg = ET.parse(out).getroot()
-        except (OSError, ET.ParseError) as e:
-            problems.append(f"the curves are not well-formed XML: {e}")
-            svg = None
-        if svg is not None:
-            polylines = svg.findall(f".//{SVG}polyline")
-            if len(polylines) != 3:
-                problems.append(f"expected 3 polylines (train, validation, accuracy), got {len(polylines)}")
-            for pl in polylines:
-                if len(pl.get("points", "").split()) != len(expected):
-                    problems.append(f"a polyline does not have {len(expected)} points")
+        problems += chart_problems(out, ("train", "validation", "accuracy"), len(expected))
         if not os.path.exists(ckpt):
             problems.append("no checkpoint was written")
         else:
