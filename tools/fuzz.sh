@@ -39,6 +39,15 @@ status=0
   -max_len=4096 -print_final_stats=1 "$corpus" >"$log" 2>&1 || status=$?
 tail -n 25 "$log"
 if [[ $status -ne 0 ]]; then
+  # The tail is the fuzzer's statistics and the bottom of a stack; the cause is at the top: the
+  # first report line (an uncaught exception's what(), a sanitizer's ERROR, a runtime error) and
+  # the frames under it, where the crash is in our code.
+  first=$(grep -n -m1 -E "terminate called|what\(\)|ERROR:|runtime error|deadly signal|timeout|out-of-memory|leak" "$log" | cut -d: -f1 || true)
+  if [[ -n "$first" ]]; then
+    echo "== the failure's report (full log line $first on):"
+    start=$(( first > 3 ? first - 3 : 1 ))
+    sed -n "${start},$(( first + 30 ))p" "$log" | cut -c1-240
+  fi
   echo "tools/fuzz.sh: FAILED: the fuzzer exited $status (a crash, hang, leak, sanitizer report or bad option: see above);"
   echo "  full log: $log; inputs that failed: $BUILD/artifacts/"
   exit 1
