@@ -1,4 +1,5 @@
 #include "exec/CompiledExecutor.h"
+#include "ir/Scan.h"
 
 #include "ir/Text.h"
 #include "ir/tile/TileText.h"
@@ -597,6 +598,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       std::vector<ir::Type> types;
       for (const Value *r : o->results) types.push_back(r->type);
       Op *c = sub.addWithTypes(o->kind, operands, o->attrs, types, o->loc);
+      c->body = o->body;
       for (size_t r = 0; r < c->results.size(); ++r) {
         map[o->results[r]] = c->results[r];
         each(o, r, c->results[r]);
@@ -937,6 +939,50 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         break;
       }
       case sched::StepKind::Library: {
+        if (op.kind == OpKind::Scan) {
+          // A scan (ir/Scan.h): its body is a graph of its own, planned and compiled once by
+          // this executor (run() caches its plan and programs like any graph's), and run here
+          // once per step on the backend: step i's rows of the xs are views materialized by the
+          // backend's copy program, the carries pass from step to step as tensors, and each
+          // step's ys are copied into row i of the stacked results. The same loop drives the
+          // host CPU and a GPU (StepBackend), so the body's kernels launch on either.
+          ++I.stats.scanSteps;
+          auto s = ir::scanShape(op);
+          if (!s || !op.body) throw OpFailure{"a scan without its body or its attributes"};
+          const int64_t n = shapeOfDims({s->length})[0];
+          std::vector<Tensor> state;
+          for (size_t k = 0; k < s->consts + s->carries; ++k) {
+            const Value *v = op.operands[k];
+            const View &w = viewOf(v);
+            state.push_back(v->type.isKey() ? w.buf : I.materialize(w, w.buf.dtype(), {}, key + "scan-in" + std::to_string(k) + "/"));
+          }
+          std::vector<Tensor> ys;
+          for (size_t k = s->carries; k < op.results.size(); ++k) ys.push_back(I.allocate(shapeOf(op.results[k]), op.results[k]->type.dtype));
+          for (int64_t step = 0; step < n; ++step) {
+            const int64_t i = s->reverse ? n - 1 - step : step;
+            std::vector<Tensor> args = state;
+            for (size_t x = 0; x < s->xs; ++x) {
+              View row = viewOf(op.operands[s->consts + s->carries + x]);
+              if (row.shape.empty() || row.shape[0] != n) throw OpFailure{"xs " + std::to_string(x) + " has no row " + std::to_string(i)};
+              row.offset += i * row.strides[0];
+              row.shape.erase(row.shape.begin());
+              row.strides.erase(row.strides.begin());
+              args.push_back(I.materialize(row, row.buf.dtype(), {}, key + "scan-x" + std::to_string(x) + "/"));
+            }
+            std::vector<Tensor> out = run(m, *op.body, args, sizes);
+            for (size_t c = 0; c < s->carries; ++c) state[s->consts + c] = out[c];
+            for (size_t y = 0; y < ys.size(); ++y) {
+              View dst = whole(ys[y]);
+              dst.offset = i * dst.strides[0];
+              dst.shape.erase(dst.shape.begin());
+              dst.strides.erase(dst.strides.begin());
+              if (numelOf(dst.shape) > 0) I.copy(dst, whole(out[s->carries + y]), {}, key + "scan-y" + std::to_string(y) + "/");
+            }
+          }
+          for (size_t c = 0; c < s->carries; ++c) views[op.results[c]] = whole(state[s->consts + c]);
+          for (size_t y = 0; y < ys.size(); ++y) views[op.results[s->carries + y]] = whole(ys[y]);
+          break;
+        }
         ++I.stats.librarySteps;
         std::vector<const Value *> ins;
         for (const Value *o : op.operands)

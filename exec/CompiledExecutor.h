@@ -55,6 +55,7 @@ public:
     uint64_t interpretedSteps = 0;  // kernel steps run on the evaluator below the JIT threshold
     uint64_t unknownDimSteps = 0;   // kernel steps run on the evaluator: a type with a `?` dim
     uint64_t librarySteps = 0;      // library steps (Fusion.h): the evaluator's code by design
+    uint64_t scanSteps = 0;         // scan ops run: each runs its body's own plan once per step (compiled as any graph)
     uint64_t compiledAhead = 0;     // programs compiled in a batch before a graph's first run
     uint64_t compiledLazily = 0;    // programs compiled when a step reached them (copies of views included)
   };

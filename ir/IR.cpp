@@ -76,6 +76,17 @@ Value *Graph::add(OpKind kind, std::vector<Value *> operands, std::vector<Attr> 
   return addWithTypes(kind, std::move(operands), std::move(attrs), std::get<std::vector<Type>>(std::move(r)), loc)->result();
 }
 
+Value *Graph::addResult(Op *op, Type t) {
+  auto v = std::make_unique<Value>();
+  v->type = std::move(t);
+  v->def = op;
+  v->index = static_cast<uint32_t>(op->results.size());
+  v->id = nextId_++;
+  op->results.push_back(v.get());
+  valueStore_.push_back(std::move(v));
+  return op->results.back();
+}
+
 void Graph::eraseOps(const std::vector<bool> &dead) {
   std::vector<Op *> kept;
   for (size_t i = 0; i < ops.size(); ++i)

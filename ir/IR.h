@@ -85,6 +85,7 @@ struct Attr {
 };
 
 struct Op;
+class Graph;
 
 struct Value {
   Type type;
@@ -100,6 +101,11 @@ struct Op {
   std::vector<Value *> results;
   std::vector<Attr> attrs;
   Loc loc;
+  /// The body of a region op (scan; ir/Scan.h): a closed graph of its own (what it reads from
+  /// the enclosing graph is an operand), printed nested in the op's text. Shared, not copied, by
+  /// the op's clones (checkpoint recomputation, the executor's subgraphs), since no pass rewrites
+  /// a body after the op is built. Null for every other op.
+  std::shared_ptr<Graph> body;
 
   const AttrValue *attr(std::string_view n) const {
     for (auto &a : attrs) if (a.name == n) return &a.value;
@@ -157,6 +163,9 @@ public:
   Value *add(OpKind kind, std::vector<Value *> operands, std::vector<Attr> attrs = {}, Loc loc = {});
   /// Appends an op with explicit result types (kernel calls), checking nothing.
   Op *addWithTypes(OpKind kind, std::vector<Value *> operands, std::vector<Attr> attrs, std::vector<Type> results, Loc loc = {});
+  /// Gives `op` (an op of this graph) one more result of type `t`, keeping its others: a scan's
+  /// residuals, which its vjp rule adds (ir/autodiff/ScanRules.cpp).
+  Value *addResult(Op *op, Type t);
   /// Removes ops for which `dead` is true; they must have no remaining uses.
   void eraseOps(const std::vector<bool> &dead);
   /// Renumbers values 0.. in order (parameters first).

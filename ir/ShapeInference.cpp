@@ -366,6 +366,8 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
   }
   case OpKind::KernelCall:
     return std::string("kernel_call has explicit result types");
+  case OpKind::Scan:
+    return std::string("scan's result types come from its body (ir/Scan.h, scanResultTypes)");
   case OpKind::CheckLe: {
     if (ops.size() < 2) return std::string("check_le takes at least two operands");
     for (const Type *o : ops)

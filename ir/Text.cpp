@@ -17,14 +17,16 @@ using text::quote;
 
 static std::string valueName(const Value *v) { return v->def ? "%" + std::to_string(v->id) : "%" + v->name; }
 
-void printGraph(std::ostream &os, const Graph &g, const Module &m, bool withLocations) {
+// A graph at an indentation: a region op's body prints nested in the op's line, its ops indented
+// two spaces further, so that the text of a module is the text of its graphs, bodies included.
+static void printGraphAt(std::ostream &os, const Graph &g, const Module &m, bool withLocations, const std::string &indent) {
   os << "graph @" << g.name << "(";
   for (size_t i = 0; i < g.params.size(); ++i) os << (i ? ", " : "") << "%" << g.params[i]->name << ": " << g.params[i]->type.str();
   os << ") -> (";
   for (size_t i = 0; i < g.outputs.size(); ++i) os << (i ? ", " : "") << g.outputs[i]->type.str();
   os << ") {\n";
   for (const Op *op : g.ops) {
-    os << "  ";
+    os << indent << "  ";
     for (size_t i = 0; i < op->results.size(); ++i) os << (i ? ", " : "") << valueName(op->results[i]);
     if (!op->results.empty()) os << " = ";
     os << opSpelling(op->kind);
@@ -38,12 +40,19 @@ void printGraph(std::ostream &os, const Graph &g, const Module &m, bool withLoca
     for (size_t i = 0; i < op->results.size(); ++i) os << (i ? ", " : " ") << op->results[i]->type.str();
     if (withLocations && op->loc.valid() && op->loc.file <= m.files.size())
       os << " loc(" << quote(m.files[op->loc.file - 1]) << ":" << op->loc.line << ":" << op->loc.col << ")";
-    os << "\n";
+    if (op->body) {
+      os << " body ";
+      printGraphAt(os, *op->body, m, withLocations, indent + "  ");
+    } else {
+      os << "\n";
+    }
   }
-  os << "  return";
+  os << indent << "  return";
   for (size_t i = 0; i < g.outputs.size(); ++i) os << (i ? ", " : " ") << valueName(g.outputs[i]);
-  os << "\n}\n";
+  os << "\n" << indent << "}\n";
 }
+
+void printGraph(std::ostream &os, const Graph &g, const Module &m, bool withLocations) { printGraphAt(os, g, m, withLocations, ""); }
 
 void printModule(std::ostream &os, const Module &m, bool withLocations) {
   for (size_t i = 0; i < m.graphs.size(); ++i) {
@@ -77,7 +86,10 @@ public:
   std::unique_ptr<Module> module() {
     auto m = std::make_unique<Module>();
     m_ = m.get();
-    while (tok_.kind != Tok::End) m->graphs.push_back(graph());
+    while (tok_.kind != Tok::End) {
+      values_.clear();
+      m->graphs.push_back(graph());
+    }
     return m;
   }
 
@@ -111,7 +123,6 @@ private:
     if (tok_.kind != Tok::Global) fail("expected @name");
     auto g = std::make_unique<Graph>(tok_.text);
     advance();
-    values_.clear();
     expect("(");
     while (!isPunct(")")) {
       if (tok_.kind != Tok::Local) fail("expected a parameter");
@@ -176,6 +187,14 @@ private:
     }
     Loc loc = optLoc([&](const std::string &f) { return m_->fileIndex(f); });
     Op *o = g.addWithTypes(*kind, operands, attrs, types, loc);
+    if (isIdent("body")) {
+      // A region op's body: a graph of its own, with its own names (it is closed).
+      advance();
+      auto outer = std::move(values_);
+      values_.clear();
+      o->body = graph();
+      values_ = std::move(outer);
+    }
     for (size_t i = 0; i < names.size(); ++i) {
       // A numeric name keeps its number (the printed ids); other names number from 0.
       uint32_t id = 0;

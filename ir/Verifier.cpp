@@ -1,5 +1,7 @@
 #include "ir/Verifier.h"
 
+#include "ir/Scan.h"
+
 #include <unordered_set>
 
 namespace tsr::ir {
@@ -21,7 +23,25 @@ std::vector<std::string> verify(const Graph &g) {
       if (!defined.count(v)) errors.push_back(where + ": an operand is used before it is defined");
       types.push_back(&v->type);
     }
-    if (op->kind != OpKind::KernelCall) {
+    if (op->kind == OpKind::Scan) {
+      // A region op: its body is a graph of its own, verified as one, and its result types come
+      // from the body (ir/Scan.h).
+      auto s = scanShape(*op);
+      if (!op->body || !s) {
+        errors.push_back(where + ": a scan without its body or its attributes");
+      } else {
+        for (const std::string &e : verify(*op->body)) errors.push_back(where + ": body: " + e);
+        auto r = scanResultTypes(*op->body, types, *s);
+        if (auto *e = std::get_if<std::string>(&r)) errors.push_back(where + ": " + *e);
+        else if (std::get<std::vector<Type>>(r).size() != op->results.size()) errors.push_back(where + ": wrong number of results");
+        else
+          for (size_t k = 0; k < op->results.size(); ++k)
+            if (std::get<std::vector<Type>>(r)[k] != op->results[k]->type)
+              errors.push_back(where + ": result has type " + op->results[k]->type.str() + " but the body gives " + std::get<std::vector<Type>>(r)[k].str());
+      }
+    } else if (op->body) {
+      errors.push_back(where + ": only scan has a body");
+    } else if (op->kind != OpKind::KernelCall) {
       auto r = inferTypes(op->kind, types, op->attrs);
       if (auto *e = std::get_if<TypeError>(&r)) {
         errors.push_back(where + ": " + e->message);

@@ -5,6 +5,7 @@
 // `_gather_batching_rule` does the same with a batch index). Ops without a batched form (kernel
 // calls, random draws whose bounds are batched) run once per example (`unrollExamples`).
 #include "ir/autodiff/BatchRules.h"
+#include "ir/autodiff/ScanRules.h"
 
 #include <map>
 
@@ -209,6 +210,8 @@ std::map<OpKind, BatchRule> buildTable() {
     for (size_t i = 0; i < xs.size(); ++i) if (!bd[i]) ops[i] = materialize(E, xs[i], B);
     return {E.op(OpKind::CheckLe, ops, o.attrs)};
   }};
+  // The scan region op: its rules build scans of transformed bodies (ScanRules.cpp).
+  t[OpKind::Scan] = scanBatchRule();
   return t;
 }
 

@@ -60,6 +60,14 @@ std::vector<Value *> forwardMode(const Span &span, const std::vector<Value *> &t
       if (it != tan.end()) { ts[j] = it->second; any = true; }
     }
     if (!any) continue;
+    if (rule.jvpResults) {
+      // An op of several results (scan): every result's tangent at once.
+      Emitter E(g, op->loc);
+      std::vector<Value *> rs = rule.jvpResults(E, *op, ts);
+      for (size_t k = 0; k < op->results.size() && k < rs.size(); ++k)
+        if (rs[k]) tan[op->results[k]] = E.fit(rs[k], op->results[k]->type);
+      continue;
+    }
     if (rule.nondiff || op->results.size() != 1) {
       std::string what = "`" + std::string(opSpelling(op->kind)) + "`";
       if (op->kind == OpKind::KernelCall)

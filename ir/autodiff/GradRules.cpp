@@ -7,6 +7,7 @@
 // minimum of two equal values share the gradient equally, and reduce_max/reduce_min share it
 // equally among the tied extremes (torch.amax).
 #include "ir/autodiff/GradRules.h"
+#include "ir/autodiff/ScanRules.h"
 
 #include <array>
 #include <cmath>
@@ -589,6 +590,8 @@ std::map<OpKind, GradRule> buildTable() {
   t[OpKind::KernelCall].nondiff = true;
   // A run-time check of integers (KVCache.append): no derivative.
   t[OpKind::CheckLe].nondiff = true;
+  // The scan region op: its rules build scans of transformed bodies (ScanRules.cpp).
+  t[OpKind::Scan] = scanGradRule();
   return t;
 }
 

@@ -82,6 +82,14 @@ struct GradRule {
   /// Forward mode: from the op and the tangent of each operand (null where the operand is not
   /// active), the tangent of the result, of the result's type.
   std::function<Value *(Emitter &, const Op &, const std::vector<Value *> &tangents)> jvp;
+  /// Ops of several results (scan; ScanRules.cpp), instead of vjp: from the cotangent of every
+  /// result (null where one has none) and which operands are active, the cotangent of each
+  /// active operand. The rule may give the op further results (Graph::addResult): the residuals
+  /// its backward pass reads.
+  std::function<std::vector<Value *>(Emitter &, Op &, const std::vector<Value *> &gs, const std::vector<bool> &active)> vjpResults;
+  /// Likewise instead of jvp: from the tangent of each operand (null where inactive), the tangent
+  /// of every result (null where a result has none).
+  std::function<std::vector<Value *>(Emitter &, const Op &, const std::vector<Value *> &tangents)> jvpResults;
   /// Set for ops without a derivative (see the file comment); vjp and jvp are then empty.
   bool nondiff = false;
   /// Operands that never carry a derivative (indices, conditions, keys): activity there is not

@@ -107,6 +107,19 @@ private:
       any = true;
     }
     if (!any) return;
+    if (rule.vjpResults) {
+      // An op of several results (scan): every result's cotangent at once.
+      std::vector<Value *> gs;
+      for (Value *r : op->results) {
+        auto it = cot_.find(r);
+        gs.push_back(it == cot_.end() ? nullptr : it->second);
+      }
+      Emitter E(g_, op->loc);
+      std::vector<Value *> cs = rule.vjpResults(E, *op, gs, act);
+      for (size_t j = 0; j < op->operands.size(); ++j)
+        if (act[j] && j < cs.size() && cs[j]) accumulate(op->operands[j], cs[j], op->loc);
+      return;
+    }
     if (rule.nondiff || op->results.size() != 1) {
       std::string what = "`" + std::string(opSpelling(op->kind)) + "`";
       if (op->kind == OpKind::KernelCall)
@@ -145,6 +158,7 @@ private:
       std::vector<Type> types;
       for (Value *res : o->results) types.push_back(res->type);
       Op *c = g_.addWithTypes(o->kind, operands, attrs, types, o->loc);
+      c->body = o->body;
       for (size_t j = 0; j < o->results.size(); ++j) {
         map[o->results[j]] = c->results[j];
         if (isActive(o->results[j])) active_.insert(c->results[j]);

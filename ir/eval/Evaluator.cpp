@@ -6,6 +6,7 @@
 // same helpers at the top (exact dim arithmetic, broadcasting, dtype rounding), so that a reader
 // checks an op against the compiled pipeline's in one place.
 #include "ir/eval/Evaluator.h"
+#include "ir/Scan.h"
 
 #include "runtime/Numeric.h"
 
@@ -685,6 +686,7 @@ private:
       return {keyTensor(rt::split(keyOf(in[0]), count)[static_cast<size_t>(index)])};
     }
     case OpKind::KernelCall: return kernelCall(op, in);
+    case OpKind::Scan: return scan(op, in);
     case OpKind::CheckLe: {
       // A run-time check (KVCache.append past max_len): a, unless an element of a exceeds b's.
       if (in.size() < 2) fail("check_le takes at least two operands");
@@ -1119,6 +1121,38 @@ private:
       return rt::uniform(key, s, dt, lo, hi);
     }
     }
+  }
+
+  // scan (ir/Scan.h): the body graph evaluated once per step on the consts, the carries and
+  // step i's row of each xs; the carries pass from step to step and each step's ys are copied
+  // into row i of the stacked results (steps from the last row down with reverse).
+  std::vector<Tensor> scan(const Op &op, const std::vector<Tensor> &in) {
+    auto s = scanShape(op);
+    if (!s || !op.body) fail("a scan without its body or its attributes");
+    const int64_t n = dim(s->length);
+    std::vector<Tensor> state(in.begin(), in.begin() + long(s->consts + s->carries));
+    std::vector<Tensor> ys;
+    for (size_t k = s->carries; k < op.results.size(); ++k) ys.push_back(Tensor::empty(shape(op.results[k]->type.dims), op.results[k]->type.dtype));
+    for (int64_t step = 0; step < n; ++step) {
+      const int64_t i = s->reverse ? n - 1 - step : step;
+      std::vector<Tensor> args = state;
+      for (size_t x = 0; x < s->xs; ++x) {
+        const Tensor &xs = in[s->consts + s->carries + x];
+        if (xs.ndim() == 0 || xs.shape()[0] != n) fail("xs " + std::to_string(x) + " has no row " + std::to_string(i));
+        Tensor row = Tensor::empty(std::vector<int64_t>(xs.shape().begin() + 1, xs.shape().end()), xs.dtype());
+        std::memcpy(row.data(), static_cast<const std::byte *>(xs.data()) + size_t(i) * row.nbytes(), row.nbytes());
+        args.push_back(std::move(row));
+      }
+      std::vector<Tensor> out = evaluate(m_, *op.body, args, kernels_, sizes_);
+      for (size_t c = 0; c < s->carries; ++c) state[s->consts + c] = out[c];
+      for (size_t y = 0; y < ys.size(); ++y) {
+        const Tensor &r = out[s->carries + y];
+        std::memcpy(static_cast<std::byte *>(ys[y].data()) + size_t(i) * r.nbytes(), r.data(), r.nbytes());
+      }
+    }
+    std::vector<Tensor> results(state.begin() + long(s->consts), state.end());
+    results.insert(results.end(), ys.begin(), ys.end());
+    return results;
   }
 
   std::vector<Tensor> kernelCall(const Op &op, const std::vector<Tensor> &in) {

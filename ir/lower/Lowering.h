@@ -282,6 +282,10 @@ public:
   // batched by ir/autodiff/Batching.h.
   LVRef vmapCall(const LV &t, std::vector<LVRef> args, const std::map<std::string, LVRef> &kwargs, SourceRange at);
 
+  // scan(f, init, xs, length, reverse) (LowerScan.cpp): one scan region op whose body is f
+  // lowered once into a graph of its own.
+  LVRef scanCall(const LVRef &f, LVRef init, const LVRef &xs, const LVRef &length, bool reverse, SourceRange at);
+
   // ---- builtins ------------------------------------------------------------------------------
 
   LVRef arg(const std::vector<LVRef> &args, const std::map<std::string, LVRef> &kw, size_t i, const char *name);

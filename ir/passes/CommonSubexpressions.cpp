@@ -14,7 +14,8 @@ struct OpKey {
   OpKind kind;
   std::vector<const Value *> operands;
   std::vector<Attr> attrs;
-  bool operator==(const OpKey &o) const { return kind == o.kind && operands == o.operands && attrs == o.attrs; }
+  const Graph *body; // a scan's: two scans are the same only with the same body graph
+  bool operator==(const OpKey &o) const { return kind == o.kind && operands == o.operands && attrs == o.attrs && body == o.body; }
 };
 struct OpKeyHash {
   size_t operator()(const OpKey &k) const {
@@ -32,7 +33,7 @@ bool eliminateCommonSubexpressions(Graph &g) {
   bool changed = false;
   for (Op *op : g.ops) {
     replace.apply(op->operands);
-    OpKey key{op->kind, {op->operands.begin(), op->operands.end()}, op->attrs};
+    OpKey key{op->kind, {op->operands.begin(), op->operands.end()}, op->attrs, op->body.get()};
     auto [it, inserted] = seen.emplace(key, op);
     if (inserted) continue;
     Op *prev = it->second;

@@ -18,6 +18,9 @@ constexpr Pass kPasses[] = {
 } // namespace
 
 void runGraphPipeline(Graph &g, bool verifyEach) {
+  // Region bodies first (a scan's), each a graph of its own: the passes see one graph at a time.
+  for (Op *op : g.ops)
+    if (op->body) runGraphPipeline(*op->body, verifyEach);
   for (int round = 0; round < 8; ++round) {
     bool changed = false;
     for (const Pass &p : kPasses) {

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "ir/autodiff/Batching.h"
+#include "ir/Scan.h"
 #include "ir/eval/Evaluator.h"
 
 #include <functional>
@@ -216,6 +217,27 @@ TEST_CASE("unrollExamples: the rule of ops without a batched form (kernel calls,
   autodiff::Emitter E(g, {});
   Op probe{OpKind::Exp, {}, {x}, {}, {}};
   CHECK_THROWS_AS(autodiff::unrollExamples(E, probe, {x}, {true}, Dim::symbol("N")), autodiff::BatchError);
+}
+
+// scan's rule (ir/autodiff/ScanRules.cpp) batches its body: every way of batching the closed-over
+// weight, the initial carry and the xs, forwards and reversed. With only the weight or the xs
+// batched, the carry becomes batched through the steps (the rule's fixed point).
+Build scanOf(bool reverse) {
+  return [reverse](Graph &g, const std::vector<Value *> &x) -> std::vector<Value *> {
+    auto body = std::make_shared<Graph>("body");
+    Value *w = body->addParam("w", x[0]->type);
+    Value *c = body->addParam("c", x[1]->type);
+    Value *xi = body->addParam("x", sliceType(x[2]->type));
+    Value *next = body->add(OpKind::Tanh, {body->add(OpKind::Add, {body->add(OpKind::MatMul, {c, w}), xi})});
+    body->outputs = {next, body->add(OpKind::Mul, {c, xi})};
+    Op *op = addScan(g, body, {x[0]}, {x[1]}, {x[2]}, Dim::constant(4), reverse, {});
+    return op->results;
+  };
+}
+
+TEST_CASE("batching rules: scan batches its body") {
+  checkAll("scan", {tf({3, 3}), tf({3}), tf({4, 3})}, scanOf(false));
+  checkAll("scan reverse", {tf({3, 3}), tf({3}), tf({4, 3})}, scanOf(true));
 }
 
 TEST_CASE("negative control: a transpose whose permutation ignores the batch axis is caught") {

@@ -190,6 +190,8 @@ int main(int argc, char **argv) {
       const exec::CompiledExecutor::Stats st = exec.stats();
       std::cerr << "compiled: " << st.launches << " launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps
                 << " interpreted, " << st.unknownDimSteps << " with unknown dims, " << st.librarySteps << " library\n";
+      // (a line of its own: tests/ir/test_eval.py matches the line above whole)
+      if (st.scanSteps) std::cerr << "compiled scans: " << st.scanSteps << " (each body run by its own compiled plan)\n";
     } else {
       outs = ir::evaluate(*m, *g, values, nullptr, sizes);
     }

@@ -42,69 +42,11 @@ LVRef vmap(BuiltinCall &c) {
 LVRef vjp(BuiltinCall &c) { return c.L.vjpCall(c.args, c.at); }
 LVRef jvp(BuiltinCall &c) { return c.L.jvpCall(c.arg(0, "f"), c.arg(1, "primals"), c.arg(2, "tangents"), c.at); }
 
-// scan(f, init, xs, length=None, reverse=False): unrolled over its (compile-time) length for now:
-// step i calls f on the carry and slice i of every xs leaf (from the end with reverse=True), and
-// the ys are stacked along a new leading axis. The region op that compiles the body once is
-// issue 20's next step (docs/autodiff.md, "scan").
+// scan(f, init, xs, length=None, reverse=False): one scan region op whose body is f compiled
+// once (ir/lower/LowerScan.cpp).
 LVRef scan(BuiltinCall &c) {
-  LVRef f = c.arg(0, "f"), carry = c.arg(1, "init"), xs = c.arg(2, "xs"), len = c.arg(3, "length"), rev = c.arg(4, "reverse");
-  bool reverse = rev && rev->kind == LV::K::Bool && rev->b;
-  std::vector<Value *> leaves;
-  if (xs) Lowering::tensorLeaves(xs, leaves);
-  std::optional<int64_t> n;
-  if (len && len->kind != LV::K::None) n = c.L.constInt(len);
-  else if (!leaves.empty()) n = leaves[0]->type.dims.at(0).constantValue();
-  if (!n) c.unsupported("scan over a number of steps not known at compile time (the body is unrolled until scan is a region op)");
-  std::function<LVRef(const LVRef &, int64_t)> at = [&](const LVRef &v, int64_t i) -> LVRef {
-    if (v->kind == LV::K::Tensor) {
-      const auto &d = v->v->type.dims;
-      std::vector<Dim> start(d.size(), Dim::constant(0)), stop = d;
-      start[0] = Dim::constant(i);
-      stop[0] = Dim::constant(i + 1);
-      Value *s = c.L.op(OpKind::Slice, {v->v}, {{"start", start}, {"stop", stop}, {"step", std::vector<int64_t>(d.size(), 1)}}, c.at);
-      return tensor(c.L.op(OpKind::Reshape, {s}, {{"shape", std::vector<Dim>(d.begin() + 1, d.end())}}, c.at));
-    }
-    LV copy = *v;
-    for (auto &e : copy.elems) e = at(e, i);
-    for (auto &fl : copy.fields) fl.second = at(fl.second, i);
-    return mk(copy);
-  };
-  std::vector<LVRef> ys(static_cast<size_t>(*n));
-  for (int64_t k = 0; k < *n; ++k) {
-    int64_t i = reverse ? *n - 1 - k : k;
-    LVRef x = xs ? at(xs, i) : none();
-    LVRef r = c.L.callValue(f, {carry, x}, {}, c.at);
-    if ((r->kind != LV::K::Tuple && r->kind != LV::K::List) || r->elems.size() != 2) c.unsupported("a scan body that does not return (carry, y)");
-    carry = r->elems[0];
-    ys[static_cast<size_t>(i)] = r->elems[1];
-  }
-  // Stack the ys leaf by leaf.
-  std::function<LVRef(const std::vector<LVRef> &)> stack = [&](const std::vector<LVRef> &parts) -> LVRef {
-    const LVRef &p0 = parts.at(0);
-    if (p0->kind == LV::K::Tensor || Lowering::isNumber(p0)) {
-      std::vector<Value *> rows;
-      for (auto &p : parts) {
-        Value *t = c.L.tensorOf(p, c.at);
-        std::vector<Dim> one{Dim::constant(1)};
-        one.insert(one.end(), t->type.dims.begin(), t->type.dims.end());
-        rows.push_back(c.L.op(OpKind::Reshape, {t}, {{"shape", one}}, c.at));
-      }
-      return tensor(rows.size() == 1 ? rows[0] : c.L.op(OpKind::Concat, rows, {{"axis", int64_t{0}}}, c.at));
-    }
-    LV copy = *p0;
-    for (size_t j = 0; j < copy.elems.size(); ++j) {
-      std::vector<LVRef> sub;
-      for (auto &p : parts) sub.push_back(p->elems.at(j));
-      copy.elems[j] = stack(sub);
-    }
-    for (size_t j = 0; j < copy.fields.size(); ++j) {
-      std::vector<LVRef> sub;
-      for (auto &p : parts) sub.push_back(p->fields.at(j).second);
-      copy.fields[j].second = stack(sub);
-    }
-    return mk(copy);
-  };
-  return tuple({carry, *n > 0 ? stack(ys) : none()});
+  LVRef rev = c.arg(4, "reverse");
+  return c.L.scanCall(c.arg(0, "f"), c.arg(1, "init"), c.arg(2, "xs"), c.arg(3, "length"), rev && rev->kind == LV::K::Bool && rev->b, c.at);
 }
 
 // stop_gradient(x): a fresh alias of each tensor leaf that autodiff treats as a constant.
