@@ -13,6 +13,8 @@ std::optional<ScanShape> scanShape(const Op &op) {
   s.xs = op.operands.size() - s.consts - s.carries;
   s.length = (*len)[0];
   s.reverse = rev && *rev;
+  const bool *ck = op.attrAs<bool>("checkpoint");
+  s.checkpoint = ck && *ck;
   return s;
 }
 
@@ -61,17 +63,18 @@ std::variant<std::vector<Type>, std::string> scanResultTypes(const Graph &body, 
 }
 
 Op *addScan(Graph &g, std::shared_ptr<Graph> body, const std::vector<Value *> &consts, const std::vector<Value *> &inits,
-            const std::vector<Value *> &xs, const Dim &length, bool reverse, Loc loc) {
+            const std::vector<Value *> &xs, const Dim &length, bool reverse, Loc loc, bool checkpoint) {
   std::vector<Value *> operands = consts;
   operands.insert(operands.end(), inits.begin(), inits.end());
   operands.insert(operands.end(), xs.begin(), xs.end());
-  ScanShape s{consts.size(), inits.size(), xs.size(), length, reverse};
+  ScanShape s{consts.size(), inits.size(), xs.size(), length, reverse, checkpoint};
   std::vector<const Type *> types;
   for (Value *v : operands) types.push_back(&v->type);
   auto r = scanResultTypes(*body, types, s);
   if (auto *e = std::get_if<std::string>(&r)) throw IRError{"scan: " + *e};
   std::vector<Attr> attrs{{"consts", int64_t(consts.size())}, {"carries", int64_t(inits.size())},
                           {"length", std::vector<Dim>{length}}, {"reverse", reverse}};
+  if (checkpoint) attrs.push_back({"checkpoint", true});
   Op *op = g.addWithTypes(OpKind::Scan, std::move(operands), std::move(attrs), std::get<std::vector<Type>>(std::move(r)), loc);
   op->body = std::move(body);
   return op;

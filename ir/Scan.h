@@ -10,7 +10,8 @@
 // parameters are the consts, the carries and one step's slice of each xs (axis 0 removed); it
 // returns the next carries (of the carries' types exactly) and the step's ys. The op's results
 // are the final carries, then each y stacked along a new axis 0 of extent `length` (step i's y at
-// row i, also with reverse = true, which runs the steps from i = length - 1 down to 0).
+// row i, also with reverse = true, which runs the steps from i = length - 1 down to 0). An
+// attribute `checkpoint = true` (present only when true) chooses the vjp's residual policy.
 #pragma once
 
 #include "ir/IR.h"
@@ -27,6 +28,9 @@ struct ScanShape {
   size_t consts = 0, carries = 0, xs = 0;
   Dim length;
   bool reverse = false;
+  /// `checkpoint = true` (the body was given as checkpoint(f)): the vjp stores only the carries
+  /// entering each step and recomputes the body in the backward pass (ScanRules.cpp).
+  bool checkpoint = false;
 };
 
 /// The attributes of `op` (a scan) as counts; nullopt when one is missing or they do not add up
@@ -41,7 +45,7 @@ std::variant<std::vector<Type>, std::string> scanResultTypes(const Graph &body, 
 
 /// Appends a scan op to `g` (IRError when the body does not fit). `body` becomes the op's.
 Op *addScan(Graph &g, std::shared_ptr<Graph> body, const std::vector<Value *> &consts, const std::vector<Value *> &inits,
-            const std::vector<Value *> &xs, const Dim &length, bool reverse, Loc loc);
+            const std::vector<Value *> &xs, const Dim &length, bool reverse, Loc loc, bool checkpoint = false);
 
 /// Step `i`'s slice of a stacked value's type: axis 0 removed.
 Type sliceType(const Type &stacked);

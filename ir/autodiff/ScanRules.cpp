@@ -93,6 +93,14 @@ std::vector<Value *> scanVjp(Emitter &E, Op &op, const std::vector<Value *> &gs,
     remat.push_back(o);
     for (const Value *r : o->results) paramFree.insert(r);
   }
+  // With the checkpoint policy every forward op is recomputed in the backward body, from the
+  // carries stored per step: nothing else is stored.
+  if (s->checkpoint) {
+    remat.assign(J.ops.begin(), J.ops.begin() + long(nFwd));
+    for (size_t i = 0; i < nFwd; ++i)
+      for (const Value *r : J.ops[i]->results) paramFree.insert(r);
+    for (size_t k = 0; k < K; ++k) jParamsUsed.insert(toJ.at(body.params[C + k]));
+  }
   std::vector<Value *> residuals;
   std::unordered_set<const Value *> seen;
   auto need = [&](Value *v) {
@@ -253,7 +261,7 @@ std::vector<Value *> scanJvp(Emitter &E, const Op &op, const std::vector<Value *
   for (size_t y = K; y < outs.size(); ++y)
     if (differentiable(outs[y]->type)) nb->outputs.push_back(touts[y]);
   nb->renumber();
-  Op *f = addScan(E.graph(), nb, consts, inits, xs, s->length, s->reverse, E.loc());
+  Op *f = addScan(E.graph(), nb, consts, inits, xs, s->length, s->reverse, E.loc(), s->checkpoint);
   std::vector<Value *> res(op.results.size(), nullptr);
   size_t at = K;
   for (size_t k = 0; k < K; ++k)
@@ -334,7 +342,7 @@ std::vector<Value *> scanBatch(Emitter &E, const Op &op, const std::vector<Value
     return E.op(OpKind::Transpose, {v}, {{"perm", perm}});
   };
   for (size_t j = C + K; j < op.operands.size(); ++j) xs.push_back(bd[j] ? swap01(xsIn[j]) : xsIn[j]);
-  Op *f = addScan(E.graph(), nb, consts, inits, xs, s->length, s->reverse, E.loc());
+  Op *f = addScan(E.graph(), nb, consts, inits, xs, s->length, s->reverse, E.loc(), s->checkpoint);
   std::vector<Value *> res;
   for (size_t k = 0; k < K; ++k) {
     Value *v = f->results[k];

@@ -92,16 +92,24 @@ LVRef Lowering::scanCall(const LVRef &f, LVRef init, const LVRef &xs, const LVRe
   next = 0;
   LVRef xIn = xsLeaves.empty() ? none() : rebuild(xs, xParams, next);
 
+  // scan(checkpoint(f), ...): the body is f, and the scan's vjp recomputes it from the stored
+  // carries instead of storing its residuals (the op's `checkpoint` attribute).
+  LVRef fn = f;
+  bool checkpointed = false;
+  if (fn->kind == LV::K::Transformed && fn->transform == sema::Transform::Checkpoint && fn->inner) {
+    fn = fn->inner;
+    checkpointed = true;
+  }
   Lowering sub(m_, p_, *body);
   sub.frames_ = frames_;
   sub.depth_ = depth_;
-  LVRef r = sub.callValue(f, {carryIn, xIn}, {}, at);
+  LVRef r = sub.callValue(fn, {carryIn, xIn}, {}, at);
   if ((r->kind != LV::K::Tuple && r->kind != LV::K::List) || r->elems.size() != 2) unsupported("a scan body that does not return (carry, y)", at);
   // What autodiff records while lowering (stop_gradient's constants, checkpoint and custom_vjp
   // regions) is kept per graph by the lowering that made it, and the scan's derivative
   // (ir/autodiff/ScanRules.cpp) differentiates the body graph alone: it would be lost silently.
   if (!sub.constants_.empty() || !sub.regions_.empty())
-    unsupported("stop_gradient, checkpoint or a custom_vjp call inside a scan body", at);
+    unsupported("stop_gradient or checkpoint inside a scan body", at);
   std::vector<LVRef> carryOut, yLeaves;
   leavesLike(init, tensors(sub, r->elems[0]), carryOut, noMatch);
   LVRef yTree = tensors(sub, r->elems[1]);
@@ -144,7 +152,7 @@ LVRef Lowering::scanCall(const LVRef &f, LVRef init, const LVRef &xs, const LVRe
 
   Op *scan = nullptr;
   try {
-    scan = addScan(g_, body, consts, inits, xsVals, n, reverse, loc(at));
+    scan = addScan(g_, body, consts, inits, xsVals, n, reverse, loc(at), checkpointed);
   } catch (IRError &e) {
     unsupported(e.message, at);
   }

@@ -6,7 +6,8 @@
 - the graph: each scan is one `scan` op whose body holds the step's ops once (an RNN's tanh
   appears once however long the scan), and the text form reads back to the same text;
 - values and gradients (torch.autograd, f64, relative 1e-12) of an RNN with a closed-over
-  weight, of the same scan reversed, of a pytree carry (tuple) over pytree xs (dict), of a scan
+  weight (also with the body checkpointed, whose vjp stores only the carries: checked on the
+  graph's text), of the same scan reversed, of a pytree carry (tuple) over pytree xs (dict), of a scan
   with `length` and no xs, of a stack of residual MLP layers over stacked parameters; vmap of
   a scan against a loop over the examples; jvp of a scan against torch.autograd.functional.jvp;
 - every case runs on the reference evaluator and on the compiled CPU executor (TSR_EXECUTOR=
@@ -135,6 +136,14 @@ def main():
             want_scans = 2 if name == "rnn_grad" else 1
             check(f"body lowered once: {name}", scans == want_scans and tanhs == 1, f"{scans} scan ops, {tanhs} tanh ops")
 
+        # checkpoint(f) as the body: the forward scan of the gradient stores the carry alone
+        # (results: the carry, the ys, the stored carries), where the plain body also stores
+        # residuals (the negative control applies the check to the plain one).
+        for name in (["rnn_grad"] if NEGATIVE else ["rnn_ckpt_grad"]):
+            first = re.search(r"^  (%\d+(?:, %\d+)*) = scan ", graph_text(name), re.M)
+            count = len(first.group(1).split(", ")) if first else 0
+            check(f"checkpointed body stores only the carries: {name}", count == 3, f"the forward scan has {count} results")
+
         n = 0
 
         def run(graph, *inputs, compiled=False):
@@ -183,6 +192,7 @@ def main():
         compare("values rnn", "rnn", (w, h, xs), [c.numpy(), ys.numpy()])
         want = grads(lambda w, h, xs: (lambda c, ys: (c * c).sum() + (ys * ys).sum())(*rnn(w, h, xs)), w, h, xs)
         compare("gradients rnn", "rnn_grad", (w, h, xs), want)
+        compare("gradients rnn, checkpointed body", "rnn_ckpt_grad", (w, h, xs), want)
 
         c, ys = rnn(torch.tensor(w), torch.tensor(h), torch.tensor(xs), reverse=True, y_is_carry=True)
         compare("values reverse", "rnn_reverse", (w, h, xs), [c.numpy(), ys.numpy()])

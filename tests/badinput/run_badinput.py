@@ -43,6 +43,17 @@ def cases(tmp):
     yield "an unknown flag", [write("ok.tsr", "def main():\n    pass\n"), "--frobnicate"], 2, False
     yield "no file argument", [], 2, False
     yield "an unknown --emit", [write("ok2.tsr", "def main():\n    pass\n"), "--emit=nonsense"], 2, False
+    # Malformed scans in Graph IR text (--read-graph): a scan without its body, xs shorter than its
+    # length, a body reading a value of the enclosing graph (bodies are closed), a body on another
+    # op. Each is the reader's or the verifier's error (exit 1), not a crash.
+    head = 'graph @f(%h: tensor<4, f32>, %xs: tensor<3, 4, f32>) -> (tensor<4, f32>) {\n'
+    scan = '  %2, %3 = scan %h, %xs {consts = 0, carries = 1, length = <N>, reverse = false} : tensor<4, f32>, tensor<N, 4, f32>'
+    body = ' body graph @b(%c: tensor<4, f32>, %x: tensor<4, f32>) -> (tensor<4, f32>, tensor<4, f32>) {\n    %2 = add %c, %X : tensor<4, f32>\n    return %2, %x\n  }\n'
+    end = '  return %2\n}\n'
+    yield "a scan without its body", [write("scan_nobody.graph", head + scan.replace("N", "3") + "\n" + end), "--read-graph"], 1, False
+    yield "a scan longer than its xs", [write("scan_len.graph", head + scan.replace("N", "5") + body.replace("%X", "%x") + end), "--read-graph"], 1, False
+    yield "a scan body reading the enclosing graph", [write("scan_open.graph", head + scan.replace("N", "3") + body.replace("%X", "%h") + end), "--read-graph"], 1, False
+    yield "a body on an op other than scan", [write("add_body.graph", head + "  %2 = add %h, %h : tensor<4, f32>" + body.replace("%X", "%x") + end), "--read-graph"], 1, False
     write("cyc_b.tsr", "import cyc_a\n")
     yield "an import cycle", [write("cyc_a.tsr", "import cyc_b\n\ndef main():\n    pass\n")], 1, True
 
