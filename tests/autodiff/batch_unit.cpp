@@ -240,6 +240,18 @@ TEST_CASE("batching rules: scan batches its body") {
   checkAll("scan reverse", {tf({3, 3}), tf({3}), tf({4, 3})}, scanOf(true));
 }
 
+TEST_CASE("negative control: a batched scan that runs its steps the other way is caught") {
+  // scan's own rule applied to the reversed scan, compared with the loop over the forward one.
+  Graph scratch("scratch");
+  std::vector<Value *> ex{scratch.addParam("w", tf({3, 3})), scratch.addParam("c", tf({3})), scratch.addParam("xs", tf({4, 3}))};
+  const Op *reversed = scanOf(true)(scratch, ex)[0]->def;
+  Rule wrong = [reversed](autodiff::Emitter &E, const std::vector<Value *> &xs, const std::vector<bool> &bd) -> std::vector<Value *> {
+    return autodiff::batchRule(OpKind::Scan).batch(E, *reversed, xs, bd, Dim::constant(kB));
+  };
+  double err = compare({tf({3, 3}), tf({3}), tf({4, 3})}, {false, false, true}, scanOf(false), 4, wrong);
+  CHECK(err > 0.1);
+}
+
 TEST_CASE("negative control: a transpose whose permutation ignores the batch axis is caught") {
   Rule wrong = [](autodiff::Emitter &E, const std::vector<Value *> &xs, const std::vector<bool> &) -> std::vector<Value *> {
     // perm {1, 0} applied to [B, 3, 3] as if the batch axis were not there: [3, B, 3] read as [B, 3, 3].
