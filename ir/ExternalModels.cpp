@@ -1,5 +1,6 @@
 #include "ir/ExternalModels.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace tsr::ir {
@@ -14,6 +15,21 @@ ModelGraphSource *modelGraphSource() { return g_source; }
 void setModelGraphSource(ModelGraphSource *source) { g_source = source; }
 ModelWriter *modelWriter() { return g_writer; }
 void setModelWriter(ModelWriter *writer) { g_writer = writer; }
+
+sema::ModelSignature signatureOf(const ModelGraph &m) {
+  const Graph &g = *m.graph;
+  sema::ModelSignature sig;
+  auto typeOf = [](const Type &t) { return sema::T::tensor(t.dims, t.dtype, t.policies); };
+  for (size_t i = 0; i < m.numInputs; ++i) {
+    sig.inputs.push_back({i < m.inputNames.size() ? m.inputNames[i] : g.params[i]->name, typeOf(g.params[i]->type)});
+    for (const Dim &d : g.params[i]->type.dims)
+      for (const std::string &s : d.symbols())
+        if (std::find(sig.symbols.begin(), sig.symbols.end(), s) == sig.symbols.end()) sig.symbols.push_back(s);
+  }
+  for (size_t i = 0; i < m.constants.size(); ++i) sig.params.push_back({m.constantNames[i], typeOf(g.params[m.numInputs + i]->type)});
+  for (const Value *o : g.outputs) sig.outputs.push_back(typeOf(o->type));
+  return sig;
+}
 
 std::string capturedName(size_t index, size_t i) {
   return std::string(kPrefix) + std::to_string(index) + "_c" + std::to_string(i);

@@ -13,6 +13,7 @@
 
 #include "ir/IR.h"
 #include "runtime/Tensor.h"
+#include "sema/ExternalModels.h"
 
 #include <optional>
 #include <string>
@@ -23,7 +24,9 @@ namespace tsr::ir {
 
 struct ModelGraph {
   const Graph *graph = nullptr;
+  const Module *module = nullptr;      // the module that owns `graph` (to print it)
   size_t numInputs = 0;                // graph->params[0, numInputs): the model's inputs
+  std::vector<std::string> inputNames; // the model's names of those inputs
   std::vector<rt::Tensor> constants;   // the values of graph->params[numInputs, ...)
   std::vector<std::string> constantNames;
   size_t index = 0;                    // the model's number in this process (captured names)
@@ -41,6 +44,11 @@ public:
 
 ModelGraphSource *modelGraphSource();
 void setModelGraphSource(ModelGraphSource *source);
+
+/// What the checker sees of a model (sema/ExternalModels.h), read off its graph: the inputs'
+/// names and types, the outputs' types, the tensors' names and types, the inputs' symbols. The
+/// importer and a bundle's runner (which carries the graph, not the file) answer with it.
+sema::ModelSignature signatureOf(const ModelGraph &m);
 
 /// Writes a graph as a model file (`onnx.save` in host code; the importer's library implements
 /// it: onnx/Export.h). Returns "" or why the graph cannot be written (naming the op at fault).

@@ -466,6 +466,9 @@ std::variant<ImportedModel, ImportError> importModelBytes(const std::string &byt
   }
   out.constants = std::move(I.constants);
   out.constantNames = std::move(I.constantNames);
+  // Parameters were added as the nodes first used them, among the ops: number the values in the
+  // order the text form lists them, so that the printed graph parses back (a bundle carries it).
+  g->renumber();
   if (auto problems = ir::verify(*g); !problems.empty()) {
     err.message = "internal error: the imported graph does not verify: " + problems[0];
     return err;

@@ -34,19 +34,7 @@ public:
       if (s.rfind(prefix, 0) == 0) s = s.substr(prefix.size());
       return sema::ModelLoadError{s, e.error->unsupported};
     }
-    const ir::Graph &g = *e.model->graph;
-    sema::ModelSignature sig;
-    auto typeOf = [](const ir::Type &t) { return sema::T::tensor(t.dims, t.dtype, t.policies); };
-    for (size_t i = 0; i < e.model->numInputs; ++i) {
-      sig.inputs.push_back({e.model->inputNames[i], typeOf(g.params[i]->type)});
-      for (const Dim &d : g.params[i]->type.dims)
-        for (const std::string &s : d.symbols())
-          if (std::find(sig.symbols.begin(), sig.symbols.end(), s) == sig.symbols.end()) sig.symbols.push_back(s);
-    }
-    for (size_t i = 0; i < e.model->constants.size(); ++i)
-      sig.params.push_back({e.model->constantNames[i], typeOf(g.params[e.model->numInputs + i]->type)});
-    for (const ir::Value *o : g.outputs) sig.outputs.push_back(typeOf(o->type));
-    return sig;
+    return ir::signatureOf(e.graph);
   }
 
   const ir::ModelGraph *graph(const std::string &path) override {
@@ -73,7 +61,9 @@ private:
     } else {
       e->model = std::get<ImportedModel>(std::move(r));
       e->graph.graph = e->model->graph;
+      e->graph.module = &e->module;
       e->graph.numInputs = e->model->numInputs;
+      e->graph.inputNames = e->model->inputNames;
       e->graph.constants = e->model->constants;
       e->graph.constantNames = e->model->constantNames;
     }

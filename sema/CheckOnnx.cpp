@@ -146,6 +146,7 @@ TypeRef FunctionChecker::onnxCall(Call *c) {
     fn = info.get();
     known[key] = std::move(info);
   }
+  pc_.P.externalLoads[c] = {&mod_, *written, path, split};
   TypeRef f = T::function(fn);
   if (!split) return f;
   return T::tuple({f, fn->params[0].annotated});

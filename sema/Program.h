@@ -136,6 +136,17 @@ public:
   /// "PATH|split"); their synthetic signatures live in `externalAst`.
   std::map<std::string, std::unique_ptr<FunctionInfo>> externalFunctions;
   ast::AstContext externalAst;
+  /// Each `onnx.load` call the checker accepted: where it is, the path as written and as
+  /// resolved. The interpreter and graph lowering find the call's function here rather than by
+  /// resolving the path again (a bundle's runner checks its modules in a folder that is gone when
+  /// they run), and the bundle writer names each model as the runner's checker will resolve it.
+  struct ExternalLoad {
+    const ModuleInfo *module = nullptr;
+    std::string written, path; // `path`: the resolved path (externalFunctions' key without "|split")
+    bool split = false;
+    std::string key() const { return path + (split ? "|split" : ""); }
+  };
+  std::unordered_map<const ast::Call *, ExternalLoad> externalLoads;
 };
 
 /// The options the drivers use: the stdlib installed beside the running binary

@@ -4,6 +4,7 @@
 
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
+#include "exec/bundle/BundleModels.h"
 #include "exec/cpu/CpuBackend.h"
 #include "exec/host/Interpreter.h"
 #include "ir/Text.h"
@@ -181,6 +182,51 @@ std::vector<SourceModule> sourceModules(const sema::Program &p) {
   }
   // The main module first (the runner's entry), the others in load order.
   std::stable_partition(out.begin(), out.end(), [&](const SourceModule &s) { return s.info == p.main; });
+  return out;
+}
+
+// The models the program loads (`onnx.load`): each one's imported Graph IR (a Model section)
+// and tensors (a Tensors section), found at run time by the paths the runner's checker resolves
+// its calls to (BundleModels.h). TSR_BUNDLE_TEST_SKIP_MODELS=1 (test-only) leaves them out, so
+// that a negative control shows the runner then cannot run the program without the files.
+json bundleModels(const sema::Program &p, const std::vector<SourceModule> &sources, rb::Writer &w) {
+  json out = json::array();
+  if (const char *v = std::getenv("TSR_BUNDLE_TEST_SKIP_MODELS"); v && std::string(v) == "1") return out;
+  std::map<std::string, std::set<std::string>> keys; // resolved path -> the runner's paths
+  for (const auto &[call, load] : p.externalLoads) {
+    fs::path written(load.written);
+    if (written.is_absolute()) {
+      keys[load.path].insert(written.lexically_normal().string());
+      continue;
+    }
+    auto s = std::find_if(sources.begin(), sources.end(), [&](const SourceModule &m) { return m.info == load.module; });
+    if (s == sources.end()) throw WriteError("the model " + load.written + " is loaded by a module the bundle does not hold");
+    keys[load.path].insert((fs::path(treeFolder(s->root)) / fs::path(s->path).parent_path() / written).lexically_normal().generic_string());
+  }
+  ir::ModelGraphSource *src = ir::modelGraphSource();
+  for (const auto &[path, ks] : keys) {
+    const ir::ModelGraph *mg = src ? src->graph(path) : nullptr;
+    if (!mg || !mg->module) throw WriteError("cannot carry the model " + path + ": this tool does not link the ONNX importer");
+    std::ostringstream text;
+    ir::printGraph(text, *mg->graph, *mg->module, false);
+    json e;
+    e["name"] = fs::path(path).filename().string();
+    e["keys"] = json(std::vector<std::string>(ks.begin(), ks.end()));
+    e["graph_ir"] = w.add(rb::SectionKind::Model, "model", text.str());
+    e["inputs"] = mg->inputNames;
+    std::string bytes;
+    json constants = json::array();
+    for (size_t i = 0; i < mg->constants.size(); ++i) {
+      const rt::Tensor &t = mg->constants[i];
+      bytes.resize((bytes.size() + rb::kAlignment - 1) / rb::kAlignment * rb::kAlignment, '\0');
+      constants.push_back({{"name", mg->constantNames[i]}, {"dtype", std::string(dtypeName(t.dtype()))}, {"shape", t.shape()},
+                           {"data", {bytes.size(), t.nbytes()}}});
+      bytes.append(static_cast<const char *>(t.data()), t.nbytes());
+    }
+    if (!constants.empty()) e["tensors"] = w.add(rb::SectionKind::Tensors, "tensors", std::move(bytes));
+    e["constants"] = constants;
+    out.push_back(std::move(e));
+  }
   return out;
 }
 
@@ -726,6 +772,7 @@ std::string writeBundle(const sema::Program &p, ir::Module &graphs, const WriteO
   m["main"] = sources.front().path;
   m["source_sha256"] = sourceHash.hex();
   sum.modules = sources.size();
+  if (json models = bundleModels(p, sources, w); !models.empty()) m["models"] = std::move(models);
 
   // The Graph IR and its schedules.
   std::ostringstream ir;

@@ -3,6 +3,7 @@
 
 #include "exec/CompiledExecutor.h"
 #include "exec/bundle/BundleBackend.h"
+#include "exec/bundle/BundleModels.h"
 #include "exec/cuda/CudaBackend.h"
 #include "exec/host/Interpreter.h"
 #include "frontend/Parser.h"
@@ -67,13 +68,12 @@ public:
     fs::remove_all(dir_, ec);
   }
   fs::path rootDir(const std::string &root) {
-    if (root == "main") return fs::path(dir_) / "main";
-    if (root == "stdlib") return fs::path(dir_) / "stdlib";
+    const fs::path dir = fs::path(dir_) / treeFolder(root);
     // "path:N": TESSERA_PATH's N-th folder when the bundle was made, in that order.
-    const int n = std::atoi(root.c_str() + 5);
-    paths_[n] = (fs::path(dir_) / ("path" + std::to_string(n))).string();
-    return paths_[n];
+    if (root.rfind("path:", 0) == 0) paths_[std::atoi(root.c_str() + 5)] = dir.string();
+    return dir;
   }
+  const std::string &dir() const { return dir_; }
   sema::CheckOptions options(SourceManager &sm) {
     sema::CheckOptions o;
     o.stdlibDir = (fs::path(dir_) / "stdlib").string();
@@ -119,6 +119,7 @@ std::unique_ptr<OpenedBundle> openBundle(const std::string &path, const std::str
   const int rc = runWithLargeStack(size_t(512) << 20, [&]() -> int {
     {
       SourceTree tree(*o->bundle);
+      BundledModels::process().add(*o->bundle, tree.dir());
       o->program = sema::checkProgram(*o->sm, *o->diags, tree.mainFile(), tree.options(*o->sm));
     }
     std::ostringstream out;
@@ -245,7 +246,12 @@ int runBundleCommand(const std::vector<std::string> &args, const Compilers &comp
     std::unique_ptr<sema::Program> program;
     try {
       SourceTree tree(*bundle);
+      // The models it loads come from the bundle (BundleModels.h), not from files.
+      BundledModels::process().add(*bundle, tree.dir());
       program = sema::checkProgram(sm, diags, tree.mainFile(), tree.options(sm));
+    } catch (const rb::BundleError &e) {
+      std::cerr << prog + ": " << file << ": " << e.what() << "\n";
+      return 3;
     } catch (const std::exception &e) {
       std::cerr << prog + ": " << file << ": " << e.what() << "\n";
       return 1;

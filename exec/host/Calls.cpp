@@ -132,20 +132,17 @@ ValueRef Interpreter::Impl::onnxLoad(Call *c, std::shared_ptr<Env> &env) {
   const sema::ModuleInfo &m = moduleOf(env);
   if (m.globals.count("onnx")) return nullptr;
   if (at->attr == "save") return onnxSave(c, env);
-  // The checker read the model and made its function (sema/CheckOnnx.cpp); the path is a literal.
-  auto *path = c->args.empty() ? nullptr : dyn_cast<StrLit>(c->args[0].value);
-  bool split = false;
-  for (const Arg &a : c->args)
-    if (a.kind == ArgKind::Keyword && a.name == "split_params") split = truthy(expr(a.value, env), a.value->range);
-  std::string resolved = path ? sema::resolveModelPath(m.path, path->value) : "";
-  auto it = P.externalFunctions.find(resolved + (split ? "|split" : ""));
+  // The checker read the model and made its function (sema/CheckOnnx.cpp), and recorded the call.
+  auto load = P.externalLoads.find(c);
+  auto it = load == P.externalLoads.end() ? P.externalFunctions.end() : P.externalFunctions.find(load->second.key());
   if (it == P.externalFunctions.end()) fail("`onnx.load` of a model the checker did not read", c->range, 70);
+  const bool split = load->second.split;
   Value f;
   f.k = K::Function;
   f.fn = it->second.get();
   if (!split) return mk(f);
   ir::ModelGraphSource *src = ir::modelGraphSource();
-  const ir::ModelGraph *mg = src ? src->graph(resolved) : nullptr;
+  const ir::ModelGraph *mg = src ? src->graph(load->second.path) : nullptr;
   if (!mg) fail("`onnx.load`: this tool does not link the ONNX importer", c->range);
   Value d;
   d.k = K::Dict;

@@ -41,14 +41,11 @@ LVRef Lowering::onnxLoad(Call *c) {
   // A local or module name `onnx` is the program's own (the checker resolved it so too).
   Frame &f = *frames_.back();
   if (f.env.count("onnx") || f.module->globals.count("onnx")) return nullptr;
-  auto *path = c->args.empty() ? nullptr : dyn_cast<StrLit>(c->args[0].value);
-  bool split = false;
-  for (const Arg &a : c->args)
-    if (a.kind == ArgKind::Keyword && a.name == "split_params") split = truthy(expr(a.value), a.value->range);
-  std::string key;
-  if (path) key = sema::resolveModelPath(f.module->path, path->value) + (split ? "|split" : "");
-  auto it = path ? p_.externalFunctions.find(key) : p_.externalFunctions.end();
+  // The checker recorded the call with its resolved path (sema::Program::externalLoads).
+  auto load = p_.externalLoads.find(c);
+  auto it = load == p_.externalLoads.end() ? p_.externalFunctions.end() : p_.externalFunctions.find(load->second.key());
   if (it == p_.externalFunctions.end()) unsupported("`onnx.load` with a path that is not a string literal", c->range);
+  const bool split = load->second.split;
   const FunctionInfo &fn = *it->second;
   LV v;
   v.kind = LV::K::Function;

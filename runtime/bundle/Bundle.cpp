@@ -6,6 +6,8 @@
 #include "runtime/bundle/Bundle.h"
 
 #include "runtime/bundle/HostCode.h"
+#include "runtime/Numeric.h"
+#include "support/DType.h"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
@@ -30,6 +32,8 @@ std::string_view sectionKindName(SectionKind k) {
   case SectionKind::CpuObject: return "cpu-object";
   case SectionKind::Ptx: return "ptx";
   case SectionKind::Cubin: return "cubin";
+  case SectionKind::Model: return "model";
+  case SectionKind::Tensors: return "tensors";
   }
   return "unknown";
 }
@@ -447,6 +451,56 @@ Bundle Bundle::parse(std::string bytes, const ParseOptions &opts) {
     }
     if (!b.index_.emplace(std::make_pair(p.target, p.key), b.programs.size()).second) r.bad(w, "repeats the key " + p.key);
     b.programs.push_back(std::move(p));
+  }
+
+  // The models (format 1.1): each tensor's span must hold exactly its dtype and shape.
+  if (auto it = m.find("models"); it != m.end()) {
+    if (!it->is_array()) r.bad("models", "is not a list");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json &j = (*it)[i];
+      const std::string w = "models[" + std::to_string(i) + "]";
+      ModelEntry e;
+      e.name = r.str(j, "name", w);
+      e.graph = r.section(j, "graph_ir", SectionKind::Model, w);
+      auto strings = [&](const char *key) {
+        const json &v = r.field(j, key, w);
+        if (!v.is_array()) r.bad(w + "." + key, "is not a list");
+        std::vector<std::string> out;
+        for (const json &x : v) {
+          if (!x.is_string() || x.get<std::string>().empty()) r.bad(w + "." + key, "has an entry that is not a non-empty string");
+          out.push_back(x.get<std::string>());
+        }
+        return out;
+      };
+      e.keys = strings("keys");
+      if (e.keys.empty()) r.bad(w + ".keys", "is empty");
+      e.inputs = strings("inputs");
+      const json &cs = r.field(j, "constants", w);
+      if (!cs.is_array()) r.bad(w + ".constants", "is not a list");
+      if (!cs.empty()) e.tensors = r.section(j, "tensors", SectionKind::Tensors, w);
+      for (size_t k = 0; k < cs.size(); ++k) {
+        const std::string wc = w + ".constants[" + std::to_string(k) + "]";
+        ModelTensor t;
+        t.name = r.str(cs[k], "name", wc);
+        t.dtype = r.str(cs[k], "dtype", wc);
+        auto dt = dtypeFromName(t.dtype);
+        if (!dt) r.bad(wc + ".dtype", "`" + t.dtype + "` is not a dtype");
+        const json &shape = r.field(cs[k], "shape", wc);
+        if (!shape.is_array()) r.bad(wc + ".shape", "is not a list");
+        // Sizes are bounded by the section they must fit in, so the product cannot overflow.
+        uint64_t numel = 1;
+        for (const json &d : shape) {
+          const uint64_t n = d.is_number_unsigned() ? d.get<uint64_t>() : ~uint64_t(0);
+          if (n > b.sections[*e.tensors].size || (n && numel > b.sections[*e.tensors].size / n)) r.bad(wc + ".shape", "has sizes its section cannot hold");
+          t.shape.push_back(int64_t(n));
+          numel *= n;
+        }
+        t.data = r.span(cs[k], "data", *e.tensors, wc);
+        if (t.data.size != numel * dtypeSize(*dt)) r.bad(wc + ".data", "does not hold " + std::to_string(numel) + " " + t.dtype + " values");
+        e.constants.push_back(std::move(t));
+      }
+      b.models.push_back(std::move(e));
+    }
   }
   return b;
 }

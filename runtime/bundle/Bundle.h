@@ -34,7 +34,8 @@ namespace tsr::rt::bundle {
 /// version of its major (minor versions only add section kinds and manifest keys, which older
 /// readers skip); another major is refused as a version mismatch.
 constexpr uint16_t kFormatMajor = 1;
-constexpr uint16_t kFormatMinor = 0;
+/// Minor 1 added the models a program loads with `onnx.load` (sections 9 and 10, "models").
+constexpr uint16_t kFormatMinor = 1;
 /// The ABI of the compiled code: codegen::KernelArg (152 bytes: data, shape[8], strides[8], i,
 /// f), the CPU entry `void(const KernelArg *, int64_t begin, int64_t end, const int64_t grid[3])`
 /// and the PTX kernels' one `.param .b8 args[P*152]`. A bundle of another ABI is refused.
@@ -58,6 +59,8 @@ enum class SectionKind : uint32_t {
   CpuObject = 6, // an ELF shared object with one entry per CPU program (dlopen)
   Ptx = 7,       // PTX modules of one architecture, one per program, one after another
   Cubin = 8,     // cubins of one architecture, one per program, one after another
+  Model = 9,     // the Graph IR text of one model the program loads (`onnx.load`), as imported
+  Tensors = 10,  // that model's tensors, raw little-endian, each at a multiple of 64 (spans in the manifest)
 };
 std::string_view sectionKindName(SectionKind k);
 
@@ -115,6 +118,27 @@ struct Section {
 struct ModuleEntry {
   std::string name, path, root, sha256;
   uint32_t section = 0;
+};
+
+/// A tensor a model carries (an initializer): its bytes are `data` in the model's Tensors section.
+struct ModelTensor {
+  std::string name, dtype; // dtype as support/DType.h names it ("f32")
+  std::vector<int64_t> shape;
+  Span data;
+};
+
+/// A model the program loads with `onnx.load` (spec 15), carried so that the bundle runs without
+/// the model file and without the importer (exec/bundle/BundleModels.h). `keys` are the paths the
+/// runner's checker resolves the program's `onnx.load` calls to, relative to the folder it checks
+/// the modules in ("main/models/mlp.onnx", "../mlp.onnx"), or absolute where the program wrote an
+/// absolute path.
+struct ModelEntry {
+  std::string name;              // the model's file name ("mlp.onnx"), for messages
+  std::vector<std::string> keys;
+  uint32_t graph = 0;            // the Model section
+  std::vector<std::string> inputs; // the model's names of its inputs (the graph's first parameters)
+  std::optional<uint32_t> tensors; // the Tensors section; none when the model carries none
+  std::vector<ModelTensor> constants; // the graph's other parameters' values, in order
 };
 
 struct CpuTarget {
@@ -191,6 +215,7 @@ public:
   std::optional<CpuTarget> cpu;
   std::vector<CudaArch> cuda;
   std::vector<Program> programs;
+  std::vector<ModelEntry> models;
   std::string manifest; // the manifest's JSON text
 
   std::string_view sectionBytes(uint32_t index) const;

@@ -166,7 +166,7 @@ def main():
                 edit(m, c)
             return bundlefile.write(c.with_manifest(m))
 
-        case("format 2.0", altered(major=2), r"version mismatch: the bundle is format 2\.0; this reader reads format 1\.x")
+        case("format 2.0", altered(major=2, minor=0), r"version mismatch: the bundle is format 2\.0; this reader reads format 1\.x")
         case("format 1.7 (a newer minor version)", altered(minor=7), None, exit_code=0)
         case("code ABI 2", altered(edit=lambda m, c: m.update(abi=2)), r"version mismatch: the bundle's code ABI is 2; this runner runs ABI 1")
         case("another compiler", altered(edit=lambda m, c: m.update(compiler="tsrc 9.9 (Tessera)")), r"made by tsrc 9\.9", exit_code=0,

@@ -40,18 +40,27 @@ TEST_CASE("crc32: the check value of CRC-32/ISO-HDLC") {
 
 namespace {
 
-// A minimal valid bundle: one module, empty IR sections, no programs, a cpu target without code.
-std::string minimalBundle(const std::string &format = "1.0", int abi = 1) {
+const std::string kVersion = std::to_string(rb::kFormatMajor) + "." + std::to_string(rb::kFormatMinor);
+
+// A minimal valid bundle: one module, empty IR sections, no programs, a cpu target without code;
+// `models` (JSON), when given, is the manifest's models list, whose sections 5 (model) and 6
+// (tensors: 64 bytes) the bundle then has.
+std::string minimalBundle(const std::string &format = kVersion, int abi = 1, const std::string &models = "") {
   rb::Writer w;
   w.add(rb::SectionKind::Module, "module", "def main():\n    print(1)\n");
   w.add(rb::SectionKind::GraphIR, "graph-ir", "");
   w.add(rb::SectionKind::Schedule, "schedule", "");
   w.add(rb::SectionKind::TileIR, "tile-ir", "");
+  if (!models.empty()) {
+    w.add(rb::SectionKind::Model, "model", "graph @m(%x: tensor<4, f32>, %w: tensor<4, f32>) -> (tensor<4, f32>) {\n}\n");
+    w.add(rb::SectionKind::Tensors, "tensors", std::string(64, '\0'));
+  }
   std::string manifest = R"({"format": ")" + format + R"(", "compiler": "test", "abi": )" + std::to_string(abi) +
                          R"(, "main": "m.tsr", "source_sha256": "x", "ir_sha256": "y",
     "modules": [{"name": "m", "path": "m.tsr", "root": "main", "sha256": "z", "section": 1}],
     "graph_ir": {"section": 2}, "schedule": {"section": 3}, "tile_ir": {"section": 4},
-    "targets": {"cpu": {"triple": "", "cpu": "", "features": []}}, "programs": []})";
+    "targets": {"cpu": {"triple": "", "cpu": "", "features": []}}, "programs": [])" +
+                         (models.empty() ? "" : ", \"models\": " + models) + "}";
   return w.finish(manifest);
 }
 
@@ -102,8 +111,37 @@ TEST_CASE("container: foreign files and versions") {
   const uint32_t c = rb::crc32(std::string_view(v2).substr(0, 12));
   for (int i = 0; i < 4; ++i) v2[size_t(12 + i)] = char(c >> (8 * i));
   CHECK(refusalOf(v2) == rb::Refusal::Version);
-  CHECK(refusalOf(minimalBundle("1.0", 2)) == rb::Refusal::Version);
+  CHECK(refusalOf(minimalBundle(kVersion, 2)) == rb::Refusal::Version);
   CHECK(refusalOf(minimalBundle("1.3")) == rb::Refusal::Corrupted); // the manifest and the header disagree
+}
+
+TEST_CASE("models: each tensor's span holds its dtype and shape") {
+  auto models = [](const std::string &constant, const char *graph = "5", const char *tensors = "6") {
+    return std::string(R"([{"name": "m.onnx", "keys": ["main/m.onnx"], "graph_ir": )") + graph + R"(, "inputs": ["x"], "tensors": )" +
+           tensors + R"(, "constants": [)" + constant + "]}]";
+  };
+  const rb::Bundle b = rb::Bundle::parse(minimalBundle(kVersion, 1, models(R"({"name": "w", "dtype": "f32", "shape": [4], "data": [0, 16]})")),
+                                         rb::ParseOptions{});
+  REQUIRE(b.models.size() == 1);
+  CHECK(b.models[0].keys == std::vector<std::string>{"main/m.onnx"});
+  REQUIRE(b.models[0].constants.size() == 1);
+  CHECK(b.models[0].constants[0].shape == std::vector<int64_t>{4});
+  CHECK(b.models[0].constants[0].data.size == 16);
+  // 16 bytes are not 4 f64 values, nor 3 f32 ones; a span past the section's end; no such dtype;
+  // a size beyond what the section can hold; sections of the wrong kind.
+  for (const std::string &bad : {R"({"name": "w", "dtype": "f64", "shape": [4], "data": [0, 16]})",
+                                 R"({"name": "w", "dtype": "f32", "shape": [3], "data": [0, 16]})",
+                                 R"({"name": "w", "dtype": "f32", "shape": [4], "data": [56, 16]})",
+                                 R"({"name": "w", "dtype": "q7", "shape": [4], "data": [0, 16]})",
+                                 R"({"name": "w", "dtype": "f32", "shape": [4611686018427387904, 4], "data": [0, 16]})"}) {
+    INFO(bad);
+    CHECK(refusalOf(minimalBundle(kVersion, 1, models(bad))) == rb::Refusal::Corrupted);
+  }
+  const std::string w = R"({"name": "w", "dtype": "f32", "shape": [4], "data": [0, 16]})";
+  CHECK(refusalOf(minimalBundle(kVersion, 1, models(w, "6", "6"))) == rb::Refusal::Corrupted);
+  CHECK(refusalOf(minimalBundle(kVersion, 1, models(w, "5", "5"))) == rb::Refusal::Corrupted);
+  CHECK(refusalOf(minimalBundle(kVersion, 1, R"([{"name": "m.onnx", "keys": [], "graph_ir": 5, "inputs": [], "constants": []}])")) ==
+        rb::Refusal::Corrupted);
 }
 
 TEST_CASE("container: checksums can be skipped only on purpose") {

@@ -16,7 +16,7 @@ ENTRY = 48
 TRAILER = 16
 ALIGN = 64
 
-KINDS = {1: "manifest", 2: "module", 3: "graph-ir", 4: "schedule", 5: "tile-ir", 6: "cpu-object", 7: "ptx", 8: "cubin"}
+KINDS = {1: "manifest", 2: "module", 3: "graph-ir", 4: "schedule", 5: "tile-ir", 6: "cpu-object", 7: "ptx", 8: "cubin", 9: "model", 10: "tensors"}
 
 
 def crc(b):

@@ -42,7 +42,7 @@ RESTRICTED = [
 NO_COMPILER = ["exec/StepBackend.h", "exec/CompiledExecutor.h", "exec/CompiledExecutor.cpp", "exec/KernelLauncher.h",
                "exec/KernelLauncher.cpp", "exec/host", "exec/cuda/CudaBackend.h", "exec/cuda/CudaBackend.cpp",
                "exec/bundle/BundleBackend.h", "exec/bundle/BundleBackend.cpp", "exec/bundle/RunBundle.h",
-               "exec/bundle/RunBundle.cpp", "tools/tsr-run-bundle",
+               "exec/bundle/RunBundle.cpp", "exec/bundle/BundleModels.h", "exec/bundle/BundleModels.cpp", "tools/tsr-run-bundle",
                # tessera._runtime (python/): bundles without a compiler; only _compiler links one
                "python/src/Program.h", "python/src/Program.cpp", "python/src/runtime_module.cpp"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
