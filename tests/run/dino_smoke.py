@@ -29,6 +29,8 @@ from testlib import chart_problems  # noqa: E402
 DATA = "/usr/share/datasets/fashion-mnist"
 RANDOM = re.compile(r"^random backbone  knn_acc +([\d.]+)%  time ([\d.]+)s$")
 EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  knn_acc +([\d.]+)%  random +([\d.]+)%  time ([\d.]+)s$")
+# The collapse diagnostics printed under each epoch line (Caron et al. 2021, section 5.3).
+STATS = re.compile(r"^  teacher H\(P_t\) ([\d.]+) \(uniform ([\d.]+)\)  H\(mean P_t\) ([\d.]+)  KL\(P_t\|\|P_s\) (\S+)")
 GRAM_EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  gram (\S+)  knn_acc")
 # The smoke configuration: a 2-block ViT of width 32 on 16-pixel global and 8-pixel local crops,
 # 2048 training images (5 epochs of 32 steps), k-NN of 1000 test images against 2000 training
@@ -100,6 +102,7 @@ def main():
         lines = p.stdout.splitlines()
         randoms = [m for m in map(RANDOM.match, lines) if m]
         rows = [m for m in map(EPOCH.match, lines) if m]
+        stats = [m for m in map(STATS.match, lines) if m]
         epochs = int(SMALL[SMALL.index("--epochs") + 1])
         if len(randoms) != 1:
             problems.append("no `random backbone  knn_acc` line")
@@ -122,6 +125,19 @@ def main():
             # sees the images through them).
             if not accs[-1] > 10.0 + 20.0:
                 problems.append(f"the k-NN accuracy stayed near chance: {accs}")
+            # Collapse (DINO's section 5.3): the teacher's targets must stay sharper than uniform
+            # (mean entropy below 0.6 log K; this run ends near 0.36 log K, and with the teacher as
+            # soft as the student, --teacher_temp 0.1, the centering flattens them to above 0.9 log K,
+            # the control negative_dino_uniform_collapse) and must not all pick one prototype (the
+            # entropy of their batch mean above 1 nat; it ends near 2.9).
+            if len(stats) != epochs:
+                problems.append(f"expected {epochs} `teacher H(P_t)` lines, found {len(stats)}")
+            else:
+                h, uniform, h_mean = (float(stats[-1].group(i)) for i in (1, 2, 3))
+                if not h < 0.6 * uniform:
+                    problems.append(f"the teacher's targets collapsed towards uniform: H(P_t) {h} of {uniform} in the last epoch")
+                if not h_mean > 1.0:
+                    problems.append(f"the teacher's targets collapsed onto one prototype: H(mean P_t) {h_mean}")
             if all(a == random_acc for a in accs):
                 problems.append(f"the teacher's k-NN accuracy is the random backbone's in every epoch ({random_acc}%): it did not move")
             if not problems:
