@@ -265,6 +265,12 @@ struct CompiledExecutor::Impl {
   ProgramRequest rowProgram(const sched::Step &st, const std::string &key, const Shape &S, int64_t work) {
     return {key + shapeKey(S), [this, &st, S] { return sched::lowerRow(st, S, "row", tiles()); }, work};
   }
+  ProgramRequest gatherProgram(const Op &op, const std::string &key, const Shape &S, int64_t work) {
+    return {key + shapeKey(S), [this, &op, S] { return sched::lowerGather(op, S, "gather", tiles()); }, work};
+  }
+  ProgramRequest randomProgram(const Op &op, const std::string &key, const Shape &S, int64_t work) {
+    return {key + shapeKey(S), [this, &op, S] { return sched::lowerRandom(op, S, "random", tiles()); }, work};
+  }
   ProgramRequest reduceProgram(const sched::Step &st, const std::string &key, size_t stage, const ReduceStage &rs,
                                int64_t work) {
     return {key + std::to_string(stage) + shapeKey(rs.iter) + (rs.last ? "L" : ""),
@@ -317,6 +323,12 @@ struct CompiledExecutor::Impl {
           break;
         case sched::StepKind::Row:
           requests.push_back(rowProgram(st, key, shapeOf(st.outputs[0]), stepWork(st, shapeOf).second));
+          break;
+        case sched::StepKind::Gather:
+          requests.push_back(gatherProgram(op, key, shapeOf(op.result()), stepWork(st, shapeOf).second));
+          break;
+        case sched::StepKind::Random:
+          requests.push_back(randomProgram(op, key, shapeOf(op.result()), stepWork(st, shapeOf).second));
           break;
         case sched::StepKind::Reduce: {
           const int64_t work = stepWork(st, shapeOf).second;
@@ -724,7 +736,8 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       int64_t work = -1; // element-ops of a kernel step (Impl::stepWork)
       // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).
       if (st.kind == sched::StepKind::Elementwise || st.kind == sched::StepKind::Reduce ||
-          st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat || st.kind == sched::StepKind::Row) {
+          st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat || st.kind == sched::StepKind::Row ||
+          st.kind == sched::StepKind::Gather || st.kind == sched::StepKind::Random) {
         Shape in;
         bool known = true; // a type with an unknown dim (`?`) leaves the step to the evaluator
         try {
@@ -776,6 +789,44 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         const Compiled &c = I.program(I.rowProgram(st, key, S, work));
         I.launch(c, args, S);
         for (size_t i = 0; i < st.outputs.size(); ++i) views[st.outputs[i]] = whole(outs[i].reshape(shapeOf(st.outputs[i])));
+        break;
+      }
+      case sched::StepKind::Gather: {
+        // take / gather by index (LowerGather.cpp). An index out of range is counted by the
+        // program; the step then runs on the evaluator, which stops at the first such index with
+        // its own message.
+        const Shape S = shapeOf(op.result());
+        const View &x = viewOf(op.operands[0]), &idx = viewOf(op.operands[1]);
+        if (op.kind == OpKind::Gather) {
+          const int64_t r = int64_t(x.shape.size());
+          int64_t ax = *op.attrAs<int64_t>("axis");
+          if (ax < 0) ax += r;
+          for (int64_t d = 0; d < r && d < int64_t(idx.shape.size()); ++d)
+            if (d != ax && idx.shape[size_t(d)] > x.shape[size_t(d)])
+              throw OpFailure{"indices of shape " + rt::formatShape(idx.shape) + " exceed x's shape " + rt::formatShape(x.shape) +
+                              " on axis " + std::to_string(d)};
+        }
+        Tensor out = I.allocate(S, op.result()->type.dtype);
+        Tensor bad = Tensor::zeros({1}, DType::I64);
+        std::vector<rt::KernelArg> args{I.arg(whole(out), true), I.arg(x), I.arg(idx),
+                                        argOf(whole(bad), I.backend->address(bad, true, "index checks"))};
+        const Compiled &c = I.program(I.gatherProgram(op, key, S, work));
+        I.launch(c, args, S);
+        if (static_cast<const Tensor &>(bad).data<int64_t>()[0] != 0) {
+          interpret(op, {&op}, {op.operands[0], op.operands[1]}, st.outputs, key);
+          throw OpFailure{"an index is out of range (counted by the compiled step; the evaluator found none)"};
+        }
+        views[op.result()] = whole(out);
+        break;
+      }
+      case sched::StepKind::Random: {
+        // random_bits / random_uniform over [0, 1) (LowerRandom.cpp): the evaluator's words.
+        const Shape S = shapeOf(op.result());
+        Tensor out = I.allocate(S, op.result()->type.dtype);
+        std::vector<rt::KernelArg> args{I.arg(whole(out), true), I.arg(viewOf(op.operands[0]))};
+        const Compiled &c = I.program(I.randomProgram(op, key, S, work));
+        I.launch(c, args, S);
+        views[op.result()] = whole(out);
         break;
       }
       case sched::StepKind::Reduce: {

@@ -275,6 +275,8 @@ const char *executorName(sched::StepKind k) {
   case sched::StepKind::MatMul: return "matmul";
   case sched::StepKind::Concat: return "copy";
   case sched::StepKind::Row: return "row";
+  case sched::StepKind::Gather: return "gather";
+  case sched::StepKind::Random: return "random";
   default: return "";
   }
 }

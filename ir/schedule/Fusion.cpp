@@ -18,6 +18,8 @@ std::string_view stepKindName(StepKind k) {
   case StepKind::Concat: return "concat";
   case StepKind::Library: return "library";
   case StepKind::Row: return "row";
+  case StepKind::Gather: return "gather";
+  case StepKind::Random: return "random";
   }
   return "?";
 }
@@ -33,6 +35,24 @@ bool isElementwiseOp(OpKind k) {
 bool isViewOp(OpKind k) {
   return k == OpKind::Transpose || k == OpKind::BroadcastTo || k == OpKind::Slice || k == OpKind::Reverse ||
          k == OpKind::Reshape;
+}
+
+// take and gather of a tensor by an integer index tensor, with one result (what LowerGather.cpp
+// lowers); anything else (an ill-typed op the verifier would reject) stays a library step, whose
+// evaluator reports it.
+static bool isIndexedRead(const Op &op) {
+  if ((op.kind != OpKind::Take && op.kind != OpKind::Gather) || op.operands.size() != 2 || op.results.size() != 1) return false;
+  const Type &x = op.operands[0]->type, &idx = op.operands[1]->type;
+  if (x.isKey() || idx.isKey() || !isInteger(idx.dtype) || x.rank() == 0 || !op.attrAs<int64_t>("axis"))
+    return false;
+  return op.kind == OpKind::Take || idx.rank() == x.rank();
+}
+
+// random_bits, and random_uniform without bounds (what LowerRandom.cpp lowers), of a key.
+static bool isCompiledDraw(const Op &op) {
+  if (op.operands.size() != 1 || op.results.size() != 1 || !op.operands[0]->type.isKey()) return false;
+  if (op.kind == OpKind::RandomBits) return op.result()->type.dtype == DType::I64;
+  return op.kind == OpKind::RandomUniform && isFloat(op.result()->type.dtype);
 }
 
 bool isFusedReduction(OpKind k) {
@@ -164,7 +184,9 @@ Schedule planFusion(const Graph &g) {
       st.kind = op->kind == OpKind::MatMul && op->operands.size() == 2 ? StepKind::MatMul
                 : isViewOp(op->kind) && op->operands.size() == 1 ? StepKind::View
                 : op->kind == OpKind::Concat && !op->operands.empty() && op->results.size() == 1 ? StepKind::Concat
-                                                                  : StepKind::Library;
+                : isIndexedRead(*op)                                                              ? StepKind::Gather
+                : isCompiledDraw(*op)                                                             ? StepKind::Random
+                                                                                                  : StepKind::Library;
       for (const Value *o : op->operands) st.inputs.push_back(o);
     }
     for (const Value *r : op->results) st.outputs.push_back(r);

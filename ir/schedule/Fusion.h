@@ -26,11 +26,19 @@
 //   of whole rows once, reduces them in the program, and stores the epilogue's result once.
 //   Statistics that later steps read (the mean and variance kept for a backward pass) are
 //   further outputs of the step. Longer or symbolic rows keep the reduce and elementwise steps.
+// - gather: one take (numpy.take along an axis) or gather (torch.gather) of a materialized
+//   tensor by a materialized integer index tensor: a program over the result that reads the
+//   indices, then the indexed elements by their offsets (ir/schedule/LowerGather.cpp). Indices
+//   out of range are counted and reported as the evaluator reports them.
+// - random: one random_bits, or random_uniform over [0, 1) (no bounds operands: dropout's and
+//   bernoulli's draws), as a program over the result that computes the Philox words of
+//   runtime/Random.h bit for bit from the key and each element's index
+//   (ir/schedule/LowerRandom.cpp).
 // - library: ops that runtime code executes rather than a tile program: argmax/argmin,
-//   gather, take, random_bits/normal/uniform, key_split, dim_value (a size as a scalar), and
+//   random_normal, random_uniform with bounds, key_split, dim_value (a size as a scalar), and
 //   kernel_call (a hand-written kernel, run by the executor's KernelRunner). These are either
-//   rare and cheap (dim_value, key_split, argmax over logits), draw random numbers by the
-//   Philox scheme of runtime/Random.h bit for bit, or move data by index (gather, take).
+//   rare and cheap (dim_value, key_split, argmax over logits, the draws of initialisation), or
+//   hand-written kernels.
 //
 // Materialized values (written to memory): graph outputs; results of every non-elementwise op;
 // elementwise results read by views, matmuls or library ops; and elementwise results that the
@@ -52,7 +60,7 @@
 
 namespace tsr::ir::schedule {
 
-enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library, Row };
+enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library, Row, Gather, Random };
 std::string_view stepKindName(StepKind k);
 
 /// Whether fusion treats the op as elementwise / as a view (no kernel) / as a library step.
@@ -62,7 +70,7 @@ bool isFusedReduction(OpKind k);
 
 struct Step {
   StepKind kind;
-  /// The op that defines the step: the reduction, matmul, view or library op; for an
+  /// The op that defines the step: the reduction, matmul, view, gather or library op; for an
   /// elementwise step, the op of its root.
   const Op *anchor = nullptr;
   /// The elementwise ops computed inside the step, in graph order: for an elementwise step its

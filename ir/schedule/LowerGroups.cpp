@@ -1,8 +1,8 @@
 // The lowering of a schedule's kernel steps to Tile IR (LowerGroups.h says what each program
-// is). One room of about a thousand lines: every step kind (elementwise, reduction stages, rows,
-// matrix products, copies) is built with the same Builder, box coordinates, numeric conversions
-// and tile search (fitShared), which split files would have to share through a private header.
+// is): elementwise, reduction stages, rows, matrix products and copies, built from the shared
+// blocks of TileBuilder.h (LowerGather.cpp lowers gathers by index).
 #include "ir/schedule/LowerGroups.h"
+#include "ir/schedule/TileBuilder.h"
 
 #include "runtime/Numeric.h"
 
@@ -19,206 +19,12 @@ namespace tsr::ir::schedule {
 
 namespace {
 
-using TV = tile::Value;
-using TK = tile::OpKind;
+using namespace build;
 
-// Elementwise tiles hold about this many elements: enough to amortise a program's overhead
-// and to fill the vector units, small enough for the working set of a fused chain to stay in L1/L2.
-constexpr int64_t kTileElems = 4096;
 
-// Tile sizes come in a few buckets rather than fitting each extent: every distinct program text
-// costs a JIT compilation (a large share of a short program's run time), and a tile larger than
-// a small extent only wastes masked lanes.
-int64_t bucket(int64_t x, std::initializer_list<int64_t> levels) {
-  int64_t last = 1;
-  for (int64_t l : levels) {
-    if (x <= l) return l;
-    last = l;
-  }
-  return last;
-}
-int64_t wideBucket(int64_t x) { return bucket(x, {16, 128, 1024}); }     // a contiguous axis
-int64_t rowBucket(int64_t x, int64_t rest) { return x <= 1 ? 1 : x <= 8 ? 8 : std::max<int64_t>(1, rest); }
 
-// ---- GPU tiles (codegen/nvptx's v0 model, LowerGroups.h) ----
-// A tile holds about 8 elements per thread: every op's element loop is split over the CTA's
-// threads, so this is the work each thread does per op, and it keeps a fused chain's tiles (one
-// shared-memory slice each while live) small.
-int64_t gpuTileElems(const TileTarget &t) { return 8 * int64_t(t.threads()); }
 
-// A 1-d tile: one element per thread for short extents, else 8.
-int64_t gpuTile1d(int64_t extent, const TileTarget &t) { return bucket(extent, {t.threads(), gpuTileElems(t)}); }
 
-// A 2-d tile {rows, cols} over extents {rows, cols} (cols the later axis) of a reduction along
-// the earlier axis, whose programs are one per block of columns: rows first, up to one per thread,
-// then the columns fill the tile's elements, at most 128, so that a narrow tensor still makes
-// several programs.
-std::pair<int64_t, int64_t> gpuTile2d(int64_t rows, int64_t cols, const TileTarget &t) {
-  const int64_t T = t.threads();
-  const int64_t br = rows <= 1 ? 1 : bucket(rows, {8, 32, T});
-  const int64_t bc = std::min(bucket(cols, {8, 32, 128}), std::max<int64_t>(8, gpuTileElems(t) / br));
-  return {br, bc};
-}
-
-// A 2-d tile {rows, cols} whose rows are contiguous in memory, for programs that keep their tiles
-// in registers (codegen/llvm/RegisterPlan.h: elementwise steps, copies, reductions along the
-// last axis): the columns first, as wide as the tile's elements allow, so that a warp's threads
-// read consecutive 16-byte vectors of one row; the largest power of two from 128 up that divides
-// the extent (no masked lanes), else the bucket above it; then as many rows as fill the tile.
-std::pair<int64_t, int64_t> gpuTileWide(int64_t rows, int64_t cols, const TileTarget &t) {
-  const int64_t E = gpuTileElems(t);
-  int64_t bc = 0;
-  for (int64_t c = E; c >= 128; c /= 2)
-    if (cols % c == 0) {
-      bc = c;
-      break;
-    }
-  if (!bc) bc = std::min(E, bucket(cols, {8, 32, 128, 512, 1024, E}));
-  const int64_t br = rows <= 1 ? 1 : std::min(bucket(rows, {2, 4, 8, 16, 32, 64, 128}), std::max<int64_t>(1, E / bc));
-  return {br, bc};
-}
-
-// The dtype of the tile that holds a value of dtype t: t itself. Tile IR's elementwise ops on
-// narrow floats (bf16, f16, fp8, tf32) compute in f32 and round into the tile's dtype after every
-// op (the code generators' contract), which is the evaluator's rounding once per op; so the
-// programs need no casts of their own around each op.
-DType reprOf(DType t) { return t; }
-
-Policies roundingPolicies(const Policies &p) {
-  Policies r;
-  r.saturate = p.saturate;
-  return r;
-}
-
-// The accumulator of sums, products and matmuls of result type t (the evaluator's accumulatorOf).
-DType accumulatorOf(const Type &t) {
-  if (t.policies.accum) return *t.policies.accum;
-  if (isFloat(t.dtype) && (dtypeBits(t.dtype) <= 16 || t.dtype == DType::TF32)) return DType::F32;
-  return t.dtype;
-}
-
-// Builds ops into one block of a function, all with one source location.
-struct Builder {
-  tile::Function &f;
-  tile::Block *blk;
-  Loc loc;
-
-  TV *op(TK k, std::vector<TV *> ops, std::vector<Attr> attrs = {}) { return f.add(blk, k, std::move(ops), std::move(attrs), loc); }
-  TV *i64(int64_t v) { return constant({}, DType::I64, v); }
-  TV *constant(const std::vector<int64_t> &shape, DType dt, AttrValue value) {
-    std::vector<Attr> a{{"value", std::move(value)}, {"dtype", DTypeAttr{dt, {}}}};
-    if (!shape.empty()) a.push_back({"shape", shape});
-    return op(TK::Constant, {}, std::move(a));
-  }
-  TV *cast(TV *x, DType to, const Policies &p = {}) {
-    if (x->type.dtype == to) return x;
-    return op(TK::Cast, {x}, {{"dtype", DTypeAttr{to, roundingPolicies(p)}}});
-  }
-  TV *pid(int axis) { return op(TK::ProgramId, {}, {{"axis", int64_t(axis)}}); }
-  TV *dim(TV *t, int axis) { return op(TK::TensorDim, {t}, {{"axis", int64_t(axis)}}); }
-  TV *bin(TK k, TV *a, TV *b) { return op(k, {a, b}); }
-  // A scalar or an equal-rank tile with 1s broadcast to `shape`.
-  TV *broadcast(TV *x, const std::vector<int64_t> &shape) {
-    if (x->type.shape == shape) return x;
-    return op(TK::Broadcast, {x}, {{"shape", shape}});
-  }
-};
-
-// Converts a tile holding a value of graph dtype `from` (in reprOf(from)) to graph dtype `to`
-// (held in reprOf(to)), rounding as the evaluator's cast does.
-TV *convert(Builder &b, TV *x, DType from, DType to, const Policies &p = {}) {
-  if (from == to || reprOf(from) == to) return x;
-  TV *y = b.cast(x, to, p);
-  return b.cast(y, reprOf(to));
-}
-
-// Rounds a result computed in reprOf(t) into t (and back into the representation).
-TV *roundTo(Builder &b, TV *x, DType t, const Policies &p) {
-  if (reprOf(t) == t) return x;
-  return b.cast(b.cast(x, t, p), reprOf(t));
-}
-
-// Where a program is in its iteration space: per axis, a scalar index (an axis outside the
-// tile) or a start and a block (an axis of the tile, in axis order).
-struct Coords {
-  std::vector<TV *> start;     // per axis: the index, or the tile's first index
-  std::vector<int64_t> block;  // per axis: 0 outside the tile, else the tile's extent
-  std::vector<int64_t> tileShape() const {
-    std::vector<int64_t> s;
-    for (int64_t b : block) if (b > 0) s.push_back(b);
-    return s;
-  }
-  int tilePos(size_t axis) const {
-    int p = 0;
-    for (size_t d = 0; d < axis; ++d) p += block[d] > 0;
-    return p;
-  }
-};
-
-TV *loadBox(Builder &b, TV *tensor, const Coords &c) {
-  std::vector<TV *> ops{tensor};
-  for (TV *s : c.start) ops.push_back(s);
-  return b.op(TK::LoadBox, ops, {{"box", c.block}});
-}
-
-// Which axes of the iteration shape `shape` a value is broadcast along (NumPy's alignment on the
-// right): axes it lacks, and its constant 1s where the iteration extent is not 1.
-std::vector<bool> broadcastAxes(const Value *v, const std::vector<int64_t> &shape) {
-  const size_t n = shape.size(), k = v->type.rank();
-  std::vector<bool> r(n, false);
-  for (size_t d = 0; d < n; ++d) {
-    if (d + k < n) { r[d] = true; continue; }
-    auto one = v->type.dims[d + k - n].constantValue();
-    r[d] = one && *one == 1 && shape[d] != 1;
-  }
-  return r;
-}
-
-// A box of a view that is broadcast along `bcast`: read once along those axes (start 0, extent
-// 1) and broadcast in the tile, rather than read again at every index with a stride of 0.
-TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<bool> &bcast) {
-  Coords lc = c;
-  bool shrunk = false;
-  for (size_t d = 0; d < c.block.size(); ++d) {
-    if (!bcast[d]) continue;
-    lc.start[d] = b.i64(0);
-    if (lc.block[d] > 1) { lc.block[d] = 1; shrunk = true; }
-  }
-  TV *t = loadBox(b, tensor, lc);
-  return shrunk ? b.broadcast(t, c.tileShape()) : t;
-}
-
-void storeBox(Builder &b, TV *tensor, const Coords &c, TV *value) {
-  std::vector<TV *> ops{tensor};
-  for (TV *s : c.start) ops.push_back(s);
-  ops.push_back(value);
-  b.f.addWithTypes(b.blk, TK::StoreBox, ops, {{"box", c.block}}, {}, b.loc);
-}
-
-// The index along `axis` of every element of the tile (i64, the tile's shape).
-TV *axisIndex(Builder &b, const Coords &c, size_t axis) {
-  std::vector<int64_t> shape = c.tileShape();
-  if (c.block[axis] == 0) return shape.empty() ? c.start[axis] : b.broadcast(c.start[axis], shape);
-  TV *r = b.op(TK::Arange, {}, {{"n", c.block[axis]}, {"dtype", DTypeAttr{DType::I64, {}}}});
-  r = b.bin(TK::Add, r, b.broadcast(c.start[axis], {c.block[axis]}));
-  if (shape.size() == 2) {
-    int p = c.tilePos(axis);
-    r = b.op(TK::ExpandDims, {r}, {{"axis", int64_t(p == 0 ? 1 : 0)}});
-    r = b.broadcast(r, shape);
-  }
-  return r;
-}
-
-// Indices of the axes `axes` from one program id: the last axis varies fastest.
-void decompose(Builder &b, TV *p, const std::vector<int> &axes, TV *shapeOf, std::vector<TV *> &start) {
-  for (size_t i = axes.size(); i-- > 0;) {
-    if (i == 0) { start[axes[i]] = p; break; }
-    TV *ext = b.dim(shapeOf, axes[i]);
-    TV *q = b.bin(TK::Div, p, ext);
-    start[axes[i]] = b.bin(TK::Sub, p, b.bin(TK::Mul, q, ext));
-    p = q;
-  }
-}
 
 bool intSafeNarrow(OpKind k, DType t) {
   if (t == DType::I64) return true;
@@ -380,75 +186,6 @@ private:
   std::vector<TV *> checks_;
 };
 
-// Counts, for each check of a cone, the elements inside `inBounds` where it fails, into slot i
-// of the i64 tensor `err` (atomically: programs run concurrently).
-void reportChecks(Builder &b, const std::vector<TV *> &checks, TV *inBounds, TV *err) {
-  for (size_t i = 0; i < checks.size(); ++i) {
-    TV *bad = b.bin(TK::And, checks[i], inBounds);
-    TV *n = b.cast(bad, DType::I64);
-    if (n->type.shape.size() > 1) n = b.op(TK::Reshape, {n}, {{"shape", std::vector<int64_t>{n->type.numElements()}}});
-    if (!n->type.shape.empty()) n = b.op(TK::ReduceSum, {n}, {{"axis", int64_t(0)}});
-    b.f.addWithTypes(b.blk, TK::AtomicAddBox, {err, b.i64(int64_t(i)), n}, {{"box", std::vector<int64_t>{0}}}, {}, b.loc);
-  }
-}
-
-// Whether the tile's elements lie inside the iteration space: index < extent along each box axis
-// (`extents[d]` an i64 scalar; lead axes are always inside).
-TV *inBoundsMask(Builder &b, const Coords &c, const std::vector<TV *> &extents) {
-  std::vector<int64_t> shape = c.tileShape();
-  TV *m = b.constant(shape, DType::Bool, true);
-  for (size_t d = 0; d < c.block.size(); ++d) {
-    if (c.block[d] == 0) continue;
-    TV *ext = shape.empty() ? extents[d] : b.broadcast(extents[d], shape);
-    m = b.bin(TK::And, m, b.bin(TK::Lt, axisIndex(b, c, d), ext));
-  }
-  return m;
-}
-
-void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g) {
-  f.gridRank = !g[2].axes.empty() ? 3 : !g[1].axes.empty() ? 2 : 1;
-}
-
-// A new program named `name`; a GPU program records its warps in its config (codegen/nvptx
-// launches warps * 32 threads).
-Kernel newKernel(const std::string &name, const TileTarget &t) {
-  Kernel k;
-  k.fn = std::make_unique<tile::Function>(name);
-  if (t.gpuTarget()) k.fn->config.push_back({"warps", int64_t(t.warps)});
-  return k;
-}
-
-std::string joinInts(const std::vector<int64_t> &v) {
-  std::string s;
-  for (int64_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
-  return s;
-}
-
-// Lowers with `tiles` (build(tiles)); on a GPU target, while the program's shared memory exceeds
-// the budget, halves the largest tile extent (the last of equals: callers list the extents whose
-// shrinking costs least last) and lowers again.
-Kernel fitShared(const TileTarget &t, std::vector<int64_t> tiles,
-                 const std::function<Kernel(const std::vector<int64_t> &)> &build) {
-  if (t.gpuTarget() && !t.measureShared) throw tile::TileError{"a GPU TileTarget without measureShared"};
-  std::string first;        // the first candidate, named in an error
-  bool anyAvailable = false; // whether some candidate measured a size (not kUnavailable)
-  for (;;) {
-    Kernel k = build(tiles);
-    if (!t.gpuTarget()) return k;
-    const int64_t bytes = t.measureShared(*k.fn);
-    if (bytes <= t.sharedBytes) return k;
-    if (first.empty()) first = k.fn->name + " (tiles " + joinInts(tiles) + ")";
-    anyAvailable = anyAvailable || bytes != TileTarget::kUnavailable;
-    auto big = tiles.end();
-    for (auto it = tiles.begin(); it != tiles.end(); ++it)
-      if (*it > 1 && (big == tiles.end() || *it >= *big)) big = it;
-    if (big == tiles.end() && !anyAvailable) throw tile::TileError{"program " + first + " " + t.unavailable};
-    if (big == tiles.end())
-      throw tile::TileError{"program " + k.fn->name + " needs " + std::to_string(bytes) +
-                            " bytes of shared memory with 1-element tiles; the budget is " + std::to_string(t.sharedBytes)};
-    *big /= 2;
-  }
-}
 
 } // namespace
 
@@ -470,56 +207,6 @@ DType reductionCarryDType(const Op &reduce) {
 
 namespace {
 
-// The tiles {BR, BC} of an elementwise or copy program over its output of `shape`: BC over the
-// last axis, BR over the one before (1 for the axes the shape lacks).
-std::vector<int64_t> outputTiles(const std::vector<int64_t> &shape, const TileTarget &t) {
-  const size_t n = shape.size();
-  if (n == 0) return {1, 1};
-  if (t.gpuTarget()) {
-    if (n == 1) return {1, gpuTile1d(shape[0], t)};
-    auto [br, bc] = gpuTileWide(shape[n - 2], shape[n - 1], t);
-    return {br, bc};
-  }
-  // CPU: BR * BC about kTileElems.
-  if (n == 1) return {1, bucket(shape[0], {128, 1024, kTileElems})};
-  const int64_t bc = wideBucket(shape[n - 1]);
-  return {rowBucket(shape[n - 2], kTileElems / bc), bc};
-}
-
-std::string outputTilesText(size_t rank, int64_t BR, int64_t BC) {
-  if (rank == 0) return "scalar";
-  return rank == 1 ? "BC=" + std::to_string(BC) : "BR=" + std::to_string(BR) + " BC=" + std::to_string(BC);
-}
-
-// The tiling of an elementwise program over its output of `shape` (the copy programs' too):
-// program_id(0) over the last axis in tiles of BC, program_id(1) over the one before in tiles
-// of BR, program_id(2) over the product of the leading axes, decomposed into one start per axis.
-// Sets the function's grid.
-Coords tileOverOutput(Builder &b, Kernel &k, tile::Function &f, const std::vector<int64_t> &shape, TV *out,
-                      int64_t BR, int64_t BC) {
-  const size_t n = shape.size();
-  Coords c;
-  c.start.assign(n, nullptr);
-  c.block.assign(n, 0);
-  if (n >= 1) {
-    c.block[n - 1] = BC;
-    c.start[n - 1] = b.bin(TK::Mul, b.pid(0), b.i64(BC));
-    k.grid[0] = {{int(n - 1)}, BC};
-  }
-  if (n >= 2) {
-    c.block[n - 2] = BR;
-    c.start[n - 2] = b.bin(TK::Mul, b.pid(1), b.i64(BR));
-    k.grid[1] = {{int(n - 2)}, BR};
-  }
-  if (n >= 3) {
-    std::vector<int> lead;
-    for (size_t d = 0; d + 2 < n; ++d) lead.push_back(int(d));
-    k.grid[2] = {lead, 1};
-    decompose(b, b.pid(2), lead, out, c.start);
-  }
-  setGrid(f, k.grid);
-  return c;
-}
 
 Kernel lowerElementwiseTiled(const Step &st, const std::vector<int64_t> &shape, const std::string &name,
                              const TileTarget &target, int64_t BR, int64_t BC) {
@@ -1057,6 +744,12 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
   }
   case StepKind::Row:
     out.push_back({lowerRow(st, shapeOf(st.outputs.at(0)), name, target), ""});
+    break;
+  case StepKind::Gather:
+    out.push_back({lowerGather(op, shapeOf(op.result()), name, target), ""});
+    break;
+  case StepKind::Random:
+    out.push_back({lowerRandom(op, shapeOf(op.result()), name, target), ""});
     break;
   case StepKind::View:
   case StepKind::Library: break;

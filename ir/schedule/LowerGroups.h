@@ -161,6 +161,24 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type 
 Kernel lowerCopy(size_t rank, DType from, DType to, const Policies &policies, const std::vector<int64_t> &shape,
                  const std::string &name, const TileTarget &target = {});
 
+/// A gather step (Fusion.h): `op` is take(x, indices, axis) (numpy.take: the result is
+/// x.shape[:axis] + indices.shape + x.shape[axis+1:]; a negative index counts from the end) or
+/// gather(x, indices, axis) (torch.gather: the result has the indices' shape; x's index along
+/// `axis` is the index, the others the result's), over the concrete result shape `shape`, tiled
+/// as an elementwise program's. Parameters: the result (its dtype), x and the indices (rank as
+/// their types, views with any strides), and `err` (i64 [1]): the count of result elements whose
+/// index is out of range, which read nothing (0). ir/schedule/LowerGather.cpp. Errors as
+/// lowerElementwise's, and tile::TileError for an op that is not a gather step's.
+Kernel lowerGather(const Op &op, const std::vector<int64_t> &shape, const std::string &name,
+                   const TileTarget &target = {});
+
+/// A random step (Fusion.h): `op` is random_bits (i64 words) or random_uniform over [0, 1) of a
+/// float dtype, over the concrete result shape `shape`, tiled as an elementwise program's; each
+/// element is the evaluator's (runtime/Random.h), bit for bit. Parameters: the result, then the
+/// key (i64 [2]). ir/schedule/LowerRandom.cpp. Errors as lowerGather's.
+Kernel lowerRandom(const Op &op, const std::vector<int64_t> &shape, const std::string &name,
+                   const TileTarget &target = {});
+
 /// One program of a step (lowerStep): `part` says which, for steps with several ("stage 1 of 2"
 /// of a reduction, "operand 0" of a concat; empty otherwise).
 struct StepProgram {
@@ -172,7 +190,7 @@ struct StepProgram {
 /// that `shapeOf` gives its values: an elementwise program; a row program; one program per reduced axis of a
 /// reduction, innermost first (one rounding stage over a leading 1 when no axis is reduced); a
 /// matmul (1-d operands as [1, K] and [K, 1]); a copy per operand of a concat, into the result
-/// dtype. Names are `name`, with ".stage<s>" or ".operand<i>" for steps of several programs.
+/// dtype; a gather; a random draw. Names are `name`, with ".stage<s>" or ".operand<i>" for steps of several programs.
 /// View and library steps run none (empty). Throws tile::TileError for an ill-formed step (a
 /// reduction axis or concat operand that does not fit the shapes) and as lowerElementwise.
 std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vector<int64_t>(const Value *)> &shapeOf,
