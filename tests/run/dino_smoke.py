@@ -4,14 +4,19 @@ subset of Fashion-MNIST for a few epochs. Checks that the output has the random 
 line and one line per epoch, that the DINO loss falls (the last epoch's mean at least 0.5 below the
 first's), that the teacher's k-NN accuracy is well above chance and differs from the randomly
 initialised backbone's in some epoch (the teacher moved), and that the curves are a well-formed
-SVG chart with one point per epoch; then a short run with Gram anchoring, whose second epoch
-must print a finite positive Gram loss (and its first none). Prints the k-NN gain over the random backbone (measured on the
-same images) without asserting it: at this size it is a point or two (docs/dino.md).
+SVG chart with one point per epoch, and that the teacher's targets collapsed neither towards
+uniform nor onto one prototype (the last epoch's collapse diagnostics, DINO's section 5.3); then a
+short run with Gram anchoring, whose second epoch must print a finite positive Gram loss (and its
+first none). Prints the k-NN gain over the random backbone (measured on the same images) without
+asserting it: in these 160 steps it is about 2 points, too close to the noise of 1000 test images
+to assert on every machine; the gain needs about 1000 steps (docs/dino.md).
 
 Extra arguments are passed to the program: `--lr 0` (no learning: the loss rises as the center
 flattens the teacher's targets, and the teacher stays the random backbone) must make this test
 fail, which is its negative control (ctest negative_dino_no_learning); `--gram-only --gram_weight 0`
-(the Gram run alone, without its anchor) must fail too (ctest negative_dino_gram_off).
+(the Gram run alone, without its anchor) must fail too (ctest negative_dino_gram_off), and so must
+`--teacher_temp 0.1 --warmup_teacher_temp 0.1` (no sharpening: the targets flatten towards uniform;
+ctest negative_dino_uniform_collapse).
 
 Skips (exit 77) when the data set is not installed, unless TSR_REQUIRE_PREREQS=1.
 
@@ -34,13 +39,13 @@ STATS = re.compile(r"^  teacher H\(P_t\) ([\d.]+) \(uniform ([\d.]+)\)  H\(mean 
 GRAM_EPOCH = re.compile(r"^epoch +(\d+)/(\d+)  loss (\S+)  gram (\S+)  knn_acc")
 # The smoke configuration: a 2-block ViT of width 32 on 16-pixel global and 8-pixel local crops,
 # 2048 training images (5 epochs of 32 steps), k-NN of 1000 test images against 2000 training
-# images. The teacher's temperature is lower than DINO's default (0.02 warming up to 0.03): at this
-# size 0.04-0.07 let the centering flatten the targets towards uniform within a few epochs.
+# images. The teacher's temperature is 0.03, a little below DINO's 0.04, which keeps the targets
+# sharper in so short a run (docs/dino.md).
 SMALL = ["--epochs", "5", "--batch", "64", "--train_images", "2048", "--bank_images", "2000",
          "--test_images", "1000", "--eval_batch", "1000", "--global_size", "16", "--local_size", "8",
          "--n_local", "2", "--patch", "4", "--dim", "32", "--depth", "2", "--heads", "2",
          "--mlp_ratio", "2", "--hidden", "64", "--bottleneck", "32", "--out_dim", "128",
-         "--lr", "2e-3", "--momentum", "0.99", "--warmup_teacher_temp", "0.02", "--teacher_temp", "0.03"]
+         "--lr", "2e-3", "--momentum", "0.99", "--teacher_temp", "0.03"]
 
 
 # The Gram anchoring run: the same model, 2 epochs of 8 steps, the anchor from epoch 2 on both
@@ -126,10 +131,10 @@ def main():
             if not accs[-1] > 10.0 + 20.0:
                 problems.append(f"the k-NN accuracy stayed near chance: {accs}")
             # Collapse (DINO's section 5.3): the teacher's targets must stay sharper than uniform
-            # (mean entropy below 0.6 log K; this run ends near 0.36 log K, and with the teacher as
+            # (mean entropy below 0.6 log K; this run ends near 0.39 log K, and with the teacher as
             # soft as the student, --teacher_temp 0.1, the centering flattens them to above 0.9 log K,
             # the control negative_dino_uniform_collapse) and must not all pick one prototype (the
-            # entropy of their batch mean above 1 nat; it ends near 2.9).
+            # entropy of their batch mean above 1 nat; it ends near 3.1).
             if len(stats) != epochs:
                 problems.append(f"expected {epochs} `teacher H(P_t)` lines, found {len(stats)}")
             else:
