@@ -327,6 +327,12 @@ public:
         add(std::move(sp.kernel.fn), std::move(l));
       }
     }
+    // A scan's body runs as a graph of its own (ir/Scan.h): its programs too, at the same sizes.
+    // TSR_BUNDLE_TEST_SKIP_SCAN_BODIES=1 leaves them out: the negative control of bundle_scan.
+    const char *skipBodies = std::getenv("TSR_BUNDLE_TEST_SKIP_SCAN_BODIES");
+    if (!skipBodies || std::string(skipBodies) != "1")
+      for (const ir::Op *op : g.ops)
+        if (op->body) addGraph(*op->body, shapeOf);
   }
 
   // A hand-written kernel's program (verified), named as the launcher names it.
