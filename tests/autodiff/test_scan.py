@@ -8,8 +8,9 @@
 - values and gradients (torch.autograd, f64, relative 1e-12) of an RNN with a closed-over
   weight (also with the body checkpointed, whose vjp stores only the carries: checked on the
   graph's text), of the same scan reversed, of a pytree carry (tuple) over pytree xs (dict), of a scan
-  with `length` and no xs, of a stack of residual MLP layers over stacked parameters; vmap of
-  a scan against a loop over the examples; jvp of a scan against torch.autograd.functional.jvp;
+  with `length` and no xs, of a stack of residual MLP layers over stacked parameters, of a scan
+  nested in a scan's body (and vmap of its gradient); vmap of a scan against a loop over the
+  examples; jvp of a scan against torch.autograd.functional.jvp;
 - every case runs on the reference evaluator and on the compiled CPU executor (TSR_EXECUTOR=
   compiled), which must report that it ran the scans with compiled launches.
 
@@ -88,6 +89,16 @@ def stack(w1, b1, w2, x):
         h = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=1e-5)
         x = x + torch.nn.functional.gelu(h @ w1[i] + b1[i]) @ w2[i]
     return x, torch.stack(sums)
+
+
+def nested_loss(xs):
+    c, ys = torch.tensor(1.0, dtype=torch.float64), [None] * xs.shape[0]
+    for i in order(xs.shape[0]):
+        a = c
+        for v in xs[i]:
+            a = a + v * c
+        c = ys[i] = a
+    return c + torch.stack(ys).sum()
 
 
 def grads(f, *args):
@@ -229,6 +240,12 @@ def main():
         compare("values layer stack", "stack", (w1, b1, w2, x), [y.numpy(), sums.numpy()])
         want = grads(lambda w1, b1, w2, x: (lambda y, s: (y * y).sum() + s.sum())(*stack(w1, b1, w2, x)), w1, b1, w2, x)
         compare("gradients layer stack", "stack_grad", (w1, b1, w2, x), want)
+
+        xs3 = normal(3, 4) * 0.3
+        want = grads(nested_loss, xs3)
+        compare("nested scan and its gradient", "nested", (xs3,), [nested_loss(torch.tensor(xs3)).detach().numpy(), want[0]])
+        xss3 = normal(2, 3, 4) * 0.3
+        compare("vmap of the gradient of a nested scan", "nested_batched_grad", (xss3,), [np.stack([grads(nested_loss, x)[0] for x in xss3])])
 
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
