@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a run's time goes, from a `tsr run --profile` trace (docs/profiling.md).
 
-    tools/bench/trace_summary.py trace.json [--graph NAME | --at FILE:LINE] [--top 15] [--skip 1]
+    tools/bench/trace_summary.py trace.json [--graph NAME | --at FILE:LINE] [--top 15] [--skip 1] [--steps N]
 
 For the calls of one graph (by default the graph whose calls take the most time in all; `--at`
 takes the calls made at a source place, such as a training step's `value_and_grad` line; `--skip N`
@@ -9,6 +9,9 @@ leaves out each graph's first N calls, which compile): wall time per call, the d
 kernels its launches ran, the launches and host time per launch, and the step kinds. Then the
 kernels of those calls by device time, grouped by name and source place. A call whose wall time
 is far above its kernels' is bound by the host (the executor between launches), not the GPU.
+`--steps N` then lists the N steps with the most host time (their spans' wall time, which on a GPU
+is the host's work and the launches, not the kernels), grouped by step kind, op and source place:
+where a host-bound call spends it.
 """
 import argparse
 import collections
@@ -29,6 +32,7 @@ def main():
     ap.add_argument("--graph", help="the graph's name as the trace shows it, without 'graph '")
     ap.add_argument("--at", help="the calls made at this place, FILE:LINE or FILE:LINE:COLUMN (the end of args.at)")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=0, help="list the N steps with the most host time")
     ap.add_argument("--skip", type=int, help="leave out each graph's first N calls (compilation): 1 by default, 0 with --at")
     a = ap.parse_args()
     if a.skip is None:
@@ -87,6 +91,17 @@ def main():
     print(f"  kernels by device time (per call):")
     for (kn, at), (d, c) in sorted(by.items(), key=lambda x: -x[1][0])[:a.top]:
         print(f"    {d / n / 1e3:8.3f} ms {100 * d / dev if dev else 0:5.1f}%  {c / n:5.1f}x  {kn}  {at}")
+    if a.steps:
+        # "step 41 library kernel_call" -> "library kernel_call", so a step's calls group together
+        host = collections.defaultdict(lambda: [0.0, 0])
+        for e in steps:
+            b = host[(" ".join(e["name"].split()[2:]), e.get("args", {}).get("at", ""))]
+            b[0] += e["dur"]
+            b[1] += 1
+        total = sum(e["dur"] for e in steps)
+        print(f"  steps by host time (per call; {total / n / 1e3:.2f} ms in all):")
+        for (what, at), (d, c) in sorted(host.items(), key=lambda x: -x[1][0])[:a.steps]:
+            print(f"    {d / n / 1e3:8.3f} ms {100 * d / total if total else 0:5.1f}%  {c / n:5.1f}x  {what}  {at}")
 
 
 if __name__ == "__main__":
