@@ -202,8 +202,12 @@ const Rule *findRule(const std::string &opType) {
 // ---- converting nodes ----
 
 std::vector<Val> Importer::convertNode(const onnx::NodeProto &np, int64_t opset) {
-  if (!np.domain().empty() && np.domain() != "ai.onnx") throw Unsupported("operators of the domain `" + np.domain() + "` are not supported");
-  const Rule *rule = findRule(np.op_type());
+  // The training domain's Gradient (ops/Training.cpp) is the one operator of another domain.
+  static const Rule gradient = ruleGradient;
+  const bool training = np.domain() == "ai.onnx.preview.training" && np.op_type() == "Gradient";
+  if (!np.domain().empty() && np.domain() != "ai.onnx" && !training)
+    throw Unsupported("operators of the domain `" + np.domain() + "` are not supported");
+  const Rule *rule = training ? &gradient : findRule(np.op_type());
   if (!rule) throw Unsupported("the operator " + np.op_type() + " is not supported");
   Node n{np, {}, 0, opset};
   for (auto &name : np.input()) {
@@ -254,12 +258,21 @@ std::vector<Val> Importer::convertNode(const onnx::NodeProto &np, int64_t opset)
     }
   } restore{*this, saved, savedConstants, savedNames, savedLoc};
   std::vector<Val> out = (*rule)(*this, n); // inputs become parameters of the scratch graph when used
-  std::vector<size_t> computed;
-  for (size_t i = 0; i < out.size(); ++i)
-    if (out[i].v && !out[i].k) {
-      sg->outputs.push_back(out[i].v);
-      computed.push_back(i);
+  // The tensors the rule computed, outputs and elements of output sequences alike.
+  std::vector<Val *> computed;
+  std::vector<std::shared_ptr<std::vector<Val>>> seqs; // copies of the output sequences, filled in
+  for (Val &x : out) {
+    if (x.seq) {
+      auto copy = std::make_shared<std::vector<Val>>(*x.seq);
+      for (Val &e : *copy)
+        if (e.v && !e.k) computed.push_back(&e);
+      x.seq = copy;
+      seqs.push_back(copy);
+    } else if (x.v && !x.k) {
+      computed.push_back(&x);
     }
+  }
+  for (Val *x : computed) sg->outputs.push_back(x->v);
   if (!computed.empty()) {
     std::vector<rt::Tensor> results;
     try {
@@ -267,10 +280,13 @@ std::vector<Val> Importer::convertNode(const onnx::NodeProto &np, int64_t opset)
     } catch (const std::exception &e) {
       throw BadModel(std::string("evaluating the node at import time: ") + e.what());
     }
-    for (size_t j = 0; j < computed.size(); ++j) out[computed[j]] = ofKnown(results[j]);
+    for (size_t j = 0; j < computed.size(); ++j) *computed[j] = ofKnown(results[j]);
   }
   for (auto &x : out)
     if (x.k) x.v = nullptr; // values of the scratch graph
+  for (auto &s : seqs)
+    for (Val &e : *s)
+      if (e.k) e.v = nullptr;
   return out;
 }
 
@@ -448,6 +464,7 @@ std::variant<ImportedModel, ImportError> importModelBytes(const std::string &byt
     for (auto &vi : gp.output()) {
       auto it = I.env.find(vi.name());
       if (it == I.env.end()) throw BadModel("the output `" + vi.name() + "` is not computed by any node");
+      if (it->second.seq) throw Unsupported("the output `" + vi.name() + "` is a sequence (a graph's outputs must be tensors)");
       g->outputs.push_back(I.v(it->second));
       out.outputNames.push_back(vi.name());
     }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -33,7 +34,9 @@ struct Val {
   ir::Value *v = nullptr;
   std::optional<rt::Tensor> k;
   std::string name; // the ONNX name (for parameters made of known tensors)
-  bool present() const { return v || k; }
+  /// A sequence (ops/Sequence.cpp): its elements, known in number at import; then v and k are empty.
+  std::shared_ptr<const std::vector<Val>> seq;
+  bool present() const { return v || k || seq; }
 };
 
 class Importer;
@@ -137,6 +140,9 @@ DType dtypeOfElem(int32_t elemType);
 /// A TensorProto's data as a tensor (external data relative to `baseDir`); throws Unsupported or
 /// BadModel.
 rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir);
+
+/// ai.onnx.preview.training's Gradient (ops/Training.cpp).
+std::vector<Val> ruleGradient(Importer &I, Node &n);
 
 // The rules, by family (onnx/ops/*.cpp); Ops.def names them.
 #define TSR_ONNX_OP(Name, Family) std::vector<Val> rule##Name(Importer &I, Node &n);
