@@ -44,6 +44,9 @@ std::vector<Val> ruleGradient(Importer &I, Node &n) {
     grads = ir::autodiff::reverseMode(span, {seed});
   } catch (const ir::autodiff::AutodiffError &e) {
     throw Unsupported("Gradient: " + e.what + " is not differentiable");
+  } catch (const ir::IRError &e) {
+    // Not an exception class: importModel's handlers would not see it.
+    throw BadModel("Gradient: " + e.message);
   }
   std::vector<Val> out;
   for (ir::Value *d : grads) out.push_back(Importer::of(d));
