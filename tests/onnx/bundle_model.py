@@ -39,9 +39,11 @@ import torch  # noqa: E402
 
 try:
     import onnx  # noqa: E402
-    from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+    from onnx import numpy_helper  # noqa: E402
 except ImportError as e:
     skip("onnx_bundle", f"the onnx Python package is missing ({e}; Debian: python3-onnx)")
+
+from language_torch import mlp_model, rel  # noqa: E402  (onnx_language's MLP and its error measure)
 
 CONV = "/usr/share/libonnx-testdata/data/pytorch-converted/test_Conv2d"
 
@@ -61,28 +63,6 @@ def main():
     c = conv(load("conv_in.npy"))
     save("out.npz", {{"y": y, "p": p, "doubled": doubled(x), "W1": g["W1"], "b1": g["b1"], "W2": g["W2"], "b2": g["b2"], "conv": c}})
 '''
-
-
-def mlp_model(path, params):
-    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h0"], name="mm1"),
-             helper.make_node("Add", ["h0", "b1"], ["h1"], name="add1"),
-             helper.make_node("Tanh", ["h1"], ["h2"], name="tanh"),
-             helper.make_node("MatMul", ["h2", "W2"], ["h3"], name="mm2"),
-             helper.make_node("Add", ["h3", "b2"], ["y"], name="add2"),
-             helper.make_node("Softmax", ["y"], ["p"], name="softmax", axis=-1)]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
-                           helper.make_tensor_value_info("p", TensorProto.FLOAT, ["N", 3])],
-                          [numpy_helper.from_array(v, k) for k, v in params.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(m)
-    onnx.save(m, path)
-
-
-def rel(a, b):
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 class Tally:
