@@ -242,7 +242,7 @@ struct CompiledExecutor::Impl {
   const GraphPlan &planOf(const ir::Module &m, const ir::Graph &g) {
     auto it = plans.find(g.serial);
     if (it != plans.end() && it->second.ops == g.ops.size()) return it->second;
-    GraphPlan p{g.ops.size(), sched::planFusion(g), std::to_string(ir::contentHash(g, m)) + "/"};
+    GraphPlan p{g.ops.size(), sched::planFusion(g), std::to_string(ir::structureHash(g, m)) + "/"};
     return plans.insert_or_assign(g.serial, std::move(p)).first->second;
   }
 

@@ -73,6 +73,16 @@ uint64_t contentHash(const Graph &g, const Module &m) {
   return text::fnv1a(os.str());
 }
 
+uint64_t structureHash(const Graph &g, const Module &m) {
+  std::ostringstream os;
+  printGraph(os, g, m, false);
+  std::string text = os.str();
+  // "graph @NAME(" -> "graph @(": the rest of the text names no graph but region bodies' own.
+  const size_t at = text.find('@'), open = text.find('(');
+  if (at != std::string::npos && open != std::string::npos && at < open) text.erase(at + 1, open - at - 1);
+  return text::fnv1a(text);
+}
+
 // ---- parsing ----------------------------------------------------------------------------------
 
 namespace {

@@ -30,4 +30,9 @@ std::unique_ptr<Module> parseModuleText(const std::string &text);
 /// equal across runs and machines, for bundle and compilation caches. 64-bit FNV-1a.
 uint64_t contentHash(const Graph &g, const Module &m);
 
+/// contentHash without the graph's own name: two graphs that differ only in name (the same
+/// expression of host code lowered at two call sites, `eager36` and `eager39`) hash equal, so an
+/// executor keyed by it plans and compiles their programs once.
+uint64_t structureHash(const Graph &g, const Module &m);
+
 } // namespace tsr::ir

@@ -83,6 +83,16 @@ TEST_CASE("the text form parses back to the same text") {
   CHECK(contentHash(*back->graphs[0], *back) == contentHash(*m->graphs[0], *m));
 }
 
+TEST_CASE("structureHash ignores the graph's name, and nothing else") {
+  const char *body = "(%x: tensor<4, f32>) -> (tensor<4, f32>) {\n  %1 = exp %x : tensor<4, f32> loc(\"a.tsr\":1:1)\n  return %1\n}\n";
+  auto a = parseModuleText(std::string("graph @eager36") + body);
+  auto b = parseModuleText(std::string("graph @eager39") + body);
+  auto c = parseModuleText("graph @eager36(%x: tensor<4, f32>) -> (tensor<4, f32>) {\n  %1 = tanh %x : tensor<4, f32>\n  return %1\n}\n");
+  CHECK(contentHash(*a->graphs[0], *a) != contentHash(*b->graphs[0], *b));
+  CHECK(structureHash(*a->graphs[0], *a) == structureHash(*b->graphs[0], *b));
+  CHECK(structureHash(*a->graphs[0], *a) != structureHash(*c->graphs[0], *c));
+}
+
 TEST_CASE("the parser reports malformed text with a position") {
   CHECK_THROWS_AS(parseModuleText("graph @f(%x: tensor<f32>) -> (tensor<f32>) {\n  %1 = frob %x : tensor<f32>\n  return %1\n}\n"), IRError);
   CHECK_THROWS_AS(parseModuleText("graph @f(%x: tensor<f32>) -> (tensor<f32>) {\n  return %9\n}\n"), IRError);
