@@ -99,6 +99,8 @@ struct Tensor::Storage {
   DeviceMemory *dev = nullptr;
   uint64_t devPtr = 0;
   bool devValid = false;
+  bool isBorrowed = false;        // devPtr is the caller's memory, not dev's block (wrapDevice)
+  std::shared_ptr<void> borrowed; // its owner, released when the storage stops using it
 
   explicit Storage(size_t n) : bytes(n), host(allocate(n)) {}
   Storage(size_t n, std::shared_ptr<std::byte> external) : bytes(n), host(std::move(external)) {}
@@ -110,7 +112,9 @@ struct Tensor::Storage {
   ~Storage() { dropDevice(); }
 
   void dropDevice() noexcept {
-    if (dev && devPtr) dev->release(devPtr);
+    if (isBorrowed) borrowed.reset(); // the caller's memory: released by its owner, not by dev
+    else if (dev && devPtr) dev->release(devPtr);
+    isBorrowed = false;
     dev = nullptr;
     devPtr = 0;
     devValid = false;
@@ -140,6 +144,19 @@ Tensor Tensor::emptyOn(DeviceMemory &dev, std::vector<int64_t> shape, DType dtyp
   if (uint64_t(n) > (uint64_t(std::numeric_limits<int64_t>::max()) - kAlign) / item)
     throw std::length_error("tensor shape " + formatShape(shape) + " is too large");
   return Tensor(dtype, std::move(shape), n, std::make_shared<Storage>(dev, size_t(n) * item, forWhat));
+}
+
+Tensor Tensor::wrapDevice(DeviceMemory &dev, uint64_t ptr, std::vector<int64_t> shape, DType dtype, std::shared_ptr<void> owner) {
+  const int64_t n = shapeNumel(shape);
+  if (n > 0 && ptr == 0) throw std::invalid_argument("Tensor::wrapDevice: a null device pointer for " + formatShape(shape));
+  auto st = std::make_shared<Storage>(size_t(n) * dtypeSize(dtype), std::shared_ptr<std::byte>());
+  st->hostValid = false;
+  st->dev = &dev;
+  st->devPtr = ptr;
+  st->devValid = true;
+  st->isBorrowed = true;
+  st->borrowed = std::move(owner);
+  return Tensor(dtype, std::move(shape), n, std::move(st));
 }
 
 uint64_t Tensor::deviceAddress(DeviceMemory &dev, const char *forWhat) const {

@@ -103,6 +103,12 @@ public:
 
   /// Uninitialized elements in `dev`'s memory only (no host copy until one is read).
   static Tensor emptyOn(DeviceMemory &dev, std::vector<int64_t> shape, DType dtype, const char *forWhat);
+  /// A tensor over contiguous row-major memory of `dev` that the caller owns (the Python package's
+  /// DLPack inputs on a GPU), without a copy: the device holds the only copy, at `ptr` (0 only for
+  /// an empty tensor). The memory is borrowed: never handed to dev.release; `owner` is released
+  /// (the DLPack deleter) with the last handle, or when the storage stops using the device copy (a
+  /// host write, a move to another device), after which the tensor has storage of its own.
+  static Tensor wrapDevice(DeviceMemory &dev, uint64_t ptr, std::vector<int64_t> shape, DType dtype, std::shared_ptr<void> owner);
   /// The storage's address on `dev`, copying the host elements there first if the device has no
   /// current copy (from another device: through the host). 0 for an empty tensor.
   uint64_t deviceAddress(DeviceMemory &dev, const char *forWhat) const;

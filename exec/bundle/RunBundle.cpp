@@ -98,21 +98,45 @@ private:
 } // namespace
 
 std::unique_ptr<OpenedBundle> openBundle(const std::string &path, const std::string &device, const Compilers &compilers) {
-  if (device != "cpu")
-    throw std::invalid_argument("device `" + device + "`: bundles opened for calls run on the CPU so far (`cpu`)");
+  if (device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0)
+    throw std::invalid_argument("device `" + device + "`: expected cpu, cuda or cuda:N");
   auto o = std::make_unique<OpenedBundle>();
+  rb::Device dev;
+  dev.name = device == "cuda" ? "cuda:0" : device;
+  dev.cuda = device != "cpu";
+  std::shared_ptr<exec::StepBackend> inner;
   try {
     o->bundle = std::make_shared<const rb::Bundle>(rb::Bundle::open(path));
-    rb::Device dev;
-    dev.name = "cpu";
+    // As `tsr run --device`: a bundle without code for the device is refused before the driver
+    // is asked anything, so the refusal names the missing device even where there is no GPU.
+    if (dev.cuda && o->bundle->cuda.empty()) rb::checkRunnable(*o->bundle, dev);
+    if (dev.cuda) {
+      exec::PtxSource source = compilers.cuda ? *compilers.cuda : exec::PtxSource{};
+      source.measureShared = bundleSharedMeasure(o->bundle, source.measureShared);
+      if (!compilers.cuda)
+        source.unavailable = "is not in the bundle for " + dev.name +
+                             ", and this runner compiles nothing: make the bundle with --trace and the flags of this run";
+      try {
+        inner = exec::cudaBackend(dev.name, std::move(source));
+        const auto &info = rt::cuda::Context::get(dev.name).info();
+        dev.ccMajor = info.ccMajor;
+        dev.ccMinor = info.ccMinor;
+      } catch (const std::invalid_argument &) {
+        throw;
+      } catch (const std::exception &e) {
+        throw std::runtime_error(path + ": device " + dev.name + ": " + e.what());
+      }
+    } else if (compilers.cpu) {
+      inner = compilers.cpu();
+    }
     rb::checkRunnable(*o->bundle, dev);
   } catch (const rb::BundleError &e) {
     throw std::runtime_error(path + ": " + e.what());
   }
   BackendOptions bo;
   bo.verbose = envIs("TSR_BUNDLE_VERBOSE", "1");
-  bo.compileMissing = bool(compilers.cpu);
-  o->backend = bundleBackend(compilers.cpu ? compilers.cpu() : nullptr, o->bundle, bo, std::cerr);
+  bo.compileMissing = dev.cuda ? compilers.cuda.has_value() : bool(compilers.cpu);
+  o->backend = bundleBackend(inner, o->bundle, bo, std::cerr);
   o->sm = std::make_unique<SourceManager>();
   o->diags = std::make_unique<DiagnosticEngine>(*o->sm);
   std::string diagnostics;

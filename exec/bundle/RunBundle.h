@@ -51,8 +51,9 @@ struct Compilers {
 
 /// A bundle opened for calls from an embedder (the Python package, python/): read and validated,
 /// its program re-checked from its modules, and an interpreter over the compiled executor on the
-/// CPU (the BundleBackend: the bundle's code, and `compilers.cpu` for what it lacks; without it,
-/// such a program is an error naming it). Members are destroyed in reverse order.
+/// CPU or a GPU (the BundleBackend: the bundle's code, and `compilers.cpu` / `compilers.cuda` for
+/// what it lacks; without them, such a program is an error naming it). Members are destroyed in
+/// reverse order.
 struct OpenedBundle {
   std::shared_ptr<const rt::bundle::Bundle> bundle;
   std::unique_ptr<SourceManager> sm;
@@ -63,9 +64,10 @@ struct OpenedBundle {
   std::unique_ptr<host::Interpreter> interpreter;
 };
 
-/// Opens `path` for `device` ("cpu"; a GPU is not served yet: std::invalid_argument). Throws
-/// std::runtime_error carrying what `tsr run` prints: a refusal (`FILE: KIND: DETAILS`) or the
-/// checker's diagnostics.
+/// Opens `path` for `device` ("cpu", "cuda" = "cuda:0", "cuda:N"; another spelling:
+/// std::invalid_argument). Throws std::runtime_error carrying what `tsr run` prints: a refusal
+/// (`FILE: KIND: DETAILS`; a bundle without code for the device names both, before any driver is
+/// asked), why the GPU cannot be used (`FILE: device cuda:0: ...`), or the checker's diagnostics.
 std::unique_ptr<OpenedBundle> openBundle(const std::string &path, const std::string &device, const Compilers &compilers);
 
 /// Whether `path` names a bundle: its name ends in `.bundle`, or its first bytes are the magic.

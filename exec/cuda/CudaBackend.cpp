@@ -22,15 +22,21 @@ namespace cuda = rt::cuda;
 
 static_assert(sizeof(rt::KernelArg) == 152, "the KernelArg layout is the NVPTX kernels' ABI (codegen/nvptx/README.md)");
 
-// One device's memory and stream, for the life of the process (CudaBackend.h).
+// One device's memory and streams, for the life of the process (CudaBackend.h). Work goes on
+// `*current`: the device's own stream, or a borrowed one (setCudaStream) while an embedder asks
+// for it. Blocks are allocated for the stream current at the time, so the allocator reuses a
+// block only on the stream whose work last used it.
 struct Device final : rt::DeviceMemory {
   cuda::Context &ctx;
-  cuda::Stream stream;
+  cuda::Stream own;
+  cuda::Stream *current;
+  std::unique_ptr<cuda::Stream> borrowed; // the lent stream while one is set
   cuda::DeviceAllocator &alloc;
 
-  explicit Device(cuda::Context &c) : ctx(c), stream(c), alloc(cuda::DeviceAllocator::forDevice(c.ordinal())) {}
+  explicit Device(cuda::Context &c) : ctx(c), own(c), current(&own), alloc(cuda::DeviceAllocator::forDevice(c.ordinal())) {}
+  cuda::Stream &stream() { return *current; }
   std::string name() const override { return "cuda:" + std::to_string(ctx.ordinal()); }
-  uint64_t allocate(size_t bytes, const char *forWhat) override { return alloc.allocate(bytes, forWhat, stream.handle()); }
+  uint64_t allocate(size_t bytes, const char *forWhat) override { return alloc.allocate(bytes, forWhat, stream().handle()); }
   void release(uint64_t p) noexcept override {
     try {
       alloc.free(p);
@@ -38,12 +44,12 @@ struct Device final : rt::DeviceMemory {
       // A block the allocator does not know is a bug elsewhere; a destructor cannot report it.
     }
   }
-  void toDevice(uint64_t dst, const void *src, size_t bytes) override { stream.copyToDevice(dst, src, bytes); }
+  void toDevice(uint64_t dst, const void *src, size_t bytes) override { stream().copyToDevice(dst, src, bytes); }
   void toHost(void *dst, uint64_t src, size_t bytes) override {
-    stream.copyToHost(dst, src, bytes);
-    stream.synchronize();
+    stream().copyToHost(dst, src, bytes);
+    stream().synchronize();
   }
-  void copyOnDevice(uint64_t dst, uint64_t src, size_t bytes) override { stream.copyOnDevice(dst, src, bytes); }
+  void copyOnDevice(uint64_t dst, uint64_t src, size_t bytes) override { stream().copyOnDevice(dst, src, bytes); }
 };
 
 std::mutex devicesMutex;
@@ -176,7 +182,7 @@ public:
     dims.block[0] = p.threads;
     dims.sharedBytes = p.sharedBytes;
     if (p.tensorMaps.empty()) {
-      dev_.stream.launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(rt::KernelArg),
+      dev_.stream().launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(rt::KernelArg),
                                cuda::LaunchSite{site.kernel, site.source});
       return;
     }
@@ -186,7 +192,7 @@ public:
     // where the kernel reads it (a packed buffer lands at the start of the parameter bank, which
     // is only 16-byte aligned on sm_90: the kernel would read every field 48 bytes off).
     void *params[] = {block.data()};
-    dev_.stream.launch(*p.fn, dims, params, cuda::LaunchSite{site.kernel, site.source});
+    dev_.stream().launch(*p.fn, dims, params, cuda::LaunchSite{site.kernel, site.source});
   }
 
 private:
@@ -211,7 +217,24 @@ void synchronizeCudaBackends() {
     std::lock_guard<std::mutex> lock(devicesMutex);
     for (auto &[o, d] : devices()) ds.push_back(d);
   }
-  for (Device *d : ds) d->stream.synchronize();
+  for (Device *d : ds) d->stream().synchronize();
+}
+
+rt::DeviceMemory &cudaDeviceMemory(int ordinal) {
+  cuda::Driver::get().requireAvailable();
+  return deviceFor(ordinal);
+}
+
+void setCudaStream(int ordinal, void *stream, bool own) {
+  Device &d = deviceFor(ordinal);
+  std::lock_guard<std::mutex> lock(devicesMutex);
+  d.current = &d.own;
+  // A lent stream is dropped as soon as it is not current: its owner may destroy it, and the
+  // context synchronizes every Stream it knows (Context::synchronize) before it frees memory.
+  d.borrowed.reset();
+  if (own) return;
+  d.borrowed = std::make_unique<cuda::Stream>(d.ctx, stream);
+  d.current = d.borrowed.get();
 }
 
 } // namespace tsr::exec

@@ -11,7 +11,8 @@
 //   (codegen/nvptx: exec/cuda/NvptxCompiler.h), load() takes code made earlier (a bundle's PTX
 //   and cubin) and compiles nothing. Either way the module is loaded once per process by
 //   runtime/cuda/ModuleCache.h (a cubin where it runs on the device, else the driver JITs the PTX).
-// - Launches are queued on one stream per device and do not wait; a fault is reported at the
+// - Launches are queued on one stream per device (its own, or one an embedder lends:
+//   setCudaStream) and do not wait; a fault is reported at the
 //   next copy back or synchronize, naming the recent launches and their `.tsr` lines
 //   (rt::cuda::GpuError). Out of memory names the bytes asked for, the bytes in use and the op.
 // - A kernel with tensor maps (Hopper's TMA copies) gets them made from its arguments at each
@@ -83,6 +84,17 @@ public:
 /// compiles. Throws rt::cuda::GpuError when no GPU can be used (its message says why: no driver,
 /// no such device), std::invalid_argument for a malformed spec or a source without measureShared.
 std::shared_ptr<CudaBackend> cudaBackend(const std::string &spec, PtxSource source);
+
+/// The memory of GPU `ordinal` that its backends' tensors live in (rt::Tensor's device residency),
+/// for tensors over memory an embedder owns (rt::Tensor::wrapDevice). Throws rt::cuda::GpuError
+/// when no GPU can be used.
+rt::DeviceMemory &cudaDeviceMemory(int ordinal);
+
+/// Queues the later work of GPU `ordinal` (launches, copies, allocations' stream) on `stream`, a
+/// CUstream of the device's primary context that the caller owns (PyTorch's current stream; 0 is
+/// the legacy default stream), or with `own` on the device's own stream again. An embedder sets
+/// it around each call; one thread queues work on a device at a time.
+void setCudaStream(int ordinal, void *stream, bool own = false);
 
 /// Waits for the work queued on every GPU backend made so far (the end of a program: errors of
 /// launches nobody read back are reported here rather than lost). Throws rt::cuda::GpuError.

@@ -2,6 +2,7 @@
 // host interpreter.
 #include "python/src/Program.h"
 
+#include "exec/cuda/CudaBackend.h"
 #include "exec/host/Interpreter.h"
 #include "frontend/Parser.h"
 #include "runtime/Tensor.h"
@@ -10,6 +11,7 @@
 #include <dlpack/dlpack.h>
 
 #include <map>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -50,6 +52,9 @@ std::optional<DType> dtypeOf(DLDataType t) {
     break;
   case kDLUInt:
     if (t.bits == 8) return DType::Bool; // torch's and NumPy's bool (DLPack 0.6 has no bool code)
+    break;
+  case 6: // kDLBool (DLPack 0.8 and later, which newer torch and NumPy export)
+    if (t.bits == 8) return DType::Bool;
     break;
   default: break;
   }
@@ -134,11 +139,19 @@ struct DlpackOut {
   DLManagedTensor m{};
 };
 
-py::capsule toCapsule(const rt::Tensor &t) {
+// `gpu`: the device memory of the program's GPU (the tensor is there already: placeResults), and
+// its ordinal; null for a CPU program, whose results are host memory.
+py::capsule toCapsule(const rt::Tensor &t, rt::DeviceMemory *gpu, int ordinal) {
   auto *o = new DlpackOut{t, t.shape(), {}};
   DLTensor &d = o->m.dl_tensor;
-  d.data = const_cast<void *>(static_cast<const rt::Tensor &>(o->t).data());
-  d.device = {kDLCPU, 0};
+  if (gpu) {
+    const rt::Tensor &ct = o->t;
+    d.data = reinterpret_cast<void *>(uintptr_t(ct.deviceAddress(*gpu, "a result")));
+    d.device = {kDLCUDA, ordinal};
+  } else {
+    d.data = const_cast<void *>(static_cast<const rt::Tensor &>(o->t).data());
+    d.device = {kDLCPU, 0};
+  }
   d.ndim = int(o->shape.size());
   d.dtype = dlpackOf(t.dtype());
   d.shape = o->shape.data();
@@ -164,9 +177,20 @@ Stats &stats() {
   return s;
 }
 
+// One call at a time on the GPUs: the device's current stream (exec::setCudaStream) is set for
+// the length of a call. Taken without the GIL (a DLPack deleter run inside a call takes the GIL).
+std::mutex &gpuCalls() {
+  static std::mutex m;
+  return m;
+}
+
 struct Program::Impl {
   std::unique_ptr<bundle::OpenedBundle> parts;
   std::string device;
+  int ordinal = -1;               // cuda:N's N; -1 on the CPU
+  rt::DeviceMemory *gpu = nullptr; // the GPU's memory (exec::cudaDeviceMemory)
+  void *stream = nullptr;         // the caller's CUstream for the next calls (PyTorch's current)
+  bool hasStream = false;         // false: the device's own stream
 
   host::Interpreter &interp() { return *parts->interpreter; }
   SourceManager &sm() { return *parts->sm; }
@@ -229,7 +253,14 @@ struct Program::Impl {
     const std::string given = "a tensor of shape " + shapeText(shape) + ", dtype ";
     std::optional<DType> dt = dtypeOf(t.dtype);
     const std::string dtName = dt ? std::string(dtypeName(*dt)) : "code " + std::to_string(t.dtype.code) + "/" + std::to_string(t.dtype.bits);
-    if (t.device.device_type != kDLCPU)
+    const bool here = gpu ? t.device.device_type == kDLCUDA && t.device.device_id == ordinal : t.device.device_type == kDLCPU;
+    // TSR_TEST_NO_DEVICE_CHECK=1: the check off, for ctest negative_python_device only (the test
+    // that a tensor on another device is refused must then fail).
+    static const bool unchecked = [] {
+      const char *e = std::getenv("TSR_TEST_NO_DEVICE_CHECK");
+      return e && std::string(e) == "1";
+    }();
+    if (!here && !unchecked)
       throw py::value_error(head + "the tensor is on " + dlDeviceName(t.device) + "; this program runs on " + device +
                             " (move it there, or load the program for its device)");
     if (!dt) throw py::type_error(head + "expects " + (ann ? sema::typeStr(ann) : "a tensor") + ", given " + given + dtName + ", which Tessera has no dtype for");
@@ -261,7 +292,15 @@ struct Program::Impl {
       for (int64_t s : shape) n *= s;
       return n;
     }();
-    if (numel == 0 || reinterpret_cast<uintptr_t>(data) % 64 == 0) {
+    if (gpu) {
+      // Device memory is borrowed as it lies, on the caller's stream. Programs take their buffers
+      // 256-byte aligned (cuMemAlloc's alignment, and the caching allocator's): the package
+      // copies a tensor that starts elsewhere (a view's offset) before it gets here.
+      if (numel && reinterpret_cast<uintptr_t>(data) % 256 != 0)
+        throw py::value_error(head + "the tensor's memory on " + device + " is not 256-byte aligned; pass x.clone()");
+      v.t = rt::Tensor::wrapDevice(*gpu, numel ? reinterpret_cast<uintptr_t>(data) : 0, shape, *dt, owner);
+      ++stats().wrapped;
+    } else if (numel == 0 || reinterpret_cast<uintptr_t>(data) % 64 == 0) {
       v.t = rt::Tensor::wrapHost(numel ? data : nullptr, shape, *dt, owner);
       ++stats().wrapped;
     } else {
@@ -291,7 +330,7 @@ struct Program::Impl {
     case K::Int: return py::int_(v->i);
     case K::Float: return py::float_(v->f);
     case K::Str: return py::str(v->s);
-    case K::Tensor: return toCapsule(v->t);
+    case K::Tensor: return toCapsule(v->t, gpu, ordinal);
     case K::List: {
       py::list l;
       for (auto &e : v->items) l.append(toPython(e));
@@ -311,20 +350,41 @@ struct Program::Impl {
     }
   }
 
+  // A GPU program's results in the device's memory, queued on the call's stream (a result the
+  // host computed is copied there), so that toPython hands out device pointers only.
+  void placeResults(const ValueRef &v) {
+    if (!v) return;
+    if (v->k == K::Tensor) static_cast<const rt::Tensor &>(v->t).deviceAddress(*gpu, "a result");
+    for (auto &e : v->items) placeResults(e);
+    for (auto &[k, e] : v->dict) placeResults(e);
+  }
+
   // Runs fn on a thread with a large stack (the interpreter and the checker recurse as deep as
-  // the program nests), without the GIL; the program's errors come back as ProgramError.
+  // the program nests), without the GIL; the program's errors come back as ProgramError. On a GPU
+  // the call's work is queued on the caller's stream (set_stream), one call at a time.
   ValueRef run(const std::function<ValueRef()> &fn) {
     ValueRef result;
     std::optional<ProgramError> failed;
     {
       py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(gpuCalls(), std::defer_lock);
+      if (gpu) lock.lock();
       runWithLargeStack(size_t(512) << 20, [&]() -> int {
         try {
+          if (gpu) exec::setCudaStream(ordinal, stream, !hasStream);
           result = fn();
+          if (gpu) placeResults(result);
         } catch (const host::RuntimeError &e) {
           failed = ProgramError{interp().describe(e)};
         } catch (const std::exception &e) {
           failed = ProgramError{std::string("error: ") + e.what()};
+        }
+        if (gpu) {
+          try {
+            exec::setCudaStream(ordinal, nullptr, true);
+          } catch (...) {
+            // the device's own stream exists already: setting it back does not fail
+          }
         }
         return 0;
       });
@@ -342,7 +402,22 @@ struct Program::Impl {
 Program::Program(std::unique_ptr<bundle::OpenedBundle> parts, std::string device, std::string origin)
     : impl_(std::make_unique<Impl>()), device_(std::move(device)), origin_(std::move(origin)) {
   impl_->parts = std::move(parts);
+  if (device_ == "cuda") device_ = "cuda:0";
   impl_->device = device_;
+  if (device_.rfind("cuda:", 0) == 0) {
+    impl_->ordinal = std::atoi(device_.c_str() + 5);
+    impl_->gpu = &exec::cudaDeviceMemory(impl_->ordinal);
+  }
+}
+
+void Program::setStream(const py::object &handle) {
+  if (handle.is_none()) {
+    impl_->hasStream = false;
+    impl_->stream = nullptr;
+    return;
+  }
+  impl_->hasStream = true;
+  impl_->stream = reinterpret_cast<void *>(uintptr_t(handle.cast<uint64_t>()));
 }
 
 Program::~Program() = default;
@@ -404,7 +479,8 @@ void bindProgram(py::module_ &m, PyObject *error) {
       .def("entries", &Program::entries)
       .def("call", &Program::call)
       .def("vjp", &Program::vjp)
-      .def("pullback", &Program::pullback);
+      .def("pullback", &Program::pullback)
+      .def("set_stream", &Program::setStream);
   m.def("stats", [] {
     const Stats &s = stats();
     py::dict d;

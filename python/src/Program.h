@@ -6,9 +6,11 @@
 // against the function's annotations before the call, so a wrong dtype, rank, size or device is
 // an exception naming the parameter, what it expects and what it was given, with the parameter's
 // place in the source; errors of the running program carry the interpreter's diagnostic text.
-// Tensors cross without copies where the memory allows (contiguous, on the CPU, 64-byte
-// aligned, which PyTorch's and NumPy's large allocations are); results go out as DLPack capsules
-// over the runtime's buffers.
+// Tensors cross without copies where the memory allows (contiguous; on the CPU 64-byte aligned,
+// which PyTorch's and NumPy's large allocations are; on a GPU 256-byte aligned, borrowed in place
+// by rt::Tensor::wrapDevice); results go out as DLPack capsules over the runtime's buffers, in
+// the GPU's memory for a GPU program. A GPU program queues its work on the stream set_stream
+// names (PyTorch's current stream).
 #pragma once
 
 #include "exec/bundle/RunBundle.h"
@@ -48,6 +50,10 @@ public:
   /// cotangents of every argument.
   py::tuple vjp(const std::string &name, const py::args &args);
   py::object pullback(const py::capsule &handle, const py::object &cotangent);
+  /// A GPU program's stream for the calls that follow: a CUstream as an integer (PyTorch's
+  /// torch.cuda.current_stream().cuda_stream; 0 the legacy default stream), or None for the
+  /// device's own stream.
+  void setStream(const py::object &handle);
 
 private:
   struct Impl;

@@ -1,10 +1,12 @@
-// tessera._compiler: compile(path) checks a .tsr program from source and runs it on the host
-// CPU's compiling backend (the LLVM JIT). The module holds its own copy of the Program code
+// tessera._compiler: compile(path, device) checks a .tsr program from source and runs it on the
+// host CPU's compiling backend (the LLVM JIT) or a GPU's (codegen/nvptx's PTX, loaded by the
+// driver). The module holds its own copy of the Program code
 // (src/exports.map keeps the two modules apart).
 #include "python/src/Program.h"
 
 #include "exec/CompiledExecutor.h"
 #include "exec/cpu/CpuBackend.h"
+#include "exec/cuda/NvptxCompiler.h"
 #include "frontend/Parser.h"
 
 #include <iostream>
@@ -20,7 +22,18 @@ PYBIND11_MODULE(_compiler, m) {
   static PyObject *tesseraError = py::object(py::module_::import("tessera._runtime").attr("TesseraError")).release().ptr();
   python::bindProgram(m, tesseraError);
   m.def("compile", [](const std::string &path, const std::string &device, const std::string &stdlib) {
-    if (device != "cpu") throw py::value_error("device `" + device + "`: compiled programs run on the CPU so far (`cpu`)");
+    if (device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0)
+      throw py::value_error("device `" + device + "`: expected cpu, cuda or cuda:N");
+    // The GPU first: without a usable one (no driver, no such device) nothing is checked.
+    std::shared_ptr<exec::StepBackend> backend;
+    try {
+      backend = device == "cpu" ? exec::cpuBackend() : std::shared_ptr<exec::StepBackend>(exec::cudaBackend(device));
+    } catch (const std::invalid_argument &e) {
+      throw py::value_error("device `" + device + "`: " + e.what());
+    } catch (const std::exception &e) {
+      PyErr_SetString(tesseraError, (path + ": device " + (device == "cuda" ? std::string("cuda:0") : device) + ": " + e.what()).c_str());
+      throw py::error_already_set();
+    }
     auto parts = std::make_unique<bundle::OpenedBundle>();
     parts->sm = std::make_unique<SourceManager>();
     parts->diags = std::make_unique<DiagnosticEngine>(*parts->sm);
@@ -42,7 +55,7 @@ PYBIND11_MODULE(_compiler, m) {
       PyErr_SetString(tesseraError, diagnostics.c_str());
       throw py::error_already_set();
     }
-    parts->backend = exec::cpuBackend();
+    parts->backend = backend;
     parts->executor = exec::makeCompiledExecutor(nullptr, parts->backend);
     parts->interpreter = std::make_unique<host::Interpreter>(*parts->program, *parts->executor, std::cout, parts->backend);
     return std::make_shared<python::Program>(std::move(parts), device, path);

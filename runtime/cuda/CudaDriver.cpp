@@ -513,10 +513,19 @@ Stream::Stream(Context &ctx, size_t history) : ctx_(ctx), ring_(std::max<size_t>
   ctx_.addStream(this);
 }
 
+Stream::Stream(Context &ctx, void *borrowed, size_t history) : ctx_(ctx), ring_(std::max<size_t>(history, 1)) {
+  ctx_.requireUsable();
+  stream_ = borrowed;
+  owned_ = false;
+  const char *b = std::getenv("TSR_CUDA_LAUNCH_BLOCKING");
+  blocking_ = b && std::string_view(b) == "1";
+  ctx_.addStream(this);
+}
+
 Stream::~Stream() {
   ctx_.removeStream(this);
   profile::removeFlush(this);
-  if (!stream_) return;
+  if (!stream_ && owned_) return;
   if (tlsCurrent != ctx_.ctx_ && api.cuCtxSetCurrent(ctx_.ctx_) == 0) tlsCurrent = ctx_.ctx_;
   if (api.cuEventDestroy_v2) {
     std::lock_guard<std::mutex> lock(timedMu_);
@@ -524,7 +533,7 @@ Stream::~Stream() {
     for (void *e : spareEvents_) api.cuEventDestroy_v2(e);
     if (baseEvent_) api.cuEventDestroy_v2(baseEvent_);
   }
-  api.cuStreamDestroy_v2(stream_);
+  if (owned_) api.cuStreamDestroy_v2(stream_);
 }
 
 // ---- Stream: device times for profiles ----

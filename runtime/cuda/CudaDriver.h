@@ -315,7 +315,12 @@ struct LaunchRecord {
 class Stream {
 public:
   explicit Stream(Context &ctx, size_t history = 8);
-  /// cuStreamDestroy_v2: returns at once; the driver releases the stream when its work is done.
+  /// A stream that someone else created in `ctx` (a CUstream: PyTorch's current stream, handed
+  /// over by the Python package), borrowed: work is queued on it as on an own stream, and the
+  /// destructor leaves it to its owner. 0 is the legacy default stream.
+  Stream(Context &ctx, void *borrowed, size_t history = 8);
+  /// cuStreamDestroy_v2 (an own stream only): returns at once; the driver releases the stream
+  /// when its work is done.
   ~Stream();
   Stream(const Stream &) = delete;
   Stream &operator=(const Stream &) = delete;
@@ -409,6 +414,7 @@ private:
   uint64_t launches_ = 0;   // launches made
   uint64_t finished_ = 0;   // launches known finished (the count at the last good synchronize)
   bool blocking_ = false;   // TSR_CUDA_LAUNCH_BLOCKING
+  bool owned_ = true;       // false: a borrowed stream, not destroyed here
 };
 
 } // namespace tsr::rt::cuda

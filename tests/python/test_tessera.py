@@ -40,6 +40,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import tessera  # noqa: E402
 import tessera.torch  # noqa: E402
+from tiny_vit import train_side_by_side  # noqa: E402
 
 tally = Tally()
 
@@ -180,65 +181,101 @@ check("compile(): the same shapes run with the JIT",
 
 
 
-class TinyViT(torch.nn.Module):
-    """The design documents' integration point: a PyTorch ViT whose layer norms and attention are
-    Tessera's (the stdlib's nn.layer_norm and nn.scaled_dot_product_attention through the
-    package), or PyTorch's own with `tessera_ops=None`; same parameters either way."""
-
-    def __init__(self, tessera_ops=None, dim=16, heads=2, patches=4, classes=3):
-        super().__init__()
-        self.ops, self.dim, self.heads = tessera_ops, dim, heads
-        self.embed = torch.nn.Linear(4, dim)
-        self.pos = torch.nn.Parameter(torch.randn(patches, dim) * 0.1)
-        self.ln1_w, self.ln1_b = torch.nn.Parameter(torch.ones(dim)), torch.nn.Parameter(torch.zeros(dim))
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-        self.ln2_w, self.ln2_b = torch.nn.Parameter(torch.ones(dim)), torch.nn.Parameter(torch.zeros(dim))
-        self.head = torch.nn.Linear(dim, classes)
-
-    def layer_norm(self, t, w, b):
-        if self.ops is None:
-            return F.layer_norm(t, (self.dim,), w, b)
-        shape = t.shape
-        return self.ops["layer_norm"](t.reshape(-1, self.dim), w, b).reshape(shape)
-
-    def attention(self, q, k, v):
-        if self.ops is None:
-            return torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, -1) @ v
-        return self.ops["attention"](q, k, v)
-
-    def forward(self, x):  # x [B, P, 4]
-        bsz, p, _ = x.shape
-        h = self.embed(x) + self.pos
-        q, k, v = self.qkv(self.layer_norm(h, self.ln1_w, self.ln1_b)).split(self.dim, -1)
-        split = lambda t: t.reshape(bsz, p, self.heads, -1).transpose(1, 2).reshape(bsz * self.heads, p, -1)  # noqa: E731
-        o = self.attention(split(q), split(k), split(v))
-        o = o.reshape(bsz, self.heads, p, -1).transpose(1, 2).reshape(bsz, p, self.dim)
-        h = h + self.proj(o)
-        return self.head(self.layer_norm(h, self.ln2_w, self.ln2_b).mean(1))
-
-
 ops = {"layer_norm": tessera.torch.function(mc.layer_norm), "attention": tessera.torch.function(mc.attention)}
-torch.manual_seed(2)
-vit_t = TinyViT(ops)
-vit_p = TinyViT(None)
-vit_p.load_state_dict(vit_t.state_dict())
-opt_t = torch.optim.SGD(vit_t.parameters(), lr=0.05)
-opt_p = torch.optim.SGD(vit_p.parameters(), lr=0.05)
-images, labels = torch.randn(8, 4, 4), torch.randint(0, 3, (8,))
-worst, vit_losses = 0.0, []
-for step in range(3):
-    for net, opt in ((vit_t, opt_t), (vit_p, opt_p)):
-        opt.zero_grad()
-        loss = F.cross_entropy(net(images), labels)
-        loss.backward()
-        if net is vit_t:
-            vit_losses.append(float(loss))
-    for (name, a), (_, b2) in zip(vit_t.named_parameters(), vit_p.named_parameters()):
-        worst = max(worst, float((a.grad - b2.grad).abs().max()))
-    opt_t.step()
-    opt_p.step()
+worst, vit_losses = train_side_by_side(ops)
 check("ViT: 3 training steps, every parameter's gradient equals PyTorch's (max |diff| < 1e-4)", worst < 1e-4, f"max diff {worst}")
 check("ViT: the loss falls", vit_losses[-1] < vit_losses[0], str(vit_losses))
 
-sys.exit(tally.summary(minimum=30, what="checks"))
+# Devices, without a GPU (test_tessera_cuda.py runs the GPU itself): a bundle without code for a
+# device names it, before any driver is asked; a tensor on another device than the program's is a
+# ValueError naming both; without a driver the package imports and a GPU is refused with the
+# reason. The CUDA tensor here is a DLPack capsule made by hand (ctypes) over host memory: never
+# read, since the device check refuses it.
+import ctypes  # noqa: E402
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_keep = []
+
+
+def fake_cuda_capsule(t):
+    """A DLPack capsule that says `t` (a CPU tensor, 64-byte aligned) is on cuda:0."""
+    shape = (ctypes.c_int64 * t.dim())(*t.shape)
+    m = _DLManaged()
+    m.dl_tensor = _DLTensor(t.data_ptr(), _DLDevice(2, 0), t.dim(), _DLDataType(2, 32, 1), shape, None, 0)
+    _keep.extend([t, shape, m])
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(m), b"dltensor", None)
+
+
+class FakeCudaArray:
+    """Says it is on cuda:0 (__dlpack_device__), as a CUDA array would; its data is never asked for."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("read before the device was checked")
+
+
+raises("device: a bundle without code for the device names it (cuda:0), before any driver is asked",
+       lambda: tessera.load(bundle, device="cuda"), tessera.TesseraError, "cuda:0", "code for the cpu only")
+raises("device: inferred from the tensors (a CUDA array, device=None): the missing device is named",
+       lambda: m.layer_norm(FakeCudaArray(), w, b), tessera.TesseraError, "cuda:0", "code for the cpu only")
+raises("device: a tensor on another device than the program's: ValueError naming the parameter and both devices",
+       lambda: tessera.load(bundle, device="cpu").layer_norm(fake_cuda_capsule(x.clone()), w, b), ValueError,
+       "parameter `x`", "the tensor is on cuda:0", "this program runs on cpu")
+raises("device: an unknown device name", lambda: tessera.load(bundle, device="tpu"), ValueError, "device `tpu`")
+
+cuda_bundle = os.path.join(WORK, "model.cuda.bundle")
+r = subprocess.run([TSRC, os.path.join(HERE, "model.tsr"), "-o", cuda_bundle, "--target", "cuda", "--arch", "sm_90",
+                    "--trace", ""], capture_output=True, text=True)
+check("device: tsrc makes a cuda bundle of the test's program (--target cuda --trace)", r.returncode == 0, r.stderr[-2000:])
+raises("device: a GPU-only bundle on a CPU names the CPU as the missing device",
+       lambda: tessera.load(cuda_bundle, device="cpu"), tessera.TesseraError, "the device is the cpu", "cuda (sm_90) only")
+# Without a driver (TSR_LIBCUDA names none): the package imports, CPU programs run, and a GPU is
+# refused with the driver's reason, naming the device.
+NO_DRIVER = """
+import sys, tessera, tessera.torch, torch
+m = tessera.load(sys.argv[1])
+print("cpu call ok", float(m.scale_shift(torch.ones(3, 4), 2.0).sum()))
+for what, fn in [("load", lambda: tessera.load(sys.argv[2], device="cuda")),
+                 ("load-inferred", lambda: tessera.load(sys.argv[2])),
+                 ("compile", lambda: tessera.compile(sys.argv[3], device="cuda"))]:
+    try:
+        fn()
+        print(what, "did not raise")
+    except tessera.TesseraError as e:
+        print(what, "refused:", str(e).replace("\\n", " | "))
+"""
+env = dict(os.environ, TSR_LIBCUDA="/nonexistent/libcuda.so.1", PYTHONPATH=sys.argv[1])
+r = subprocess.run([sys.executable, "-c", NO_DRIVER, bundle, cuda_bundle, os.path.join(HERE, "model.tsr")],
+                   capture_output=True, text=True, env=env)
+lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.strip()}
+check("no driver: the package imports and a CPU program runs", lines.get("cpu", "").startswith("cpu call ok 36"),
+      r.stdout + r.stderr[-2000:])
+check("no driver: load(cuda bundle, device='cuda') is refused naming cuda:0 and the driver",
+      "device cuda:0" in lines.get("load", "") and "/nonexistent/libcuda.so.1" in lines.get("load", ""), r.stdout)
+check("no driver: load(cuda bundle) on a CPU names the missing device (cpu)",
+      "refused" in lines.get("load-inferred", "") and "the device is the cpu" in lines.get("load-inferred", ""), r.stdout)
+check("no driver: compile(device='cuda') is refused naming cuda:0 and the driver",
+      "device cuda:0" in lines.get("compile", "") and "/nonexistent/libcuda.so.1" in lines.get("compile", ""), r.stdout)
+sys.exit(tally.summary(minimum=40, what="checks"))

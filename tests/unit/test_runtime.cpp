@@ -1083,6 +1083,49 @@ TEST_CASE("device residency: one upload while the host is not written, one downl
   CHECK(dev.live == 0);
 }
 
+TEST_CASE("device residency: a borrowed device buffer (wrapDevice) is read in place and never released") {
+  using tsr::rt::Tensor;
+  FakeDevice dev;
+  const uint64_t p = dev.allocate(4 * sizeof(float), "the caller's");
+  for (int i = 0; i < 4; ++i) dev.at(p)[i] = float(i);
+  int released = 0;
+  {
+    std::shared_ptr<void> owner(nullptr, [&](void *) { ++released; });
+    Tensor t = Tensor::wrapDevice(dev, p, {2, 2}, tsr::DType::F32, owner);
+    owner.reset();
+    const Tensor &ct = t;
+    CHECK(ct.device() == &dev);
+    CHECK(!ct.onHost());
+    CHECK(ct.deviceAddress(dev, "t") == p); // no copy: the caller's address
+    CHECK(dev.uploads == 0);
+    CHECK(dev.live == 1);
+    dev.at(p)[3] = 9.0f; // device work writes the caller's memory
+    ct.markDeviceWritten(dev);
+    CHECK(ct.toF64(3) == 9.0); // read back once
+    CHECK(dev.downloads == 1);
+    Tensor view = t.reshape({4});
+    CHECK(released == 0); // held by every handle
+    CHECK(static_cast<const Tensor &>(view).deviceAddress(dev, "view") == p);
+  }
+  CHECK(released == 1); // the owner (DLPack's deleter) runs with the last handle
+  CHECK(dev.live == 1); // and the device block is not released by the tensor: the caller's
+  {
+    std::shared_ptr<void> owner(nullptr, [&](void *) { ++released; });
+    Tensor t = Tensor::wrapDevice(dev, p, {4}, tsr::DType::F32, owner);
+    owner.reset();
+    t.data<float>()[0] = 5.0f; // a host write: the tensor leaves the caller's memory
+    CHECK(released == 2);
+    CHECK(dev.at(p)[0] == 0.0f); // the caller's buffer is untouched
+    const uint64_t q = static_cast<const Tensor &>(t).deviceAddress(dev, "t");
+    CHECK(q != p); // its own block now
+    CHECK(dev.live == 2);
+  }
+  CHECK(dev.live == 1);
+  CHECK_THROWS_AS(Tensor::wrapDevice(dev, 0, {4}, tsr::DType::F32, nullptr), std::invalid_argument);
+  CHECK(Tensor::wrapDevice(dev, 0, {0}, tsr::DType::F32, nullptr).numel() == 0);
+  dev.release(p);
+}
+
 TEST_CASE("tensor maps in the kernel ABI: the text form parses back, the dimension order, the parameter block") {
   using tsr::rt::TensorMapSpec;
   const std::vector<TensorMapSpec> specs{{1, {128, 64}, {1}}, {2, {0, 64, 256}, {2, 1}}};
