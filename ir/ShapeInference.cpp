@@ -6,6 +6,7 @@
 // the program's mistake, and they come back as a ShapeMismatch with the checker's diagnostic.
 #include "ir/IR.h"
 #include "sema/Types.h"
+#include "sema/Windows.h"
 
 #include <algorithm>
 
@@ -136,6 +137,84 @@ Result binary(OpKind k, OpClass c, const Type &a, const Type &b) {
   DType r = *dt;
   if (k == OpKind::Div && !isFloat(r)) r = DType::F32;
   return std::vector<Type>{Type::tensor(std::move(*dims), r, p)};
+}
+
+
+// ---- convolution and pooling (sema/Windows.h has the extents) ----
+
+// The geometry attributes of a window op (defaults: stride and dilation 1, no padding); a
+// convolution's kernel extents come from its weight, which must give constants.
+std::variant<sema::WindowGeometry, std::string> geometryOf(const std::vector<Attr> &attrs, size_t spatial, const std::vector<Dim> *weight) {
+  sema::WindowGeometry g;
+  auto ints = [&](const char *n, std::vector<int64_t> dflt) {
+    const std::vector<int64_t> *v = intsAttr(attrs, n);
+    return v ? *v : dflt;
+  };
+  g.strides = ints("strides", std::vector<int64_t>(spatial, 1));
+  g.dilations = ints("dilations", std::vector<int64_t>(spatial, 1));
+  g.pads = ints("pads", std::vector<int64_t>(2 * spatial, 0));
+  g.ceilMode = boolAttr(attrs, "ceil_mode").value_or(false);
+  if (!weight) {
+    g.kernel = ints("kernel", {});
+    return g;
+  }
+  for (size_t i = 2; i < weight->size(); ++i) {
+    auto k = (*weight)[i].constantValue();
+    if (!k) return std::string("the kernel extents must be known at compile time, not \"" + (*weight)[i].str() + "\"");
+    g.kernel.push_back(*k);
+  }
+  return g;
+}
+
+// conv, conv_transpose, max_pool, max_pool_grad, avg_pool, avg_pool_grad (ir/Ops.def): the
+// extents from sema/Windows.h, as the checker's rules of the builtins compute them; a mistake the
+// checker could not see (sizes read at run time) is the WindowShape diagnostic.
+Result windowOp(OpKind kind, const std::vector<const Type *> &ops, const std::vector<Attr> &attrs) {
+  const bool conv = kind == OpKind::Conv || kind == OpKind::ConvTranspose;
+  const size_t want = kind == OpKind::AvgPool || kind == OpKind::AvgPoolGrad ? 1 : kind == OpKind::MaxPool ? ops.size() : 2;
+  if (ops.empty() || ops.size() != want || ops.size() > 2) return std::string(opSpelling(kind)) + ": wrong operand count " + std::to_string(ops.size());
+  for (const Type *t : ops)
+    if (t->isKey()) return std::string(opSpelling(kind)) + " of a key";
+  auto fail = [&](const std::string &what) -> Result {
+    return mismatch(std::string(opSpelling(kind)) + ": " + what, DiagKind::WindowShape, {std::string(opSpelling(kind)), what}, ops);
+  };
+  // avg_pool_grad's input shape is an attribute; everyone else's is operand 0.
+  std::vector<Dim> xd = ops[0]->dims;
+  if (kind == OpKind::AvgPoolGrad) {
+    const std::vector<Dim> *sh = dimsAttr(attrs, "shape");
+    if (!sh) return std::string("avg_pool_grad needs a shape attribute");
+    xd = *sh;
+  }
+  const Type &x = *ops[0];
+  if (!isFloat(x.dtype) && kind != OpKind::MaxPool && kind != OpKind::MaxPoolGrad)
+    return fail(std::string("needs floating-point operands, not ") + std::string(dtypeName(x.dtype)));
+  if (xd.size() < 3) return fail("the input must be [N, C, 1 to 3 spatial axes], not of rank " + std::to_string(xd.size()));
+  const std::vector<Dim> *wd = conv ? &ops[1]->dims : nullptr;
+  auto geo = geometryOf(attrs, xd.size() - 2, wd && wd->size() == xd.size() ? wd : nullptr);
+  if (auto *e = std::get_if<std::string>(&geo)) return fail(*e);
+  const sema::WindowOp wop = kind == OpKind::Conv ? sema::WindowOp::Conv : kind == OpKind::ConvTranspose ? sema::WindowOp::ConvTranspose : sema::WindowOp::Pool;
+  auto res = sema::windowResult(wop, xd, wd, std::get<sema::WindowGeometry>(geo), intAttr(attrs, "groups").value_or(1));
+  if (auto *e = std::get_if<std::string>(&res)) return fail(*e);
+  std::vector<Dim> out = std::get<std::vector<Dim>>(res);
+  if (conv) {
+    const Type &w = *ops[1];
+    DType dt = x.dtype;
+    if (w.dtype != x.dtype) {
+      auto p = promote(x.dtype, w.dtype);
+      if (!p || !isFloat(*p)) return std::string(opSpelling(kind)) + ": operand dtypes do not promote";
+      dt = *p;
+    }
+    return std::vector<Type>{Type::tensor(std::move(out), dt, x.policies.empty() ? w.policies : x.policies)};
+  }
+  if (kind == OpKind::MaxPool) {
+    if (ops.size() == 2 && ops[1]->dims != x.dims) return std::string("max_pool: the selected tensor must have the input's shape");
+    return std::vector<Type>{Type::tensor(std::move(out), ops.back()->dtype, ops.back()->policies)};
+  }
+  if (kind == OpKind::AvgPool) return std::vector<Type>{Type::tensor(std::move(out), x.dtype, x.policies)};
+  // The gradients: the cotangent has the pooled shape; the result the input's.
+  const Type &g = *ops.back();
+  if (g.dims != out) return std::string(opSpelling(kind)) + ": the cotangent " + shapeText(g.dims) + " is not the pooled shape " + shapeText(out);
+  return std::vector<Type>{Type::tensor(xd, g.dtype, g.policies)};
 }
 
 } // namespace
@@ -368,6 +447,9 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
     return std::string("kernel_call has explicit result types");
   case OpKind::Scan:
     return std::string("scan's result types come from its body (ir/Scan.h, scanResultTypes)");
+  case OpKind::Conv: case OpKind::ConvTranspose: case OpKind::MaxPool: case OpKind::MaxPoolGrad: case OpKind::AvgPool:
+  case OpKind::AvgPoolGrad:
+    return windowOp(kind, ops, attrs);
   case OpKind::CheckLe: {
     if (ops.size() < 2) return std::string("check_le takes at least two operands");
     for (const Type *o : ops)

@@ -303,6 +303,35 @@ private:
       });
     }
     case OpKind::MatMul: return node("MatMul", {in(o, 0, r), in(o, 1, r)});
+    case OpKind::Conv: case OpKind::ConvTranspose: case OpKind::AvgPool:
+    case OpKind::MaxPool: {
+      // ONNX's attribute names; pads begins then ends as Graph IR's. A negative end pad (the
+      // internal form of a gradient) is ConvTranspose's output_padding; other negative pads and
+      // max_pool's two-operand form have no ONNX form.
+      const bool conv = o.kind == OpKind::Conv || o.kind == OpKind::ConvTranspose;
+      if (o.kind == OpKind::MaxPool && o.operands.size() != 1) break;
+      std::vector<int64_t> pads = *o.attrAs<std::vector<int64_t>>("pads"), outPad;
+      const size_t ns = pads.size() / 2;
+      if (o.kind == OpKind::ConvTranspose)
+        for (size_t i = 0; i < ns; ++i) {
+          outPad.push_back(pads[ns + i] < 0 ? -pads[ns + i] : 0);
+          if (pads[ns + i] < 0) pads[ns + i] = 0;
+        }
+      for (int64_t p : pads) if (p < 0) noForm("`" + std::string(opSpelling(o.kind)) + "` with a negative padding has no ONNX form");
+      const char *type = o.kind == OpKind::Conv ? "Conv" : o.kind == OpKind::ConvTranspose ? "ConvTranspose" : o.kind == OpKind::MaxPool ? "MaxPool" : "AveragePool";
+      std::vector<std::string> ins{in(o, 0, conv ? r : o.operands[0]->type.dtype)};
+      if (conv) ins.push_back(in(o, 1, r));
+      return node(type, ins, "", [&](onnx::NodeProto &n) {
+        if (auto *k = o.attrAs<std::vector<int64_t>>("kernel")) attrInts(n, "kernel_shape", *k);
+        attrInts(n, "strides", *o.attrAs<std::vector<int64_t>>("strides"));
+        attrInts(n, "pads", pads);
+        if (o.kind != OpKind::AvgPool) attrInts(n, "dilations", *o.attrAs<std::vector<int64_t>>("dilations"));
+        if (conv) attrInt(n, "group", *o.attrAs<int64_t>("groups"));
+        if (!outPad.empty()) attrInts(n, "output_padding", outPad);
+        if (!conv) attrInt(n, "ceil_mode", o.attrAs<bool>("ceil_mode") && *o.attrAs<bool>("ceil_mode") ? 1 : 0);
+        if (o.kind == OpKind::AvgPool) attrInt(n, "count_include_pad", *o.attrAs<bool>("count_include_pad") ? 1 : 0);
+      });
+    }
     case OpKind::Reshape: return node("Reshape", {in(o, 0), shapeTensor(*o.attrAs<std::vector<Dim>>("shape"))});
     case OpKind::BroadcastTo: return node("Expand", {in(o, 0), shapeTensor(*o.attrAs<std::vector<Dim>>("shape"))});
     case OpKind::Transpose: return node("Transpose", {in(o, 0)}, "", [&](onnx::NodeProto &n) { attrInts(n, "perm", *o.attrAs<std::vector<int64_t>>("perm")); });

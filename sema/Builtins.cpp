@@ -48,6 +48,7 @@ Registry build() {
   addAutodiffBuiltins(reg);
   addDistributionBuiltins(reg);
   addStateBuiltins(reg);
+  addWindowBuiltins(reg);
   registerTileBuiltins(all);
   // The first entry of a name wins (the namespaces above, should TileOps list `tile` again).
   for (auto &b : all) {

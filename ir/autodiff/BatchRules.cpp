@@ -6,6 +6,7 @@
 // calls, random draws whose bounds are batched) run once per example (`unrollExamples`).
 #include "ir/autodiff/BatchRules.h"
 #include "ir/autodiff/ScanRules.h"
+#include "ir/autodiff/WindowRules.h"
 
 #include <map>
 
@@ -212,6 +213,8 @@ std::map<OpKind, BatchRule> buildTable() {
   }};
   // The scan region op: its rules build scans of transformed bodies (ScanRules.cpp).
   t[OpKind::Scan] = scanBatchRule();
+  // Convolution and pooling (WindowRules.cpp).
+  addWindowBatchRules(t);
   return t;
 }
 

@@ -8,6 +8,7 @@
 // equally among the tied extremes (torch.amax).
 #include "ir/autodiff/GradRules.h"
 #include "ir/autodiff/ScanRules.h"
+#include "ir/autodiff/WindowRules.h"
 
 #include <array>
 #include <cmath>
@@ -592,6 +593,8 @@ std::map<OpKind, GradRule> buildTable() {
   t[OpKind::CheckLe].nondiff = true;
   // The scan region op: its rules build scans of transformed bodies (ScanRules.cpp).
   t[OpKind::Scan] = scanGradRule();
+  // Convolution and pooling (WindowRules.cpp).
+  addWindowGradRules(t);
   return t;
 }
 

@@ -6,6 +6,7 @@
 // same helpers at the top (exact dim arithmetic, broadcasting, dtype rounding), so that a reader
 // checks an op against the compiled pipeline's in one place.
 #include "ir/eval/Evaluator.h"
+#include "ir/eval/ConvPool.h"
 #include "ir/Scan.h"
 
 #include "runtime/Numeric.h"
@@ -651,6 +652,9 @@ private:
       return {in[0].cast(d.dtype, roundingOf(d.policies))};
     }
     case OpKind::MatMul: arity(2); return {matmul(in[0], in[1], *ty)};
+    case OpKind::Conv: case OpKind::ConvTranspose: case OpKind::MaxPool: case OpKind::MaxPoolGrad: case OpKind::AvgPool:
+    case OpKind::AvgPoolGrad:
+      return {windowOp(op, in, *ty)};
     case OpKind::Reshape: {
       arity(1);
       Shape s = shape(dimsAttr(op, "shape"));
@@ -876,6 +880,62 @@ private:
       r[size_t(o)] = a;
     }
     return tensorFromI64(outShape, ty.dtype, r, ty.policies);
+  }
+
+  // Convolution and pooling (ConvPool.cpp): operands as f64, one rounding into the result.
+  Tensor windowOp(const Op &op, const std::vector<Tensor> &in, const Type &ty) {
+    auto ints = [&](const char *n, std::vector<int64_t> dflt) {
+      const auto *v = op.attrAs<std::vector<int64_t>>(n);
+      return v ? *v : dflt;
+    };
+    const bool conv = op.kind == OpKind::Conv || op.kind == OpKind::ConvTranspose;
+    eval::WindowSpec s;
+    s.out = shape(ty.dims);
+    s.x = op.kind == OpKind::AvgPoolGrad ? s.out : in.at(0).shape();
+    if (op.kind == OpKind::MaxPoolGrad || op.kind == OpKind::AvgPoolGrad) s.out = in.back().shape();
+    if (s.x.size() < 3 || s.x.size() > 5) fail("needs an input of rank 3 to 5, not " + shapeText(s.x));
+    const size_t n = s.x.size() - 2;
+    if (conv) s.kernel.assign(in.at(1).shape().begin() + 2, in.at(1).shape().end());
+    else s.kernel = ints("kernel", {});
+    s.strides = ints("strides", std::vector<int64_t>(n, 1));
+    s.dilations = ints("dilations", std::vector<int64_t>(n, 1));
+    s.pads = ints("pads", std::vector<int64_t>(2 * n, 0));
+    if (s.kernel.size() != n || s.strides.size() != n || s.dilations.size() != n || s.pads.size() != 2 * n)
+      fail("the window attributes do not match " + std::to_string(n) + " spatial axes");
+    const DType r = ty.dtype;
+    const int64_t groups = op.attrAs<int64_t>("groups") ? *op.attrAs<int64_t>("groups") : 1;
+    const bool includePad = op.attrAs<bool>("count_include_pad") && *op.attrAs<bool>("count_include_pad");
+    std::vector<double> res(size_t(numelOf(shape(ty.dims))));
+    switch (op.kind) {
+    case OpKind::Conv: case OpKind::ConvTranspose: {
+      if (!isFloat(r)) fail("needs float operands");
+      const std::vector<double> x = valuesF64(in[0], r), w = valuesF64(in[1], r);
+      if (groups < 1 || s.x[1] % groups || s.out[1] % groups) fail("the channels do not divide into the groups");
+      (op.kind == OpKind::Conv ? eval::conv : eval::convTranspose)(s, groups, x.data(), w.data(), res.data());
+      break;
+    }
+    case OpKind::MaxPool: {
+      const std::vector<double> x = valuesF64(in[0], in[0].dtype());
+      std::vector<double> t;
+      if (in.size() == 2) t = valuesF64(in[1], r);
+      eval::maxPool(s, x.data(), in.size() == 2 ? t.data() : nullptr, res.data());
+      if (!isFloat(r)) {
+        std::vector<int64_t> iv(res.size());
+        for (size_t i = 0; i < res.size(); ++i) iv[i] = static_cast<int64_t>(res[i]);
+        return tensorFromI64(shape(ty.dims), r, iv, ty.policies);
+      }
+      break;
+    }
+    case OpKind::MaxPoolGrad: {
+      const std::vector<double> x = valuesF64(in[0], in[0].dtype()), g = valuesF64(in[1], r);
+      eval::maxPoolGrad(s, x.data(), g.data(), res.data());
+      break;
+    }
+    case OpKind::AvgPool: eval::avgPool(s, includePad, valuesF64(in[0], r).data(), res.data()); break;
+    case OpKind::AvgPoolGrad: eval::avgPoolGrad(s, includePad, valuesF64(in[0], r).data(), res.data()); break;
+    default: fail("not a window op");
+    }
+    return tensorFromF64(shape(ty.dims), r, res, ty.policies);
   }
 
   // NumPy's matmul: 1-d operands gain an axis of 1 that the result drops, batch axes broadcast.

@@ -96,6 +96,7 @@ GraphRule findGraphRule(std::string_view name) {
     addAutodiffRules(r);
     addCompositeRules(r);
     addStateRules(r);
+    addWindowRules(r);
     return r;
   }();
   auto it = rules.find(name);

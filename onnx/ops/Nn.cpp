@@ -1,12 +1,12 @@
 // ONNX's convolution, pooling and normalization operators as Graph IR. Layout NCHW (N, C, then
 // 1 to 3 spatial axes), weights [M, C/group, k...], as ONNX and PyTorch.
 //
-// Convolution and pooling go through windows (im2col): the input is padded, its spatial axes
-// flattened, and `take` gathers every window at indices computed at import time, giving
-// [N, C, windows, kernel elements]; a convolution is then one batched matmul per group, a pool a
-// reduction over the last axis. Built from Graph IR's own ops, both have gradients (autodiff's
-// rules for take, matmul and the reductions) and every backend's lowering; the cost is the
-// window tensor's memory (N * C * windows * kernel elements) and static spatial sizes.
+// Conv, ConvTranspose, MaxPool (and its Indices) and AveragePool are Graph IR's own window ops
+// (conv, conv_transpose, max_pool, avg_pool: their gradients and evaluation in ir/), the geometry
+// (auto_pad, output_shape, output_padding) resolved here into explicit pads. LpPool still goes
+// through windows (im2col): the input padded, its spatial axes flattened, and `take` gathering
+// every window at indices computed at import time ([N, C, windows, kernel elements]), then a
+// reduction over the last axis. Global pools are reductions over the spatial axes.
 // Semantics: ONNX 1.12's operator definitions (onnx/defs/nn/defs.cc).
 #include "onnx/Importer.h"
 
@@ -141,22 +141,6 @@ std::vector<Dim> outShape(V x, const Window &w, Dim channels) {
   return d;
 }
 
-/// Convolution of x [N, C, S...] with w [M, C/g, K...] for a window geometry.
-V convolve(Importer &I, V x, V wt, const Window &w, int64_t g) {
-  const auto &xd = Importer::dims(x);
-  const auto &wd = Importer::dims(wt);
-  auto C = xd[1].constantValue(), M = wd[0].constantValue();
-  if (!C || !M || *C % g || *M % g) throw BadModel("the channels do not divide into the groups");
-  const int64_t O = w.outCount(), K = w.kernelCount(), Cg = *C / g, Mg = *M / g;
-  V cols = windows(I, x, w, 0.0); // [N, C, O, K]
-  cols = I.reshape(cols, {xd[0], D(g), D(Cg), D(O), D(K)});
-  cols = I.reshape(I.transpose(cols, {0, 1, 3, 2, 4}), {xd[0], D(g), D(O), D(Cg * K)});
-  V wm = I.transpose(I.reshape(wt, {D(g), D(Mg), D(Cg * K)}), {0, 2, 1}); // [g, Cg*K, Mg]
-  V y = I.op(OpKind::MatMul, {cols, wm}); // [N, g, O, Mg]
-  y = I.transpose(y, {0, 1, 3, 2});
-  return I.reshape(y, outShape(x, w, D(*M)));
-}
-
 V addBias(Importer &I, V y, V b) {
   std::vector<Dim> d(y->type.rank(), D(1));
   d[1] = y->type.dims[1];
@@ -167,6 +151,16 @@ std::vector<int64_t> kernelOf(Node &n, V w) {
   if (auto k = n.ints("kernel_shape")) return *k;
   std::vector<int64_t> s = Importer::staticShape(w, "Conv weight");
   return std::vector<int64_t>(s.begin() + 2, s.end());
+}
+
+/// The attributes of Graph IR's window ops (conv, pools) for a geometry: strides, dilations,
+/// pads (begins then ends), and for convolutions (groups > 0) the groups.
+std::vector<ir::Attr> windowAttrs(const Window &w, int64_t groups) {
+  std::vector<int64_t> pads = w.padBegin;
+  pads.insert(pads.end(), w.padEnd.begin(), w.padEnd.end());
+  std::vector<ir::Attr> a{{"strides", w.stride}, {"pads", pads}, {"dilations", w.dilation}};
+  if (groups > 0) a.push_back({"groups", groups});
+  return a;
 }
 
 /// Broadcasts a per-channel vector [C] against [N, C, ...].
@@ -182,16 +176,14 @@ V perChannel(Importer &I, V p, size_t rank) {
 std::vector<Val> ruleConv(Importer &I, Node &n) {
   V x = in(I, n, 0), wt = in(I, n, 1);
   Window w = window(n, spatialOf(x, "Conv"), kernelOf(n, wt), false);
-  V y = convolve(I, x, wt, w, n.i("group", 1));
+  V y = I.op(OpKind::Conv, {x, wt}, windowAttrs(w, n.i("group", 1)));
   if (n.has(2)) y = addBias(I, y, I.v(n.in[2]));
   return one(y);
 }
 
 std::vector<Val> ruleConvTranspose(Importer &I, Node &n) {
-  // The gradient of a convolution: the input dilated by the stride (stride-1 zeros between
-  // elements), padded by dilation*(k-1) - pad on each side (plus output_padding at the end), and
-  // convolved (stride 1, the same dilation) with the kernel flipped and its in/out channels
-  // swapped per group.
+  // Graph IR's conv_transpose: output_padding is a smaller end padding (it may go negative,
+  // which the op reads as an extension); output_shape and auto_pad SAME_* choose the pads.
   V x = in(I, n, 0), wt = in(I, n, 1);
   std::vector<int64_t> S = spatialOf(x, "ConvTranspose");
   const size_t s = S.size();
@@ -204,6 +196,7 @@ std::vector<Val> ruleConvTranspose(Importer &I, Node &n) {
   std::vector<int64_t> pads = n.ints("pads").value_or(std::vector<int64_t>(2 * s, 0));
   if (K.size() != s || stride.size() != s || dil.size() != s || outPad.size() != s || pads.size() != 2 * s)
     throw BadModel("ConvTranspose's attributes do not match the spatial rank");
+  if (std::vector<int64_t>(ws.begin() + 2, ws.end()) != K) throw BadModel("ConvTranspose's kernel_shape differs from its weight's");
   const std::string autoPad = n.s("auto_pad", "NOTSET");
   auto outputShape = n.ints("output_shape");
   for (size_t i = 0; i < s; ++i) {
@@ -220,112 +213,70 @@ std::vector<Val> ruleConvTranspose(Importer &I, Node &n) {
       pads[i + s] = total - first;
     } else if (autoPad == "VALID") {
       pads[i] = pads[i + s] = 0;
+    } else if (autoPad != "NOTSET") {
+      throw Unsupported("auto_pad `" + autoPad + "` is not supported");
     }
   }
-  // Dilate by the stride.
-  for (size_t i = 0; i < s; ++i) {
-    if (stride[i] == 1) continue;
-    const size_t a = 2 + i;
-    std::vector<Dim> d = x->type.dims;
-    std::vector<Dim> e = d;
-    e.insert(e.begin() + long(a) + 1, D(1));
-    V xe = I.reshape(x, e);
-    std::vector<Dim> z = e;
-    z[a + 1] = D(stride[i] - 1);
-    V wide = I.concat({xe, I.full(z, 0, Importer::dtype(x))}, int64_t(a + 1));
-    std::vector<Dim> f = d;
-    f[a] = D(S[i] * stride[i]);
-    x = I.sliceAxis(I.reshape(wide, f), a, D(0), D((S[i] - 1) * stride[i] + 1));
-  }
-  // Pad (or crop) each side.
-  Window w;
-  for (size_t i = 0; i < s; ++i) {
-    const size_t a = 2 + i;
-    int64_t lo = dil[i] * (K[i] - 1) - pads[i], hi = dil[i] * (K[i] - 1) - pads[i + s] + outPad[i];
-    const Dim N = x->type.dims[a];
-    if (lo < 0 || hi < 0) {
-      x = I.sliceAxis(x, a, D(std::max<int64_t>(0, -lo)), N + D(std::min<int64_t>(0, hi)));
-      lo = std::max<int64_t>(0, lo);
-      hi = std::max<int64_t>(0, hi);
-    }
-    w.padBegin.push_back(lo);
-    w.padEnd.push_back(hi);
-  }
-  std::vector<int64_t> xs = Importer::staticShape(x, "ConvTranspose input");
-  for (size_t i = 0; i < s; ++i) {
-    w.size.push_back(xs[2 + i]);
-    w.kernel.push_back(K[i]);
-    w.stride.push_back(1);
-    w.dilation.push_back(dil[i]);
-    w.out.push_back(xs[2 + i] + w.padBegin[i] + w.padEnd[i] - dil[i] * (K[i] - 1));
-  }
-  // Weight [C, M/g, K...] -> [g, C/g, M/g, K...] -> [g, M/g, C/g, K...] flipped -> [M, C/g, K...].
-  const int64_t C = ws[0], Mg = ws[1];
-  if (C % g) throw BadModel("the channels do not divide into the groups");
-  std::vector<Dim> w5{D(g), D(C / g), D(Mg)};
-  for (int64_t k : K) w5.push_back(D(k));
-  V wr = I.reshape(wt, w5);
-  std::vector<int64_t> perm{0, 2, 1};
-  std::vector<int64_t> flip;
-  for (size_t i = 0; i < s; ++i) {
-    perm.push_back(int64_t(3 + i));
-    flip.push_back(int64_t(3 + i));
-  }
-  wr = I.op(OpKind::Reverse, {I.transpose(wr, perm)}, {{"axes", flip}});
-  std::vector<Dim> wd{D(g * Mg), D(C / g)};
-  for (int64_t k : K) wd.push_back(D(k));
-  V y = convolve(I, x, I.reshape(wr, wd), w, g);
+  for (size_t i = 0; i < s; ++i) pads[i + s] -= outPad[i];
+  const int64_t C = ws[0];
+  if (g < 1 || C % g) throw BadModel("the channels do not divide into the groups");
+  V y = I.op(OpKind::ConvTranspose, {x, wt}, {{"strides", stride}, {"pads", pads}, {"dilations", dil}, {"groups", g}});
   if (n.has(2)) y = addBias(I, y, I.v(n.in[2]));
   return one(y);
 }
 
 std::vector<Val> ruleMaxPool(Importer &I, Node &n) {
-  if (n.numOutputs > 1) throw Unsupported("MaxPool's Indices output is not supported");
   V x = in(I, n, 0);
   auto k = n.ints("kernel_shape");
   if (!k) throw BadModel("MaxPool needs kernel_shape");
-  Window w = window(n, spatialOf(x, "MaxPool"), *k, n.i("ceil_mode", 0));
-  const double lowest = isFloat(Importer::dtype(x)) ? -INFINITY : double(std::numeric_limits<int32_t>::min());
-  V y = I.reduce(OpKind::ReduceMax, windows(I, x, w, lowest), {3}, false);
-  return one(I.reshape(y, outShape(x, w, x->type.dims[1])));
+  const bool ceil = n.i("ceil_mode", 0);
+  Window w = window(n, spatialOf(x, "MaxPool"), *k, false);
+  std::vector<ir::Attr> attrs = windowAttrs(w, 0);
+  attrs.push_back({"kernel", w.kernel});
+  attrs.push_back({"ceil_mode", ceil});
+  std::vector<Val> out = one(I.op(OpKind::MaxPool, {x}, attrs));
+  if (n.numOutputs > 1) {
+    // Indices: each maximum's position in x flattened, max_pool reading a tensor of those
+    // positions at x's maxima. storage_order 0: row-major over [N, C, spatial...]; 1: the
+    // spatial axes column-major ((n * C + c) * H * W + w * H + h), as ONNX's MaxPool states.
+    const auto &d = Importer::dims(x);
+    V pos = nullptr;
+    if (n.i("storage_order", 0) == 0) {
+      Dim total = D(1);
+      for (const Dim &e : d) total = total * e;
+      pos = I.reshape(I.op(OpKind::Iota, {}, {{"shape", std::vector<Dim>{total}}, {"axis", int64_t(0)}, {"dtype", ir::DTypeAttr{DType::I64, {}}}}), d);
+    } else {
+      auto C = d[1].constantValue();
+      if (!C) throw Unsupported("MaxPool's Indices with storage_order 1 over a symbolic channel count");
+      std::vector<int64_t> S = spatialOf(x, "MaxPool");
+      int64_t plane = 1;
+      for (int64_t e : S) plane *= e;
+      std::vector<int64_t> mult(d.size());
+      mult[0] = *C * plane;
+      mult[1] = plane;
+      for (size_t i = 0, m = 1; i < S.size(); m *= S[i], ++i) mult[2 + i] = m;
+      for (size_t a = 0; a < d.size(); ++a) {
+        V ia = I.op(OpKind::Iota, {}, {{"shape", d}, {"axis", int64_t(a)}, {"dtype", ir::DTypeAttr{DType::I64, {}}}});
+        V term = I.op(OpKind::Mul, {ia, I.scalar(double(mult[a]), DType::I64)});
+        pos = pos ? I.op(OpKind::Add, {pos, term}) : term;
+      }
+    }
+    out.push_back(Val{I.op(OpKind::MaxPool, {x, pos}, attrs)});
+  }
+  return out;
 }
 
 std::vector<Val> ruleAveragePool(Importer &I, Node &n) {
   V x = in(I, n, 0);
   auto k = n.ints("kernel_shape");
   if (!k) throw BadModel("AveragePool needs kernel_shape");
-  std::vector<int64_t> S = spatialOf(x, "AveragePool");
-  Window w = window(n, S, *k, n.i("ceil_mode", 0));
-  const bool includePad = n.i("count_include_pad", 0);
-  const int64_t pads0 = 0;
-  (void)pads0;
-  // Each window's divisor: its elements inside the input (or inside input and explicit pads).
-  const size_t s = S.size();
-  std::vector<int64_t> explicitEnd = n.ints("pads").value_or(std::vector<int64_t>(2 * s, 0));
-  std::vector<double> count(size_t(w.outCount()));
-  std::vector<int64_t> o(s, 0);
-  for (size_t oi = 0; oi < count.size(); ++oi) {
-    double cnt = 1;
-    for (size_t i = 0; i < s; ++i) {
-      int64_t lo = includePad ? 0 : w.padBegin[i];
-      int64_t hi = includePad ? w.padBegin[i] + S[i] + (n.s("auto_pad", "NOTSET") == "NOTSET" ? explicitEnd[i + s] : w.padEnd[i])
-                              : w.padBegin[i] + S[i];
-      int64_t inside = 0;
-      for (int64_t kk = 0; kk < w.kernel[i]; ++kk) {
-        int64_t p = o[i] * w.stride[i] + kk * w.dilation[i];
-        inside += p >= lo && p < hi;
-      }
-      cnt *= double(inside);
-    }
-    count[oi] = cnt;
-    for (size_t i = s; i-- > 0;) {
-      if (++o[i] < w.out[i]) break;
-      o[i] = 0;
-    }
-  }
-  V sum = I.reduce(OpKind::ReduceSum, windows(I, x, w, 0.0), {3}, false); // [N, C, O]
-  V div = I.tensor(rt::Tensor::fromF64({w.outCount()}, Importer::dtype(x), count), "pool_count");
-  return one(I.reshape(I.op(OpKind::Div, {sum, div}), outShape(x, w, x->type.dims[1])));
+  Window w = window(n, spatialOf(x, "AveragePool"), *k, false);
+  std::vector<ir::Attr> attrs = windowAttrs(w, 0);
+  attrs.erase(std::remove_if(attrs.begin(), attrs.end(), [](const ir::Attr &a) { return a.name == "dilations"; }), attrs.end());
+  attrs.push_back({"kernel", w.kernel});
+  attrs.push_back({"ceil_mode", bool(n.i("ceil_mode", 0))});
+  attrs.push_back({"count_include_pad", bool(n.i("count_include_pad", 0))});
+  return one(I.op(OpKind::AvgPool, {x}, attrs));
 }
 
 std::vector<Val> ruleLpPool(Importer &I, Node &n) {

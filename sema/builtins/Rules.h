@@ -128,5 +128,6 @@ void addScheduleBuiltins(Registrar &r);     // Schedule.cpp: Schedule and its wi
 void addAutodiffBuiltins(Registrar &r);     // Autodiff.cpp: tree_map, grad, vjp, jvp, checkpoint
 void addDistributionBuiltins(Registrar &r); // Distribution.cpp: dist.*, ShardSpec, device, gpu
 void addStateBuiltins(Registrar &r);        // State.cpp: KVCache, its append method, isinstance
+void addWindowBuiltins(Registrar &r);       // Windows.cpp: conv, conv_transpose, max_pool, avg_pool
 
 } // namespace tsr::sema::builtins

@@ -65,6 +65,12 @@ def _rope(x, c, s):
     return x * c + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * s
 
 
+def _grad_of(f, x):
+    """torch's gradient of f at x, itself differentiable (create_graph) where x requires grad."""
+    a = x if x.requires_grad else x.detach().requires_grad_()
+    return torch.autograd.grad(f(a), a, create_graph=True)[0]
+
+
 def _sdpa(q, k, v, causal=False):
     s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     if causal:
@@ -185,6 +191,27 @@ CASES = [
     ("nn.sdpa_causal", [("q", (2, 4, 4), "n"), ("k", (2, 4, 4), "n"), ("v", (2, 4, 3), "n")],
      "nn.scaled_dot_product_attention(q, k, v, causal=True)", lambda q, k, v: _sdpa(q, k, v, True)),
     ("nn.rotary_embedding", [("x", (3, 4), "n"), ("c", (3, 4), "n"), ("s", (3, 4), "n")], "nn.rotary_embedding(x, c, s)", _rope),
+    # -- convolution and pooling (ir/autodiff/WindowRules.cpp): strides, pads, dilation, groups --
+    ("conv", [("x", (2, 4, 5, 6), "n"), ("w", (6, 2, 3, 2), "n")], "conv(x, w, stride=(2, 1), padding=(1, 0, 0, 1), dilation=(1, 2), groups=2)",
+     lambda x, w: F.conv2d(F.pad(x, (0, 1, 1, 0)), w, stride=(2, 1), dilation=(1, 2), groups=2)),
+    ("conv_transpose", [("x", (1, 4, 3, 4), "n"), ("w", (4, 1, 2, 3), "n")],
+     "conv_transpose(x, w, stride=2, padding=(1, 0), output_padding=(1, 0), groups=2)",
+     lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=(1, 0), output_padding=(1, 0), groups=2)),
+    ("max_pool", [("x", (2, 2, 7), "n")], "max_pool(x, 3, stride=2, padding=1, ceil_mode=True)",
+     lambda x: F.max_pool1d(x, 3, stride=2, padding=1, ceil_mode=True)),
+    ("avg_pool", [("x", (1, 2, 5, 6), "n")], "avg_pool(x, (2, 3), stride=2, padding=1, ceil_mode=True, count_include_pad=False)",
+     lambda x: F.avg_pool2d(x, (2, 3), stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    ("nn.conv2d", [("x", (2, 3, 5, 5), "n"), ("w", (4, 3, 3, 3), "n"), ("b", (4,), "n")], "nn.conv2d(x, w, b, padding=1)",
+     lambda x, w, b: F.conv2d(x, w, b, padding=1)),
+    ("nn.max_pool2d", [("x", (1, 2, 6, 5), "n")], "nn.max_pool2d(x, 2, stride=1, dilation=2)", lambda x: F.max_pool2d(x, 2, stride=1, dilation=2)),
+    ("nn.avg_pool2d", [("x", (1, 2, 6, 5), "n")], "nn.avg_pool2d(x, 3, stride=2, padding=1)", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1)),
+    # the gradient of the gradient: conv's vjp is conv_transpose and a conv, max_pool's max_pool_grad
+    ("conv_grad_of_grad", [("x", (1, 2, 5, 4), "n"), ("w", (3, 2, 2, 2), "n")],
+     "grad(lambda a: sum(tanh(conv(a, w, stride=2, padding=1))))(x) * x",
+     lambda x, w: _grad_of(lambda a: torch.tanh(F.conv2d(a, w, stride=2, padding=1)).sum(), x) * x),
+    ("max_pool_grad_of_grad", [("x", (1, 2, 6, 5), "n")],
+     "grad(lambda a: sum(max_pool(a * a, 2, stride=1)))(x)",
+     lambda x: _grad_of(lambda a: F.max_pool2d(a * a, 2, stride=1).sum(), x)),
     # -- random draws: the key is a value; the backward pass uses the forward's mask --
     ("nn.dropout", [("key", (), "key"), ("x", (4, 6), "n")], "nn.dropout(key, x, 0.5)", None),
     ("uniform_mask", [("key", (), "key"), ("x", (4, 6), "n")], "where(random.uniform(key, (4, 6), f64) < 0.3, x * 2.0, x)", None),

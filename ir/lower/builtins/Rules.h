@@ -47,6 +47,7 @@ void addCreationRules(GraphRules &r);    // builtins/Creation.cpp: fill, fill_li
 void addStructureRules(GraphRules &r);   // builtins/Structure.cpp: len, range, enumerate, zip, sequences, dicts, cdiv
 void addAutodiffRules(GraphRules &r);    // builtins/Autodiff.cpp: transform, vjp, jvp, stop_gradient, tree_map
 void addCompositeRules(GraphRules &r);   // builtins/Composite.cpp: composite (an expression of builtins)
+void addWindowRules(GraphRules &r);      // builtins/Windows.cpp: conv, conv_transpose, max_pool, avg_pool
 void addStateRules(GraphRules &r);       // builtins/State.cpp: KVCache, its append, isinstance
 
 /// The rule named `name`, or null.

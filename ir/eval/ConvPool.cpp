@@ -1,0 +1,266 @@
+// Convolution and pooling loops (ConvPool.h states the semantics and their sources).
+#include "ir/eval/ConvPool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tsr::ir::eval {
+
+namespace {
+
+int64_t floorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The geometry padded to 3 spatial axes (leading axes of extent 1), so that one loop nest serves
+// 1-d, 2-d and 3-d windows.
+struct Geo {
+  int64_t N = 1, C = 1, M = 1;
+  int64_t S[3] = {1, 1, 1}, O[3] = {1, 1, 1}, K[3] = {1, 1, 1}, st[3] = {1, 1, 1}, dl[3] = {1, 1, 1}, pb[3] = {0, 0, 0}, pe[3] = {0, 0, 0};
+  int64_t plane() const { return S[0] * S[1] * S[2]; }
+  int64_t oplane() const { return O[0] * O[1] * O[2]; }
+  int64_t taps() const { return K[0] * K[1] * K[2]; }
+  // The outputs o along axis a whose input position o*st + k*dl - pb lies in [0, S): [lo, hi).
+  void range(int a, int64_t k, int64_t &lo, int64_t &hi) const {
+    const int64_t off = k * dl[a] - pb[a];
+    lo = std::max<int64_t>(0, floorDiv(-off + st[a] - 1, st[a]));
+    hi = std::min<int64_t>(O[a], floorDiv(S[a] - 1 - off, st[a]) + 1);
+    if (hi < lo) hi = lo;
+  }
+};
+
+Geo geoOf(const WindowSpec &s) {
+  Geo g;
+  const size_t n = s.kernel.size(), lead = 3 - n;
+  g.N = s.x[0];
+  g.C = s.x[1];
+  g.M = s.out[1];
+  for (size_t i = 0; i < n; ++i) {
+    g.S[lead + i] = s.x[2 + i];
+    g.O[lead + i] = s.out[2 + i];
+    g.K[lead + i] = s.kernel[i];
+    g.st[lead + i] = s.strides[i];
+    g.dl[lead + i] = s.dilations.empty() ? 1 : s.dilations[i];
+    g.pb[lead + i] = s.pads[i];
+    g.pe[lead + i] = s.pads[n + i];
+  }
+  return g;
+}
+
+// Calls f(outputOffset, inputOffset) for every (output, input) pair of one kernel tap
+// (k0, k1, k2), the last axis's pairs as one strided run: f(yo, xi, count, xstride).
+template <class F> void tapPairs(const Geo &g, int64_t k0, int64_t k1, int64_t k2, F &&f) {
+  int64_t lo0, hi0, lo1, hi1, lo2, hi2;
+  g.range(0, k0, lo0, hi0);
+  g.range(1, k1, lo1, hi1);
+  g.range(2, k2, lo2, hi2);
+  if (lo2 >= hi2) return;
+  for (int64_t o0 = lo0; o0 < hi0; ++o0) {
+    const int64_t i0 = o0 * g.st[0] + k0 * g.dl[0] - g.pb[0];
+    for (int64_t o1 = lo1; o1 < hi1; ++o1) {
+      const int64_t i1 = o1 * g.st[1] + k1 * g.dl[1] - g.pb[1];
+      const int64_t i2 = lo2 * g.st[2] + k2 * g.dl[2] - g.pb[2];
+      f((o0 * g.O[1] + o1) * g.O[2] + lo2, (i0 * g.S[1] + i1) * g.S[2] + i2, hi2 - lo2, g.st[2]);
+    }
+  }
+}
+
+// Calls f(outputIndex, start[3]) for every output position of one plane, start being the window's
+// first input position per axis (may be negative: in the padding).
+template <class F> void windows(const Geo &g, F &&f) {
+  int64_t o = 0;
+  for (int64_t o0 = 0; o0 < g.O[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.O[1]; ++o1)
+      for (int64_t o2 = 0; o2 < g.O[2]; ++o2, ++o) {
+        const int64_t start[3] = {o0 * g.st[0] - g.pb[0], o1 * g.st[1] - g.pb[1], o2 * g.st[2] - g.pb[2]};
+        f(o, start);
+      }
+}
+
+// The flat offset (in the plane) of each window's first maximum of x, or -1 if the window has
+// no element inside the input.
+void argmaxes(const Geo &g, const double *xp, std::vector<int64_t> &best) {
+  best.assign(size_t(g.oplane()), -1);
+  windows(g, [&](int64_t o, const int64_t *st) {
+    double bv = -std::numeric_limits<double>::infinity();
+    int64_t bi = -1;
+    for (int64_t k0 = 0; k0 < g.K[0]; ++k0) {
+      const int64_t i0 = st[0] + k0 * g.dl[0];
+      if (i0 < 0 || i0 >= g.S[0]) continue;
+      for (int64_t k1 = 0; k1 < g.K[1]; ++k1) {
+        const int64_t i1 = st[1] + k1 * g.dl[1];
+        if (i1 < 0 || i1 >= g.S[1]) continue;
+        for (int64_t k2 = 0; k2 < g.K[2]; ++k2) {
+          const int64_t i2 = st[2] + k2 * g.dl[2];
+          if (i2 < 0 || i2 >= g.S[2]) continue;
+          const int64_t i = (i0 * g.S[1] + i1) * g.S[2] + i2;
+          const double v = xp[i];
+          // The first maximum; a NaN wins (and the first NaN stays), as PyTorch's kernels.
+          if (bi < 0 || (!std::isnan(bv) && (v > bv || std::isnan(v)))) {
+            bv = v;
+            bi = i;
+          }
+        }
+      }
+    }
+    best[size_t(o)] = bi;
+  });
+}
+
+// avg_pool's divisor of one window (PyTorch's: with count_include_pad the window clipped to the
+// padded extent, else to the input).
+double divisor(const Geo &g, const int64_t *st, bool includePad) {
+  double d = 1;
+  for (int a = 0; a < 3; ++a) {
+    int64_t lo = st[a], hi = std::min(st[a] + g.K[a], g.S[a] + g.pe[a]);
+    if (!includePad) {
+      lo = std::max<int64_t>(lo, 0);
+      hi = std::min(hi, g.S[a]);
+    }
+    d *= double(std::max<int64_t>(0, hi - lo));
+  }
+  return d;
+}
+
+} // namespace
+
+void conv(const WindowSpec &s, int64_t groups, const double *x, const double *w, double *y) {
+  const Geo g = geoOf(s);
+  const int64_t Cg = g.C / groups, Mg = g.M / groups, P = g.plane(), OP = g.oplane(), T = g.taps();
+  std::fill(y, y + g.N * g.M * OP, 0.0);
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t m = 0; m < g.M; ++m) {
+      double *yp = y + (n * g.M + m) * OP;
+      const int64_t grp = m / Mg;
+      for (int64_t c = 0; c < Cg; ++c) {
+        const double *xp = x + (n * g.C + grp * Cg + c) * P;
+        const double *wk = w + (m * Cg + c) * T;
+        for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
+          for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
+            for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
+              const double wv = wk[t];
+              if (wv == 0.0) continue; // no contribution (and none of 0 * inf: see below)
+              tapPairs(g, k0, k1, k2, [&](int64_t yo, int64_t xi, int64_t cnt, int64_t xs) {
+                double *yr = yp + yo;
+                const double *xr = xp + xi;
+                for (int64_t j = 0; j < cnt; ++j) yr[j] += wv * xr[j * xs];
+              });
+            }
+      }
+    }
+  // A zero weight skipped above still owes NaN where its input is NaN or infinite (0 * inf):
+  // rare, so a second pass over those weights only.
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
+        for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
+          for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
+            if (w[(m * Cg + c) * T + t] != 0.0) continue;
+            for (int64_t n = 0; n < g.N; ++n) {
+              const double *xp = x + (n * g.C + (m / Mg) * Cg + c) * P;
+              double *yp = y + (n * g.M + m) * OP;
+              tapPairs(g, k0, k1, k2, [&](int64_t yo, int64_t xi, int64_t cnt, int64_t xs) {
+                for (int64_t j = 0; j < cnt; ++j)
+                  if (!std::isfinite(xp[xi + j * xs])) yp[yo + j] = std::numeric_limits<double>::quiet_NaN();
+              });
+            }
+          }
+}
+
+void convTranspose(const WindowSpec &s, int64_t groups, const double *x, const double *w, double *y) {
+  // y[o] += x[i] * w[k] where o = i*st + k*dl - pb: the pairs of conv with the roles of input and
+  // output swapped, so tapPairs runs over a geometry whose "input" is y and "output" is x.
+  Geo g = geoOf(s);
+  const int64_t C = g.C, M = g.M, Cg = C / groups, Mg = M / groups;
+  Geo r = g;
+  for (int a = 0; a < 3; ++a) {
+    r.S[a] = g.O[a];
+    r.O[a] = g.S[a];
+  }
+  const int64_t P = g.plane(), OP = g.oplane(), T = g.taps();
+  std::fill(y, y + g.N * M * OP, 0.0);
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const double *xp = x + (n * C + c) * P;
+      const int64_t grp = c / Cg;
+      for (int64_t m = 0; m < Mg; ++m) {
+        double *yp = y + (n * M + grp * Mg + m) * OP;
+        const double *wk = w + (c * Mg + m) * T;
+        for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
+          for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
+            for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
+              const double wv = wk[t];
+              tapPairs(r, k0, k1, k2, [&](int64_t xo, int64_t yi, int64_t cnt, int64_t ys) {
+                const double *xr = xp + xo;
+                double *yr = yp + yi;
+                for (int64_t j = 0; j < cnt; ++j) yr[j * ys] += wv * xr[j];
+              });
+            }
+      }
+    }
+}
+
+void maxPool(const WindowSpec &s, const double *x, const double *t, double *y) {
+  const Geo g = geoOf(s);
+  const int64_t P = g.plane(), OP = g.oplane();
+  std::vector<int64_t> best;
+  for (int64_t p = 0; p < g.N * g.C; ++p) {
+    argmaxes(g, x + p * P, best);
+    const double *src = (t ? t : x) + p * P;
+    for (int64_t o = 0; o < OP; ++o) {
+      const int64_t b = best[size_t(o)];
+      y[p * OP + o] = b >= 0 ? src[b] : t ? 0.0 : -std::numeric_limits<double>::infinity();
+    }
+  }
+}
+
+void maxPoolGrad(const WindowSpec &s, const double *x, const double *g_, double *gx) {
+  const Geo g = geoOf(s);
+  const int64_t P = g.plane(), OP = g.oplane();
+  std::fill(gx, gx + g.N * g.C * P, 0.0);
+  std::vector<int64_t> best;
+  for (int64_t p = 0; p < g.N * g.C; ++p) {
+    argmaxes(g, x + p * P, best);
+    for (int64_t o = 0; o < OP; ++o)
+      if (best[size_t(o)] >= 0) gx[p * P + best[size_t(o)]] += g_[p * OP + o];
+  }
+}
+
+namespace {
+// Calls f(inputOffset) for each element of a window inside the input.
+template <class F> void windowElems(const Geo &g, const int64_t *st, F &&f) {
+  for (int64_t i0 = std::max<int64_t>(st[0], 0); i0 < std::min(st[0] + g.K[0], g.S[0]); ++i0)
+    for (int64_t i1 = std::max<int64_t>(st[1], 0); i1 < std::min(st[1] + g.K[1], g.S[1]); ++i1)
+      for (int64_t i2 = std::max<int64_t>(st[2], 0); i2 < std::min(st[2] + g.K[2], g.S[2]); ++i2) f((i0 * g.S[1] + i1) * g.S[2] + i2);
+}
+} // namespace
+
+void avgPool(const WindowSpec &s, bool countIncludePad, const double *x, double *y) {
+  const Geo g = geoOf(s);
+  const int64_t P = g.plane(), OP = g.oplane();
+  for (int64_t p = 0; p < g.N * g.C; ++p) {
+    const double *xp = x + p * P;
+    windows(g, [&](int64_t o, const int64_t *st) {
+      double sum = 0;
+      windowElems(g, st, [&](int64_t i) { sum += xp[i]; });
+      const double d = divisor(g, st, countIncludePad);
+      y[p * OP + o] = d > 0 ? sum / d : std::numeric_limits<double>::quiet_NaN();
+    });
+  }
+}
+
+void avgPoolGrad(const WindowSpec &s, bool countIncludePad, const double *g_, double *gx) {
+  const Geo g = geoOf(s);
+  const int64_t P = g.plane(), OP = g.oplane();
+  std::fill(gx, gx + g.N * g.C * P, 0.0);
+  for (int64_t p = 0; p < g.N * g.C; ++p) {
+    double *gp = gx + p * P;
+    windows(g, [&](int64_t o, const int64_t *st) {
+      const double d = divisor(g, st, countIncludePad);
+      if (d <= 0) return;
+      const double v = g_[p * OP + o] / d;
+      windowElems(g, st, [&](int64_t i) { gp[i] += v; });
+    });
+  }
+}
+
+} // namespace tsr::ir::eval
