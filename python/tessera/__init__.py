@@ -145,6 +145,20 @@ def _current_stream(device):
     return torch.cuda.current_stream(torch.device(device)).cuda_stream
 
 
+def _on_stream(x, stream):
+    """x with its CUDA torch tensors as DLPack capsules made for `stream` (the call's): torch then
+    orders nothing itself. Without the stream, torch's __dlpack__ makes the legacy default stream
+    wait for the current one, which ties every blocking stream to it."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_on_stream(v, stream) for v in x)
+    if isinstance(x, dict):
+        return {k: _on_stream(v, stream) for k, v in x.items()}
+    if stream is not None and _is_torch(x) and getattr(x, "is_cuda", False):
+        # DLPack's stream numbers: 1 is CUDA's legacy default stream (0 is not allowed).
+        return x.__dlpack__(stream=stream or 1)
+    return x
+
+
 def _wants_torch(args):
     for a in args:
         if _is_torch(a):
@@ -172,28 +186,31 @@ class Entry:
         """The runtime for args' device (the program's own device, when it has one), with its
         stream set to PyTorch's current one on a GPU; whether results come back as torch."""
         native = self.program._native_for(self.program.device or _device_of(args) or self.program._first_device())
-        gpu = native.device.startswith("cuda")
-        if gpu:
-            native.set_stream(_current_stream(native.device))
-        return native, gpu or _wants_torch(args)
+        stream = None
+        if native.device.startswith("cuda"):
+            stream = _current_stream(native.device)
+            native.set_stream(stream)
+        return native, stream, stream is not None or native.device.startswith("cuda") or _wants_torch(args)
 
     def __call__(self, *args):
         prepared = self._args(args)
-        native, as_torch = self._native(prepared)
-        return _wrap(native.call(self.name, *prepared), as_torch)
+        native, stream, as_torch = self._native(prepared)
+        return _wrap(native.call(self.name, *_on_stream(prepared, stream)), as_torch)
 
     def vjp(self, *args):
         """(result, pullback): pullback(cotangent) gives the cotangents of the arguments, a tuple
         (Tessera's vjp: the pullback's graph recomputes the function)."""
         prepared = self._args(args)
-        native, as_torch = self._native(prepared)
-        out, handle = native.vjp(self.name, *prepared)
+        native, stream, as_torch = self._native(prepared)
+        out, handle = native.vjp(self.name, *_on_stream(prepared, stream))
         entry = self.name
 
         def pullback(cotangent):
             ct = _prepare(cotangent, "cotangent", entry)
             if native.device.startswith("cuda"):
-                native.set_stream(_current_stream(native.device))
+                s = _current_stream(native.device)
+                native.set_stream(s)
+                ct = _on_stream(ct, s)
             grads = native.pullback(handle, ct)
             grads = grads if isinstance(grads, tuple) else (grads,)
             return _wrap(grads, as_torch)

@@ -144,7 +144,8 @@ with torch.cuda.stream(side):
     torch.cuda._sleep(100_000_000)
     inp.copy_(src)
     native.set_stream(None)  # Tessera's own stream
-    cap = native.call("scale_shift", inp, 2.0)
+    # The capsule made for the side stream, as the package makes it (torch adds no wait).
+    cap = native.call("scale_shift", inp.__dlpack__(stream=side.cuda_stream), 2.0)
 own = torch.utils.dlpack.from_dlpack(cap)
 torch.cuda.synchronize()
 check("negative control: on Tessera's own stream the call does not wait for PyTorch's (reads the zeros)",
