@@ -3,7 +3,10 @@
 // exec::setCudaStream onto a caller's stream, a program launched by the CudaBackend reading the
 // borrowed memory in place. Hand-written PTX (the KernelArg ABI), no code generator.
 //
-//   cuda_gpu_external     PASS/FAIL lines; exit 0 all passed, 1 a check failed, 77 no usable GPU
+//   cuda_gpu_external          PASS/FAIL lines; exit 0 all passed, 1 a check failed, 77 no usable GPU
+//   cuda_gpu_external --fake   the same against tests/cuda/fake_libcuda (TSR_LIBCUDA), which runs
+//                              no kernel: the values are not checked, the stream of each launch
+//                              is (ctest cuda_fake_external, without a GPU)
 //
 // Ordering: the caller's stream spins ~50 ms, then copies 7s into the borrowed input; the
 // backend's launch, queued after both on that stream, must read the 7s. Its negative control: the
@@ -13,6 +16,9 @@
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
+#include "tests/cuda/FakeCuda.h"
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <string>
@@ -24,6 +30,14 @@ namespace cuda = tsr::rt::cuda;
 namespace {
 
 int failures = 0;
+bool fake = false; // --fake: the fake driver, which records launches and runs none
+
+// The stream of the fake driver's last launch.
+void *fakeLastLaunchStream() {
+  void *h = dlopen(cuda::Driver::get().libraryName().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  auto fn = h ? reinterpret_cast<FakeCudaLaunch *(*)()>(dlsym(h, "fakecuda_last_launch")) : nullptr;
+  return fn ? fn()->stream : reinterpret_cast<void *>(-1);
+}
 
 void check(bool ok, const std::string &what) {
   std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
@@ -106,6 +120,9 @@ void run() {
       exec::setCudaStream(0, caller.handle(), !onCaller);
       check(alloc.stats().driverAllocations + alloc.stats().cacheHits == allocationsBefore,
             "wrapDevice allocates nothing (the caller's block is used in place)");
+      // The result's block first: a driver allocation (cuMemAlloc) may wait for the device,
+      // which would order the launch after the copy on any stream.
+      rt::Tensor y = backend->allocate({n}, DType::F32, "y");
       // The caller's stream: ~50 ms of spinning, then the copy of 7s into the input.
       void *params[] = {nullptr};
       uint64_t cycles = 100'000'000;
@@ -113,16 +130,21 @@ void run() {
       cuda::LaunchDims one;
       caller.launch(spin, one, params, {"spin", "gpu_external.cpp"});
       caller.copyToDevice(in, sevens.data(), n * sizeof(float));
-      rt::Tensor y = backend->allocate({n}, DType::F32, "y");
       std::vector<rt::KernelArg> args(3);
       args[0].data = backend->address(x, false, "x");
       args[1].data = backend->address(y, true, "y");
       args[2].i = n;
       check(reinterpret_cast<uintptr_t>(args[0].data) == in, "the program reads the borrowed address");
       backend->launch(*prog, args, {(n + 127) / 128, 1, 1}, {"twice_plus_one", "gpu_external.cpp"});
+      if (fake) {
+        if (onCaller) check(fakeLastLaunchStream() == caller.handle(), "the launch went on the caller's stream");
+        else check(fakeLastLaunchStream() != caller.handle(), "negative control: the own stream's launch is not on the caller's");
+      }
       const float got = float(y.toF64(n - 1)); // the download waits on the current stream
       caller.synchronize();
-      if (onCaller)
+      if (fake)
+        ; // the fake runs no kernel
+      else if (onCaller)
         check(got == 15.0f, "on the caller's stream the launch runs after the caller's copy (15 = 2*7+1; got " +
                                 std::to_string(got) + ")");
       else
@@ -136,13 +158,14 @@ void run() {
   std::vector<float> back(n);
   caller.copyToHost(back.data(), in, n * sizeof(float));
   caller.synchronize();
-  check(back[0] == 7.0f, "the caller's block is intact after the tensors over it are gone");
+  check(fake || back[0] == 7.0f, "the caller's block is intact after the tensors over it are gone");
   ctx.free(in);
 }
 
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  fake = argc > 1 && std::string(argv[1]) == "--fake";
   const cuda::Driver &d = cuda::Driver::get();
   if (!d.available()) {
     std::printf("SKIPPED: no GPU: %s\n", d.why().c_str());
