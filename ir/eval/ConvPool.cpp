@@ -2,8 +2,10 @@
 #include "ir/eval/ConvPool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 namespace tsr::ir::eval {
 
@@ -121,55 +123,92 @@ double divisor(const Geo &g, const int64_t *st, bool includePad) {
   return d;
 }
 
+// Runs f(i) for i in [0, count) on the host's cores (at most 16 threads) when the work, counted
+// in multiply-adds, is worth the threads; tasks write disjoint outputs, so results do not depend
+// on the thread count.
+template <class F> void parallelFor(int64_t count, double workPerItem, F &&f) {
+  const int64_t hw = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+  const int64_t threads = std::min<int64_t>({hw, count, 16});
+  if (threads <= 1 || workPerItem * double(count) < 1e6) {
+    for (int64_t i = 0; i < count; ++i) f(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t i = next++; i < count; i = next++) f(i);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto &t : pool) t.join();
+}
+
 } // namespace
 
 void conv(const WindowSpec &s, int64_t groups, const double *x, const double *w, double *y) {
   const Geo g = geoOf(s);
   const int64_t Cg = g.C / groups, Mg = g.M / groups, P = g.plane(), OP = g.oplane(), T = g.taps();
-  std::fill(y, y + g.N * g.M * OP, 0.0);
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t m = 0; m < g.M; ++m) {
-      double *yp = y + (n * g.M + m) * OP;
-      const int64_t grp = m / Mg;
-      for (int64_t c = 0; c < Cg; ++c) {
-        const double *xp = x + (n * g.C + grp * Cg + c) * P;
-        const double *wk = w + (m * Cg + c) * T;
+  // A weight gradient (conv of x by the output's cotangent) has long kernel rows and short output
+  // rows: there each output element is a dot product along the kernel's last axis instead.
+  const bool dotRows = g.K[2] > g.O[2];
+  parallelFor(g.N * g.M, double(Cg * T * OP), [&](int64_t nm) {
+    const int64_t n = nm / g.M, m = nm % g.M, grp = m / Mg;
+    double *yp = y + nm * OP;
+    std::fill(yp, yp + OP, 0.0);
+    for (int64_t c = 0; c < Cg; ++c) {
+      const double *xp = x + (n * g.C + grp * Cg + c) * P;
+      const double *wk = w + (m * Cg + c) * T;
+      if (!dotRows) {
         for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
           for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
             for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
               const double wv = wk[t];
-              if (wv == 0.0) continue; // no contribution (and none of 0 * inf: see below)
               tapPairs(g, k0, k1, k2, [&](int64_t yo, int64_t xi, int64_t cnt, int64_t xs) {
-                double *yr = yp + yo;
-                const double *xr = xp + xi;
-                for (int64_t j = 0; j < cnt; ++j) yr[j] += wv * xr[j * xs];
+                double *__restrict yr = yp + yo;
+                const double *__restrict xr = xp + xi;
+                if (xs == 1)
+                  for (int64_t j = 0; j < cnt; ++j) yr[j] += wv * xr[j];
+                else
+                  for (int64_t j = 0; j < cnt; ++j) yr[j] += wv * xr[j * xs];
               });
             }
+        continue;
       }
-    }
-  // A zero weight skipped above still owes NaN where its input is NaN or infinite (0 * inf):
-  // rare, so a second pass over those weights only.
-  for (int64_t m = 0; m < g.M; ++m)
-    for (int64_t c = 0; c < Cg; ++c)
-      for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
-        for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
-          for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
-            if (w[(m * Cg + c) * T + t] != 0.0) continue;
-            for (int64_t n = 0; n < g.N; ++n) {
-              const double *xp = x + (n * g.C + (m / Mg) * Cg + c) * P;
-              double *yp = y + (n * g.M + m) * OP;
-              tapPairs(g, k0, k1, k2, [&](int64_t yo, int64_t xi, int64_t cnt, int64_t xs) {
-                for (int64_t j = 0; j < cnt; ++j)
-                  if (!std::isfinite(xp[xi + j * xs])) yp[yo + j] = std::numeric_limits<double>::quiet_NaN();
-              });
+      for (int64_t k0 = 0; k0 < g.K[0]; ++k0)
+        for (int64_t k1 = 0; k1 < g.K[1]; ++k1) {
+          const double *wr = wk + (k0 * g.K[1] + k1) * g.K[2];
+          int64_t lo0, hi0, lo1, hi1;
+          g.range(0, k0, lo0, hi0);
+          g.range(1, k1, lo1, hi1);
+          for (int64_t o0 = lo0; o0 < hi0; ++o0)
+            for (int64_t o1 = lo1; o1 < hi1; ++o1) {
+              const int64_t i0 = o0 * g.st[0] + k0 * g.dl[0] - g.pb[0], i1 = o1 * g.st[1] + k1 * g.dl[1] - g.pb[1];
+              const double *xrow = xp + (i0 * g.S[1] + i1) * g.S[2];
+              double *yrow = yp + (o0 * g.O[1] + o1) * g.O[2];
+              const int64_t d = g.dl[2];
+              for (int64_t o2 = 0; o2 < g.O[2]; ++o2) {
+                const int64_t base = o2 * g.st[2] - g.pb[2];
+                const int64_t lo = std::max<int64_t>(0, floorDiv(-base + d - 1, d));
+                const int64_t hi = std::min<int64_t>(g.K[2], floorDiv(g.S[2] - 1 - base, d) + 1);
+                double acc = 0;
+                const double *xr = xrow + base;
+                if (d == 1)
+                  for (int64_t k = lo; k < hi; ++k) acc += wr[k] * xr[k];
+                else
+                  for (int64_t k = lo; k < hi; ++k) acc += wr[k] * xr[k * d];
+                yrow[o2] += acc;
+              }
             }
-          }
+        }
+    }
+  });
 }
 
 void convTranspose(const WindowSpec &s, int64_t groups, const double *x, const double *w, double *y) {
   // y[o] += x[i] * w[k] where o = i*st + k*dl - pb: the pairs of conv with the roles of input and
-  // output swapped, so tapPairs runs over a geometry whose "input" is y and "output" is x.
-  Geo g = geoOf(s);
+  // output swapped, so tapPairs runs over a geometry whose "input" is y and "output" is x. One
+  // output plane per task, so that tasks write disjoint memory.
+  const Geo g = geoOf(s);
   const int64_t C = g.C, M = g.M, Cg = C / groups, Mg = M / groups;
   Geo r = g;
   for (int a = 0; a < 3; ++a) {
@@ -177,52 +216,54 @@ void convTranspose(const WindowSpec &s, int64_t groups, const double *x, const d
     r.O[a] = g.S[a];
   }
   const int64_t P = g.plane(), OP = g.oplane(), T = g.taps();
-  std::fill(y, y + g.N * M * OP, 0.0);
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t c = 0; c < C; ++c) {
+  parallelFor(g.N * M, double(Cg * T * P), [&](int64_t nm) {
+    const int64_t n = nm / M, mo = nm % M, grp = mo / Mg, m = mo % Mg;
+    double *yp = y + nm * OP;
+    std::fill(yp, yp + OP, 0.0);
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
       const double *xp = x + (n * C + c) * P;
-      const int64_t grp = c / Cg;
-      for (int64_t m = 0; m < Mg; ++m) {
-        double *yp = y + (n * M + grp * Mg + m) * OP;
-        const double *wk = w + (c * Mg + m) * T;
-        for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
-          for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
-            for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
-              const double wv = wk[t];
-              tapPairs(r, k0, k1, k2, [&](int64_t xo, int64_t yi, int64_t cnt, int64_t ys) {
-                const double *xr = xp + xo;
-                double *yr = yp + yi;
+      const double *wk = w + (c * Mg + m) * T;
+      for (int64_t k0 = 0, t = 0; k0 < g.K[0]; ++k0)
+        for (int64_t k1 = 0; k1 < g.K[1]; ++k1)
+          for (int64_t k2 = 0; k2 < g.K[2]; ++k2, ++t) {
+            const double wv = wk[t];
+            tapPairs(r, k0, k1, k2, [&](int64_t xo, int64_t yi, int64_t cnt, int64_t ys) {
+              const double *__restrict xr = xp + xo;
+              double *__restrict yr = yp + yi;
+              if (ys == 1)
+                for (int64_t j = 0; j < cnt; ++j) yr[j] += wv * xr[j];
+              else
                 for (int64_t j = 0; j < cnt; ++j) yr[j * ys] += wv * xr[j];
-              });
-            }
-      }
+            });
+          }
     }
+  });
 }
 
 void maxPool(const WindowSpec &s, const double *x, const double *t, double *y) {
   const Geo g = geoOf(s);
   const int64_t P = g.plane(), OP = g.oplane();
-  std::vector<int64_t> best;
-  for (int64_t p = 0; p < g.N * g.C; ++p) {
+  parallelFor(g.N * g.C, double(OP * g.taps()), [&](int64_t p) {
+    std::vector<int64_t> best;
     argmaxes(g, x + p * P, best);
     const double *src = (t ? t : x) + p * P;
     for (int64_t o = 0; o < OP; ++o) {
       const int64_t b = best[size_t(o)];
       y[p * OP + o] = b >= 0 ? src[b] : t ? 0.0 : -std::numeric_limits<double>::infinity();
     }
-  }
+  });
 }
 
 void maxPoolGrad(const WindowSpec &s, const double *x, const double *g_, double *gx) {
   const Geo g = geoOf(s);
   const int64_t P = g.plane(), OP = g.oplane();
-  std::fill(gx, gx + g.N * g.C * P, 0.0);
-  std::vector<int64_t> best;
-  for (int64_t p = 0; p < g.N * g.C; ++p) {
+  parallelFor(g.N * g.C, double(OP * g.taps()), [&](int64_t p) {
+    std::vector<int64_t> best;
     argmaxes(g, x + p * P, best);
+    std::fill(gx + p * P, gx + (p + 1) * P, 0.0);
     for (int64_t o = 0; o < OP; ++o)
       if (best[size_t(o)] >= 0) gx[p * P + best[size_t(o)]] += g_[p * OP + o];
-  }
+  });
 }
 
 namespace {

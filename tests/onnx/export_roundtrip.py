@@ -115,6 +115,29 @@ def _slice(x, starts, ends, axes, steps):
     return x[tuple(idx)]
 
 
+def _conv(x, w, b, a):
+    """ONNX's Conv (NCHW; strides, pads begins then ends, dilations, group), summed in f64 one
+    kernel tap at a time over the padded input's strided view."""
+    n = x.ndim - 2
+    strides, dil = a.get("strides", [1] * n), a.get("dilations", [1] * n)
+    pads, g = a.get("pads", [0] * (2 * n)), a.get("group", 1)
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[k], pads[n + k]) for k in range(n)])
+    K = w.shape[2:]
+    out = [(xp.shape[2 + k] - dil[k] * (K[k] - 1) - 1) // strides[k] + 1 for k in range(n)]
+    N, C, M = x.shape[0], x.shape[1], w.shape[0]
+    cg, mg = C // g, M // g
+    y = np.zeros((N, M, *out))
+    for tap in np.ndindex(*K):
+        view = tuple(slice(tap[k] * dil[k], tap[k] * dil[k] + strides[k] * (out[k] - 1) + 1, strides[k]) for k in range(n))
+        patch = xp[(slice(None), slice(None)) + view]
+        for gi in range(g):
+            wt = w[(slice(gi * mg, (gi + 1) * mg), slice(None)) + tap].astype(np.float64)
+            y[:, gi * mg:(gi + 1) * mg] += np.einsum("nc...,mc->nm...", patch[:, gi * cg:(gi + 1) * cg], wt)
+    if b is not None:
+        y += b.reshape((1, M) + (1,) * n)
+    return y.astype(x.dtype)
+
+
 def run_onnx(model, feeds):
     env = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     env.update(feeds)
@@ -167,6 +190,8 @@ def run_onnx(model, feeds):
             out = np.concatenate(i, axis=a["axis"])
         elif t == "GatherElements":
             out = np.take_along_axis(i[0], i[1].astype(np.int64), axis=a.get("axis", 0))
+        elif t == "Conv":
+            out = _conv(i[0], i[1], i[2] if len(i) > 2 else None, a)
         elif t == "Gather":
             out = np.take(i[0], i[1].astype(np.int64), axis=a.get("axis", 0))
         else:
