@@ -138,9 +138,9 @@ def _normalize(device):
 
 def _current_stream(device):
     """PyTorch's current CUDA stream of `device` as a CUstream integer, or None (the device's own
-    stream) where torch is not in the process."""
+    stream) where torch is not in the process or has no CUDA."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    if torch is None or not torch.cuda.is_available():  # a torch without CUDA has no stream
         return None
     return torch.cuda.current_stream(torch.device(device)).cuda_stream
 

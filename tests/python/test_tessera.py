@@ -278,4 +278,106 @@ check("no driver: load(cuda bundle) on a CPU names the missing device (cpu)",
       "refused" in lines.get("load-inferred", "") and "the device is the cpu" in lines.get("load-inferred", ""), r.stdout)
 check("no driver: compile(device='cuda') is refused naming cuda:0 and the driver",
       "device cuda:0" in lines.get("compile", "") and "/nonexistent/libcuda.so.1" in lines.get("compile", ""), r.stdout)
+# The GPU path against tests/cuda's fake libcuda (TSR_LIBCUDA; it runs no kernel, so values are
+# not checked): a cuda bundle loads on its cuda:0, a CUDA DLPack tensor (the fake's device
+# memory, as a ctypes capsule) is borrowed without a copy, the launch goes on the stream
+# set_stream names (the fake records each launch's stream) and on the device's own stream without
+# one (the control), the result is a kDLCUDA capsule on device 0, a CPU tensor is refused naming
+# cuda:0, and compile(device="cuda") compiles PTX that the fake loads. The bundle has PTX only
+# (TSR_PTXAS=none): the fake reads entries from PTX, not from cubins.
+FAKE = """
+import ctypes, sys
+sys.path.insert(0, sys.argv[1])
+import tessera, torch
+fake, bundle, source = sys.argv[2:5]
+lib = ctypes.CDLL(fake)
+
+
+class D(ctypes.Structure):
+    _fields_ = [("t", ctypes.c_int), ("i", ctypes.c_int)]
+
+
+class T(ctypes.Structure):
+    _fields_ = [("c", ctypes.c_uint8), ("b", ctypes.c_uint8), ("l", ctypes.c_uint16)]
+
+
+class DL(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", D), ("ndim", ctypes.c_int), ("dtype", T),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p), ("off", ctypes.c_uint64)]
+
+
+class M(ctypes.Structure):
+    _fields_ = [("dl", DL), ("ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+keep = []
+new = ctypes.pythonapi.PyCapsule_New
+new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+get = ctypes.pythonapi.PyCapsule_GetPointer
+get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+last = lib.fakecuda_last_launch
+last.restype = ctypes.c_void_p
+
+
+def cuda_capsule():
+    p = ctypes.c_ulonglong()
+    assert lib.cuMemAlloc_v2(ctypes.byref(p), 48) == 0
+    shape = (ctypes.c_int64 * 2)(3, 4)
+    m = M()
+    m.dl = DL(p.value, D(2, 0), 2, T(2, 32, 1), shape, None, 0)
+    keep.extend([shape, m])
+    return new(ctypes.addressof(m), b"dltensor", None)
+
+
+def launch_stream():  # FakeCudaLaunch: char name[64]; unsigned grid[3], block[3], shared; void *stream
+    return ctypes.c_void_p.from_address(last() + 96).value
+
+
+for how in ("load", "compile"):
+    prog = tessera.load(bundle, device="cuda") if how == "load" else tessera.compile(source, device="cuda")
+    print(how, "device", prog.device)
+    if how == "load":
+        ctx = ctypes.c_void_p()
+        assert lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and lib.cuCtxSetCurrent(ctx) == 0
+        stream = ctypes.c_void_p()
+        assert lib.cuStreamCreate(ctypes.byref(stream), 0) == 0
+    native = prog._natives["cuda:0"]
+    before = tessera.stats() if how == "load" else None
+    native.set_stream(stream.value)
+    out = native.call("scale_shift", cuda_capsule(), 2.0)
+    on_given = launch_stream() == stream.value
+    r = M.from_address(get(out, b"dltensor"))
+    native.set_stream(None)
+    native.call("scale_shift", cuda_capsule(), 2.0)
+    on_own = launch_stream() not in (stream.value, None)
+    print(how, "stream", on_given, "own", on_own, "result", r.dl.device.t, r.dl.device.i, bool(r.dl.data))
+    if before is not None:
+        after = tessera.stats()
+        print(how, "counts", after["wrapped"] - before["wrapped"], after["copied"] - before["copied"])
+    try:
+        prog.scale_shift(torch.ones(3, 4), 2.0)
+        print(how, "cpu-tensor accepted")
+    except ValueError as e:
+        print(how, "cpu-tensor refused:", e)
+"""
+fake_lib = os.path.join(sys.argv[1], "..", "tests", "cuda", "fake_libcuda.so")
+ptx_bundle = os.path.join(WORK, "model.ptx.bundle")
+r = subprocess.run([TSRC, os.path.join(HERE, "model.tsr"), "-o", ptx_bundle, "--target", "cuda", "--arch", "sm_90", "--trace", ""],
+                   capture_output=True, text=True, env=dict(os.environ, TSR_PTXAS="none"))
+check("fake driver: the fake libcuda is built, a PTX-only cuda bundle made", os.path.exists(fake_lib) and r.returncode == 0,
+      f"{fake_lib}: {os.path.exists(fake_lib)}; {r.stderr[-1000:]}")
+r = subprocess.run([sys.executable, "-c", FAKE, sys.argv[1], os.path.abspath(fake_lib), ptx_bundle, os.path.join(HERE, "model.tsr")],
+                   capture_output=True, text=True, env=dict(os.environ, TSR_LIBCUDA=os.path.abspath(fake_lib)))
+out = r.stdout + r.stderr[-3000:]
+for how in ("load", "compile"):
+    lines = [ln[len(how) + 1:] for ln in r.stdout.splitlines() if ln.startswith(how + " ")]
+    check(f"fake driver, {how}(device='cuda'): runs on cuda:0", "device cuda:0" in lines, out)
+    check(f"fake driver, {how}: the launch goes on the stream set_stream names, else on the device's own (control)",
+          any(ln.startswith("stream True own True") for ln in lines), out)
+    check(f"fake driver, {how}: the result is a DLPack tensor on cuda:0 (kDLCUDA) with device memory",
+          any(ln.endswith("result 2 0 True") for ln in lines), out)
+    check(f"fake driver, {how}: a CPU tensor for the GPU program is refused naming the parameter and cuda:0",
+          any("cpu-tensor refused" in ln and "parameter `x`" in ln and "this program runs on cuda:0" in ln for ln in lines), out)
+check("fake driver, load: the CUDA argument is borrowed (wrapped, no copy)", "load counts 2 0" in r.stdout, out)
+
 sys.exit(tally.summary(minimum=40, what="checks"))
