@@ -7,9 +7,10 @@ nn.avg_pool1d/2d/3d, nn.global_avg_pool, nn.global_max_pool) against torch.nn.fu
 
 Each case draws its inputs and a random cotangent r, and a generated program (`tsr run`) computes
 the output and value_and_grad of sum(out * r) with respect to every tensor input, in f32 and in
-f64; PyTorch computes the same with torch.autograd. The cases cover strides, symmetric, explicit
-asymmetric and "same" padding, dilation, groups (depthwise too), 1 to 3 spatial axes, ceil_mode
-and count_include_pad. Tolerances: relative error (the difference's norm over PyTorch's) 1e-5 in
+f64; PyTorch computes the same with torch.autograd. The 24 cases cover strides, symmetric,
+explicit asymmetric and "same" padding, dilation, groups (depthwise too), 1 to 3 spatial axes,
+ceil_mode and count_include_pad, vmap (a mapped input folded into N, a mapped weight, per-example
+gradients through max_pool) and a small LeNet-like block. Tolerances: relative error (the difference's norm over PyTorch's) 1e-5 in
 f32, 1e-10 in f64 (measured below 1e-6 and 1e-15). --executor picks the executor (the compiled
 CPU executor by default, which runs the ops as library steps; `reference` the evaluator).
 
@@ -35,6 +36,12 @@ import torch.nn.functional as F  # noqa: E402
 
 # (name, tensor inputs {name: shape}, the Tessera expression over p["..."], torch function of
 # the inputs, torch function under --negative)
+def _grad_of(f, x):
+    """torch's gradient of f at x, itself differentiable (create_graph) where x requires grad."""
+    a = x if x.requires_grad else x.detach().requires_grad_()
+    return torch.autograd.grad(f(a), a, create_graph=True)[0]
+
+
 def flip(w):
     return torch.flip(w, dims=list(range(2, w.dim())))
 
@@ -112,6 +119,28 @@ CASES = [
      'nn.global_max_pool(p["x"])',
      lambda x: F.adaptive_max_pool2d(x, 1),
      lambda x: -F.adaptive_max_pool2d(-x, 1)),
+    # vmap (ir/autodiff/WindowRules.cpp's batching: the mapped axis folded into N; a mapped conv
+    # weight once per example) and gradients through it
+    ("vmap_conv2d", {"x": (3, 2, 3, 7, 6), "w": (4, 3, 3, 3)},
+     'vmap(lambda a, b: nn.conv2d(a, b, padding=1, stride=(2, 1)), in_axes=(0, None))(p["x"], p["w"])',
+     lambda x, w: torch.stack([F.conv2d(x[i], w, padding=1, stride=(2, 1)) for i in range(3)]),
+     lambda x, w: torch.stack([F.conv2d(x[i], flip(w), padding=1, stride=(2, 1)) for i in range(3)])),
+    ("vmap_conv_weight", {"x": (2, 3, 6, 6), "w": (2, 4, 3, 3, 3)},
+     'vmap(lambda b, a: conv(a, b, stride=2), in_axes=(0, None))(p["w"], p["x"])',
+     lambda x, w: torch.stack([F.conv2d(x, w[i], stride=2) for i in range(2)]),
+     lambda x, w: torch.stack([F.conv2d(x, flip(w[i]), stride=2) for i in range(2)])),
+    ("vmap_conv_transpose", {"x": (2, 1, 2, 4, 4), "w": (2, 3, 3, 3)},
+     'vmap(lambda a, b: nn.conv_transpose2d(a, b, stride=2, padding=1), in_axes=(0, None))(p["x"], p["w"])',
+     lambda x, w: torch.stack([F.conv_transpose2d(x[i], w, stride=2, padding=1) for i in range(2)]),
+     lambda x, w: torch.stack([F.conv_transpose2d(x[i], flip(w), stride=2, padding=1) for i in range(2)])),
+    ("vmap_pools", {"x": (2, 1, 2, 7, 7)},
+     'vmap(lambda a: nn.avg_pool2d(nn.max_pool2d(a, 3, stride=2, padding=1), 2, padding=1, count_include_pad=False))(p["x"])',
+     lambda x: torch.stack([F.avg_pool2d(F.max_pool2d(x[i], 3, stride=2, padding=1), 2, padding=1, count_include_pad=False) for i in range(2)]),
+     lambda x: torch.stack([F.avg_pool2d(F.max_pool2d(x[i], 3, stride=2, padding=1), 2, padding=1) for i in range(2)])),
+    ("vmap_grad_max_pool", {"x": (3, 2, 2, 6, 6)},
+     'vmap(grad(_squared_pool))(p["x"])',
+     lambda x: torch.stack([_grad_of(lambda a: F.max_pool2d(a * a, 2, stride=1).sum(), x[i]) for i in range(3)]),
+     lambda x: torch.stack([_grad_of(lambda a: -F.max_pool2d(-(a * a), 2, stride=1).sum(), x[i]) for i in range(3)])),
     ("lenet_block", {"x": (2, 1, 12, 12), "w1": (4, 1, 5, 5), "b1": (4,), "w2": (6, 2, 3, 3)},
      'nn.avg_pool2d(nn.conv2d(nn.max_pool2d(tanh(nn.conv2d(p["x"], p["w1"], p["b1"], padding=2)), 2), p["w2"], groups=2), 2)',
      lambda x, w1, b1, w2: F.avg_pool2d(F.conv2d(F.max_pool2d(torch.tanh(F.conv2d(x, w1, b1, padding=2)), 2), w2, groups=2), 2),
@@ -128,7 +157,8 @@ def rel(a, b):
 
 
 def program(cases):
-    lines = ["import nn", "", "", 'def main(inputs: str = "in.npz", out: str = "out.npz"):', "    d = load(inputs)", "    res = {}"]
+    lines = ["import nn", "", "", "def _squared_pool(a):", "    return sum(nn.max_pool2d(a * a, 2, stride=1))", "", "",
+             'def main(inputs: str = "in.npz", out: str = "out.npz"):', "    d = load(inputs)", "    res = {}"]
     for tag, (name, shapes, expr, _, _) in cases:
         names = list(shapes)
         lines.append(f"    # {name}")
