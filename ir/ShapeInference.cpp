@@ -172,11 +172,12 @@ std::variant<sema::WindowGeometry, std::string> geometryOf(const std::vector<Att
 Result windowOp(OpKind kind, const std::vector<const Type *> &ops, const std::vector<Attr> &attrs) {
   const bool conv = kind == OpKind::Conv || kind == OpKind::ConvTranspose;
   const size_t want = kind == OpKind::AvgPool || kind == OpKind::AvgPoolGrad ? 1 : kind == OpKind::MaxPool ? ops.size() : 2;
-  if (ops.empty() || ops.size() != want || ops.size() > 2) return std::string(opSpelling(kind)) + ": wrong operand count " + std::to_string(ops.size());
+  if (ops.empty() || ops.size() != want || ops.size() > 2) return "wrong operand count " + std::to_string(ops.size());
   for (const Type *t : ops)
-    if (t->isKey()) return std::string(opSpelling(kind)) + " of a key";
+    if (t->isKey()) return std::string("a key operand");
   auto fail = [&](const std::string &what) -> Result {
-    return mismatch(std::string(opSpelling(kind)) + ": " + what, DiagKind::WindowShape, {std::string(opSpelling(kind)), what}, ops);
+    // Graph::add prefixes the op's spelling to the message; the diagnostic names it itself.
+    return mismatch(what, DiagKind::WindowShape, {std::string(opSpelling(kind)), what}, ops);
   };
   // avg_pool_grad's input shape is an attribute; everyone else's is operand 0.
   std::vector<Dim> xd = ops[0]->dims;
@@ -201,19 +202,19 @@ Result windowOp(OpKind kind, const std::vector<const Type *> &ops, const std::ve
     DType dt = x.dtype;
     if (w.dtype != x.dtype) {
       auto p = promote(x.dtype, w.dtype);
-      if (!p || !isFloat(*p)) return std::string(opSpelling(kind)) + ": operand dtypes do not promote";
+      if (!p || !isFloat(*p)) return std::string("operand dtypes do not promote");
       dt = *p;
     }
     return std::vector<Type>{Type::tensor(std::move(out), dt, x.policies.empty() ? w.policies : x.policies)};
   }
   if (kind == OpKind::MaxPool) {
-    if (ops.size() == 2 && ops[1]->dims != x.dims) return std::string("max_pool: the selected tensor must have the input's shape");
+    if (ops.size() == 2 && ops[1]->dims != x.dims) return std::string("the selected tensor must have the input's shape");
     return std::vector<Type>{Type::tensor(std::move(out), ops.back()->dtype, ops.back()->policies)};
   }
   if (kind == OpKind::AvgPool) return std::vector<Type>{Type::tensor(std::move(out), x.dtype, x.policies)};
   // The gradients: the cotangent has the pooled shape; the result the input's.
   const Type &g = *ops.back();
-  if (g.dims != out) return std::string(opSpelling(kind)) + ": the cotangent " + shapeText(g.dims) + " is not the pooled shape " + shapeText(out);
+  if (g.dims != out) return "the cotangent " + shapeText(g.dims) + " is not the pooled shape " + shapeText(out);
   return std::vector<Type>{Type::tensor(xd, g.dtype, g.policies)};
 }
 
