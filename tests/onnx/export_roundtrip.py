@@ -7,8 +7,10 @@ A .tsr program exports, with onnx.save, a @jit function that exercises the expor
 (matmul, both gelus, silu, rsqrt, layer_norm, softmax, log1p, expm1, exp2, log2, slices,
 concat, transpose, where and comparisons, maximum/minimum, a max reduction, float % and //,
 sum and mean, reshape, arange, gather), a model it loaded with onnx.load (its initializers
-captured), and an imported convolution of ONNX's backend test data (the importer's window form:
-take, matmul), each specialized to its example; `tsrc --entry block --emit=onnx` exports the same
+captured), an imported convolution of ONNX's backend test data (one conv op, exported as Conv),
+and a function of convolution and pooling (nn.conv2d with explicit asymmetric pads, nn.max_pool2d
+with ceil_mode and dilation, nn.avg_pool2d with and without count_include_pad), each specialized to
+its example; `tsrc --entry block --emit=onnx` exports the same
 function generic in its batch "B" (a dim_param). Every model must pass ONNX's checker with full
 shape inference, and its outputs, evaluated by this file's NumPy interpreter of the ONNX
 operators used (written from the operator specification; onnx.reference is newer than this
@@ -56,7 +58,7 @@ BAD_MESSAGE = "graph `shifty`: the operation `shl` has no ONNX form (at bad.tsr:
 PROGRAM = '''import nn
 
 f = onnx.load("mlp.onnx")
-conv = onnx.load("CONV/model.onnx")
+conv_model = onnx.load("CONV/model.onnx")
 
 @jit
 def block(x: Tensor["B", 4, f32], w: Tensor[4, 4, f32]) -> Tensor["B", 4, f32]:
@@ -69,6 +71,12 @@ def block(x: Tensor["B", 4, f32], w: Tensor[4, 4, f32]) -> Tensor["B", 4, f32]:
     r = m.T % 0.7 + m.T // 0.3 + sum(m, axis=0)[:, None] * 0.01 + mean(m) + m.T.reshape(-1, 4) * 2.0
     return r + cast(arange(4), f32) + gather(r, tensor([[1, 0, 3, 2]]) + zeros(r.shape, dtype=i64), axis=1)
 
+@jit
+def pools(x: Tensor[2, 3, 9, 8, f32], w: Tensor[4, 3, 3, 3, f32]) -> Tensor[2, 4, 3, 3, f32]:
+    y = nn.conv2d(x, w, stride=2, padding=(1, 0, 0, 1))
+    z = nn.max_pool2d(y, 2, stride=2, padding=1, ceil_mode=True) + nn.max_pool2d(y, 2, stride=1, padding=1, dilation=2)[:, :, :3, :3]
+    return nn.avg_pool2d(z, 2, stride=1, padding=1, count_include_pad=False)[:, :, :3, :3] + nn.avg_pool2d(z, 3, stride=1, padding=1)
+
 def main():
     x = load("x.npy")
     x3 = load("x3.npy")
@@ -76,9 +84,10 @@ def main():
     c = load("c.npy")
     onnx.save("block.onnx", block, x, w)
     onnx.save("f.onnx", f, x)
-    onnx.save("conv.onnx", conv, c)
+    onnx.save("conv.onnx", conv_model, c)
+    onnx.save("pools.onnx", pools, load("px.npy"), load("pw.npy"))
     y, p = f(x)
-    save("out.npz", {"block": block(x, w), "block3": block(x3, w), "f_y": y, "f_p": p, "conv": conv(c)})
+    save("out.npz", {"block": block(x, w), "block3": block(x3, w), "f_y": y, "f_p": p, "conv": conv_model(c), "pools": pools(load("px.npy"), load("pw.npy"))})
 '''
 
 
@@ -138,6 +147,39 @@ def _conv(x, w, b, a):
     return y.astype(x.dtype)
 
 
+def _pool(x, a, kind):
+    """ONNX's MaxPool and AveragePool (kernel_shape, strides, pads, dilations, ceil_mode,
+    count_include_pad) over the padded input's strided views, one kernel tap at a time; the
+    padding never wins a max and counts toward a mean only with count_include_pad."""
+    n = x.ndim - 2
+    K = a["kernel_shape"]
+    strides, dil = a.get("strides", [1] * n), a.get("dilations", [1] * n)
+    pads = list(a.get("pads", [0] * (2 * n)))
+    out = []
+    for k in range(n):
+        span = dil[k] * (K[k] - 1) + 1
+        total = x.shape[2 + k] + pads[k] + pads[n + k] - span
+        o = (-(-total // strides[k]) if a.get("ceil_mode", 0) else total // strides[k]) + 1
+        pads[n + k] += max(0, (o - 1) * strides[k] + span - (x.shape[2 + k] + pads[k] + pads[n + k]))
+        out.append(o)
+    width = [(0, 0), (0, 0)] + [(pads[k], pads[n + k]) for k in range(n)]
+    xp = np.pad(x.astype(np.float64), width, constant_values=-np.inf if kind == "MaxPool" else 0.0)
+    inside = np.pad(np.ones(x.shape), width)
+    acc = np.full(x.shape[:2] + tuple(out), -np.inf if kind == "MaxPool" else 0.0)
+    cnt = np.zeros_like(acc)
+    for tap in np.ndindex(*K):
+        view = (slice(None), slice(None)) + tuple(
+            slice(tap[k] * dil[k], tap[k] * dil[k] + strides[k] * (out[k] - 1) + 1, strides[k]) for k in range(n))
+        if kind == "MaxPool":
+            acc = np.maximum(acc, xp[view])
+        else:
+            acc += xp[view]
+            cnt += inside[view]
+    if kind == "AveragePool":
+        acc = acc / (np.prod(K) if a.get("count_include_pad", 0) else cnt)
+    return acc.astype(x.dtype)
+
+
 def run_onnx(model, feeds):
     env = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
     env.update(feeds)
@@ -190,6 +232,8 @@ def run_onnx(model, feeds):
             out = np.concatenate(i, axis=a["axis"])
         elif t == "GatherElements":
             out = np.take_along_axis(i[0], i[1].astype(np.int64), axis=a.get("axis", 0))
+        elif t in ("MaxPool", "AveragePool"):
+            out = _pool(i[0], a, t)
         elif t == "Conv":
             out = _conv(i[0], i[1], i[2] if len(i) > 2 else None, a)
         elif t == "Gather":
@@ -232,7 +276,8 @@ def main():
         x, x3 = rng.standard_normal((5, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
         w = rng.standard_normal((4, 4)).astype(np.float32)
         c = numpy_helper.to_array(onnx.load_tensor(os.path.join(CONV, "test_data_set_0", "input_0.pb")))
-        for n, v in {"x": x, "x3": x3, "w": w, "c": c}.items():
+        px, pw = rng.standard_normal((2, 3, 9, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+        for n, v in {"x": x, "x3": x3, "w": w, "c": c, "px": px, "pw": pw}.items():
             np.save(os.path.join(work, n + ".npy"), v)
         with open(os.path.join(work, "prog.tsr"), "w") as f:
             f.write(PROGRAM.replace("CONV", CONV))
@@ -260,6 +305,7 @@ def main():
                 print(f"FAIL: {' '.join(os.path.basename(c) for c in cmd[:2])}: exit {r.returncode}, expected 1 and `{BAD_MESSAGE}`:\n{r.stderr}")
         out = dict(np.load(os.path.join(work, "out.npz")))
         cases = [("block.onnx", {"x": x, "w": w}, ["block"]), ("f.onnx", {"x": x}, ["f_y", "f_p"]), ("conv.onnx", {"x": c}, ["conv"]),
+                 ("pools.onnx", {"x": px, "w": pw}, ["pools"]),
                  ("block_generic.onnx", {"x": x, "w": w}, ["block"]), ("block_generic.onnx", {"x": x3, "w": w}, ["block3"])]
         for file, feeds, names in cases:
             model = onnx.load(os.path.join(work, file))
