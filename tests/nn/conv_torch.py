@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convolution and pooling (nn.conv1d/2d/3d, nn.conv_transpose2d, nn.max_pool1d/2d/3d,
+"""Convolution and pooling (nn.conv1d/2d/3d, nn.conv_transpose1d/2d/3d, nn.max_pool1d/2d/3d,
 nn.avg_pool1d/2d/3d, nn.global_avg_pool, nn.global_max_pool) against torch.nn.functional
 (ctest conv_torch).
 
@@ -7,7 +7,7 @@ nn.avg_pool1d/2d/3d, nn.global_avg_pool, nn.global_max_pool) against torch.nn.fu
 
 Each case draws its inputs and a random cotangent r, and a generated program (`tsr run`) computes
 the output and value_and_grad of sum(out * r) with respect to every tensor input, in f32 and in
-f64; PyTorch computes the same with torch.autograd. The 24 cases cover strides, symmetric,
+f64; PyTorch computes the same with torch.autograd. The 26 cases cover strides, symmetric,
 explicit asymmetric and "same" padding, dilation, groups (depthwise too), 1 to 3 spatial axes,
 ceil_mode and count_include_pad, vmap (a mapped input folded into N, a mapped weight, per-example
 gradients through max_pool) and a small LeNet-like block. Tolerances: relative error (the difference's norm over PyTorch's) 1e-5 in
@@ -79,6 +79,14 @@ CASES = [
      'nn.conv_transpose2d(p["x"], p["w"], stride=(1, 2), dilation=2, padding=(0, 1))',
      lambda x, w: F.conv_transpose2d(x, w, stride=(1, 2), dilation=2, padding=(0, 1)),
      lambda x, w: F.conv_transpose2d(x, flip(w), stride=(1, 2), dilation=2, padding=(0, 1))),
+    ("conv_transpose1d", {"x": (2, 3, 6), "w": (3, 2, 4), "b": (2,)},
+     'nn.conv_transpose1d(p["x"], p["w"], p["b"], stride=3, padding=2, output_padding=1)',
+     lambda x, w, b: F.conv_transpose1d(x, w, b, stride=3, padding=2, output_padding=1),
+     lambda x, w, b: F.conv_transpose1d(x, flip(w), b, stride=3, padding=2, output_padding=1)),
+    ("conv_transpose3d", {"x": (1, 2, 3, 4, 3), "w": (2, 2, 2, 3, 2)},
+     'nn.conv_transpose3d(p["x"], p["w"], stride=(1, 2, 2), padding=(0, 1, 0), groups=2)',
+     lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 2), padding=(0, 1, 0), groups=2),
+     lambda x, w: F.conv_transpose3d(x, flip(w), stride=(1, 2, 2), padding=(0, 1, 0), groups=2)),
     ("max_pool2d_ceil", {"x": (2, 3, 9, 8)},
      'nn.max_pool2d(p["x"], 3, stride=2, padding=1, ceil_mode=True)',
      lambda x: F.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
