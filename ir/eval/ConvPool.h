@@ -2,10 +2,11 @@
 // Graph IR's conv, conv_transpose, max_pool, max_pool_grad, avg_pool and avg_pool_grad
 // (ir/Ops.def), which the compiled CPU executor also runs, as library steps (docs/ir.md).
 //
-// Direct loops, not im2col: each output plane accumulates, per input channel and kernel tap, one
-// strided row update whose bounds are computed once (no per-element bounds test), so the work is
-// the multiply-adds alone and no window tensor is materialized. Sums accumulate in f64 and the
-// caller rounds once into the result dtype. Semantics are ONNX's operator definitions (Conv,
+// conv is im2col and a matrix product per example and group (the columns of one example and
+// group only, at most 64 MiB); a weight gradient's conv (long kernel rows) is dot products along
+// the kernel rows; conv_transpose scatters, per input channel and kernel tap, one strided row
+// whose bounds are computed once (no per-element bounds test). Tasks (output planes) run on the
+// host's cores. Sums accumulate in f64 and the caller rounds once into the result dtype. Semantics are ONNX's operator definitions (Conv,
 // ConvTranspose, MaxPool, AveragePool, onnx/defs/nn/defs.cc) and PyTorch's
 // (torch.nn.functional.conv*d, max_pool*d, avg_pool*d): max_pool takes each window's first
 // maximum in row-major window order (a NaN wins), positions in the padding take no part; avg_pool
