@@ -15,6 +15,7 @@ std::variant<Dim, std::string> windowOut(const Dim &in, int64_t k, int64_t s, in
     // Stride 1: every start counts; the extent is S + (pb + pe - span + 1) exactly.
     return in + Dim::constant(pb + pe - span + 1);
   }
+  if (*c > (int64_t(1) << 40)) return "the spatial extent " + std::to_string(*c) + " is too large";
   const int64_t padded = *c + pb + pe;
   if (padded < span)
     return "the window (" + std::to_string(k) + (d > 1 ? " with dilation " + std::to_string(d) : std::string()) +
@@ -34,6 +35,7 @@ std::variant<Dim, std::string> transposedOut(const Dim &in, int64_t k, int64_t s
     if (s != 1) return std::string("a strided transposed convolution needs a spatial extent known at compile time, not \"" + in.str() + "\"");
     return in + Dim::constant(extra - 1);
   }
+  if (*c > (int64_t(1) << 30)) return "the spatial extent " + std::to_string(*c) + " is too large";
   const int64_t out = (*c - 1) * s + extra;
   if (out < 1) return "the padding (" + std::to_string(pb) + ", " + std::to_string(pe) + ") leaves no output";
   return Dim::constant(out);
@@ -129,6 +131,12 @@ std::optional<std::string> checkGeometry(const WindowGeometry &g, size_t spatial
   if (g.strides.size() != n) return "the stride has " + std::to_string(g.strides.size()) + " entries for " + std::to_string(n) + " spatial axes";
   if (g.dilations.size() != n) return "the dilation has " + std::to_string(g.dilations.size()) + " entries for " + std::to_string(n) + " spatial axes";
   if (g.pads.size() != 2 * n) return "the padding has " + std::to_string(g.pads.size()) + " entries for " + std::to_string(n) + " spatial axes";
+  // Beyond 2^31 the extents' products could overflow int64 (a fuzzer's sizes, not a model's).
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  auto large = [&](int64_t v) { return v >= kLimit || v <= -kLimit; };
+  for (size_t i = 0; i < n; ++i)
+    if (large(g.kernel[i]) || large(g.strides[i]) || large(g.dilations[i]) || large(g.pads[i]) || large(g.pads[n + i]))
+      return std::string("a kernel size, stride, dilation or padding of 2^31 or more is not supported");
   for (size_t i = 0; i < n; ++i) {
     if (g.kernel[i] < 1) return "the kernel size " + std::to_string(g.kernel[i]) + " is not positive";
     if (g.strides[i] < 1) return "the stride " + std::to_string(g.strides[i]) + " is not positive";
