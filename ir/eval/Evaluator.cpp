@@ -921,7 +921,10 @@ private:
       eval::maxPool(s, x.data(), in.size() == 2 ? t.data() : nullptr, res.data());
       if (!isFloat(r)) {
         std::vector<int64_t> iv(res.size());
-        for (size_t i = 0; i < res.size(); ++i) iv[i] = static_cast<int64_t>(res[i]);
+        // A window wholly in the padding has no maximum (-inf): the dtype's lowest value, as a
+        // padding of the lowest integer would give (and no undefined float-to-int conversion).
+        const int64_t lowest = r == DType::Bool ? 0 : dtypeBits(r) >= 64 ? std::numeric_limits<int64_t>::min() : -(int64_t(1) << (dtypeBits(r) - 1));
+        for (size_t i = 0; i < res.size(); ++i) iv[i] = std::isfinite(res[i]) ? static_cast<int64_t>(res[i]) : lowest;
         return tensorFromI64(shape(ty.dims), r, iv, ty.policies);
       }
       break;
