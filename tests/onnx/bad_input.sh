@@ -32,5 +32,9 @@ check unknown_op.onnx "unknown_op.onnx" "node \`frob\`" "Frobnicate" "opset 17" 
 check bad_attribute.onnx "bad_attribute.onnx" "node \`pad_wrap\`" "\(Pad, opset 17\)" "mode \`wrap\`"
 check opset99.onnx "opset99.onnx" "opset 99" "7 to 17"
 check missing_external.onnx "missing_external.onnx" "tensor \`w\`" "missing_weights.bin"
+# Convolution and pooling (Graph IR's conv and max_pool): channels that do not match the weight's,
+# a window larger than the padded input (made by ONNX's helper at opset 13).
+check conv_channels.onnx "conv_channels.onnx" "node \`conv_bad\`" "\(Conv, opset 13\)" "the input has 3 channels but the weight expects 2"
+check pool_too_large.onnx "pool_too_large.onnx" "node \`pool_big\`" "\(MaxPool, opset 13\)" "larger than the padded input"
 echo "$passed passed, $failed failed"
 ((failed == 0))
