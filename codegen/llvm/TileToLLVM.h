@@ -57,6 +57,12 @@ public:
   /// A call of a scalar libm function (`name` as C's: "erff", "log1p", ...) on `x`, of the
   /// function's float type. The CPU calls the C library; NVPTX would map to libdevice.
   virtual llvm::Value *mathCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Value *x) const = 0;
+  /// f32 approximations the target has as one instruction, or nullptr (the CPU: none): 2^x and
+  /// 1/x, each within 2 ulp over the normal range, subnormals flushed (PTX ISA 9.7.3,
+  /// ex2.approx.ftz.f32 and rcp.approx.ftz.f32). Only where the error analysis of the caller
+  /// keeps its result's error bound (tanhF32).
+  virtual llvm::Value *approxExp2(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
+  virtual llvm::Value *approxRcp(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
   /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
   /// from f64): `name` is one of the tsr_cg_* functions of runtime/CodegenHelpers.h.
   virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,

@@ -65,6 +65,12 @@ public:
     FunctionCallee f = m->getOrInsertFunction("__nv_" + name, FunctionType::get(x->getType(), {x->getType()}, false));
     return b.CreateCall(f, {x});
   }
+  Value *approxExp2(IRBuilderBase &b, Value *x) const override {
+    return x->getType()->isFloatTy() ? b.CreateIntrinsic(Intrinsic::nvvm_ex2_approx_ftz_f, {}, {x}) : nullptr;
+  }
+  Value *approxRcp(IRBuilderBase &b, Value *x) const override {
+    return x->getType()->isFloatTy() ? b.CreateIntrinsic(Intrinsic::nvvm_rcp_approx_ftz_f, {}, {x}) : nullptr;
+  }
   /// The host's runtime helpers as IR of the module (Conversions.h).
   Value *helperCall(IRBuilderBase &b, const std::string &name, Type *ret, ArrayRef<Value *> args) const override {
     return conversionHelperCall(b, name, ret, args);

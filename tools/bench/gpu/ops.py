@@ -25,6 +25,7 @@ def bench(name, f):
 
 bench("gemm", lambda: a @ b)
 bench("layer_norm", lambda: torch.nn.functional.layer_norm(x, (cols,), w, bias))
+bench("gelu_tanh", lambda: torch.nn.functional.gelu(x, approximate="tanh"))
 bench("softmax", lambda: torch.softmax(x, -1))
 
 

@@ -2,7 +2,8 @@
 # GPU ops against PyTorch on the same GPU in one run (issue 10's first benchmarks): bf16 GEMM
 # 4096^3 (TFLOP/s), layer_norm, rms_norm and softmax over bf16 [32768, 4096] (GB/s: the input read
 # once and the output written once), each normalization as Tessera's row step and as its
-# multi-step plan (`_steps`, a symbolic row length; PyTorch's figure is the same op's). Prints a
+# multi-step plan (`_steps`, a symbolic row length; PyTorch's figure is the same op's), and the
+# tanh-approximated GELU over the same x (elementwise, GB/s as the normalizations'). Prints a
 # table with each Tessera/PyTorch speed ratio.
 #   tools/bench/gpu/ops.sh TSR [REPS ROUNDS SIZE ROWS COLS]
 set -euo pipefail
@@ -20,6 +21,7 @@ t = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if len(l.split
 p = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[2]) if len(l.split()) >= 2}
 size, rows, cols = (int(v) for v in sys.argv[3:6])
 work = {"gemm": (2 * size ** 3 / 1e12, "TFLOP/s")}
+work["gelu_tanh"] = (2 * rows * cols * 2 / 1e9, "GB/s")
 for k in ["layer_norm", "rms_norm", "softmax"]:
     work[k] = work[k + "_steps"] = (2 * rows * cols * 2 / 1e9, "GB/s")
     if k in p:
