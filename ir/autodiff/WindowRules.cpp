@@ -57,6 +57,13 @@ int64_t endPad(const Dim &target, int64_t produced, int64_t pb, int64_t fallback
 Value *convWeightGrad(Emitter &E, Value *xin, Value *g, const Op &o, const std::vector<Dim> &wdims) {
   const auto &xd = xin->type.dims, &gd = g->type.dims;
   const size_t n = xd.size() - 2;
+  // The cotangent is this conv's kernel, whose extents must be constants (sema/Windows.h).
+  for (size_t i = 2; i < gd.size(); ++i)
+    if (!gd[i].constantValue() || !xd[i].constantValue())
+      throw AutodiffError{AutodiffError::Kind::NonDifferentiable,
+                          "the weight of `" + std::string(opSpelling(o.kind)) + "` over a spatial size not known at compile time (\"" +
+                              (gd[i].constantValue() ? xd[i] : gd[i]).str() + "\"; its input's gradient works)",
+                          E.loc()};
   const int64_t G = groupsOf(o);
   const Dim N = xd[0], Gd = Dim::constant(G);
   const Dim Cg = *xd[1].divide(Gd), Og = *gd[1].divide(Gd);
