@@ -251,6 +251,10 @@ int reductionTileAxis(size_t n, int axis) {
   return -1;
 }
 
+// Multiprocessors of the GPUs the tile choices are made for (an H100 or H200 has 132): how many
+// programs keep a GPU busy, where a choice trades tile shape against parallelism.
+constexpr int64_t kGpuMultiprocessors = 132;
+
 // The tiles {BC, BK} of a reduction stage: BK over the reduced axis, BC over reductionTileAxis
 // (1 when there is none).
 std::vector<int64_t> reductionTiles(const std::vector<int64_t> &shape, int axis, const TileTarget &t) {
@@ -264,7 +268,21 @@ std::vector<int64_t> reductionTiles(const std::vector<int64_t> &shape, int axis,
       auto [bc, bk] = gpuTileWide(shape[size_t(cax)], K, t);
       return {bc, bk};
     }
-    auto [bk, bc] = gpuTile2d(K, shape[size_t(cax)], t);
+    // A reduction along an earlier axis (a column sum: bias and norm-weight gradients) reads
+    // its tile a row at a time. Wide tiles of few rows put a warp's loads on consecutive columns
+    // (16 bytes per thread, whole sectors) where a tall narrow tile gives each thread a row of 8
+    // columns (half a sector per thread, 32 rows per load); they are taken where the columns
+    // and the other axes still make two programs per multiprocessor (each program loops over
+    // the whole reduced axis: fewer programs would idle the GPU).
+    const int64_t C = shape[size_t(cax)];
+    int64_t others = 1;
+    for (size_t d = 0; d < n; ++d)
+      if (int(d) != axis && int(d) != cax) others *= shape[d];
+    for (int64_t bc : {int64_t(128), int64_t(64)}) {
+      if (C < bc || (C + bc - 1) / bc * others < 2 * kGpuMultiprocessors) continue;
+      return {bc, std::min<int64_t>(bucket(K, {8, 16}), std::max<int64_t>(1, gpuTileElems(t) / bc))};
+    }
+    auto [bk, bc] = gpuTile2d(K, C, t);
     return {bc, bk};
   }
   if (cax < 0) return {1, bucket(K, {128, 1024, kTileElems})};
@@ -426,7 +444,8 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
 // against 32.
 constexpr int64_t kMatMulSharedBytes = 200 * 1024;
 
-std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores) {
+std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores,
+                                 int64_t batch) {
   // TSR_MATMUL_TILES=BMxBNxBK: other first tiles of the tensor-core and CPU products, for
   // measuring (fitShared still applies; the tiles are in the program's text, which keys caches).
   if (tensorCores || !t.gpuTarget())
@@ -437,7 +456,22 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
   if (tensorCores) {
     // 128 x 256: each k step's operands (48 KiB) feed twice the products of a 128 x 128 tile's
     // (32 KiB), which is what keeps Hopper's tensor cores ahead of the copies.
-    return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64, 128, 256}), bucket(mnk[2], {16, 32, 64})};
+    const int64_t BM = bucket(mnk[0], {16, 64, 128}), BK = bucket(mnk[2], {16, 32, 64});
+    int64_t BN = bucket(mnk[1], {16, 64, 128, 256});
+    // But a product of few tiles, or of an N that 256 does not divide, ends in a last wave of
+    // programs that leaves most multiprocessors idle or computes padding: it takes 128 x 128
+    // where that costs fewer waves of tile work (a 128 x 256 tile's work taken as 0.9 of twice a
+    // 128 x 128 tile's). Measured in SigLIP's products on an H200 (N = 1152, 3456, 4304; K 1152
+    // to 8192): 5-40% faster each, except one of 126 tiles (one wave at 256), which the rule
+    // keeps; square products of 4096 and more keep 128 x 256 (docs/performance.md).
+    if (BN == 256 && BM == 128 && batch > 0) {
+      auto cost = [&](int64_t bn, double perTile) {
+        const int64_t tiles = batch * ((mnk[0] + BM - 1) / BM) * ((mnk[1] + bn - 1) / bn);
+        return double((tiles + kGpuMultiprocessors - 1) / kGpuMultiprocessors) * perTile;
+      };
+      if (cost(128, 1.0) < cost(256, 1.8)) BN = 128;
+    }
+    return {BM, BN, BK};
   }
   if (t.gpuTarget()) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 32})};
   // CPU: 128 x 64 x 128 for large products. The dot packs B's 128 x 64 box (32 KiB, in L1) and
@@ -659,7 +693,14 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type 
   const bool tensorCores = target.gpuTarget() && (a == DType::BF16 || a == DType::F16) && a == b;
   TileTarget mt = target;
   if (tensorCores) mt.sharedBytes = std::max<int64_t>(mt.sharedBytes, kMatMulSharedBytes);
-  return fitShared(mt, matmulTiles(mnk, mt, tensorCores), [&](const std::vector<int64_t> &t) {
+  // The batch's size, where the result's type has it (0: symbolic, taken as many).
+  int64_t batch = 1;
+  for (size_t i = 0; i < batchRank && i < result.dims.size(); ++i) {
+    const auto d = result.dims[i].constantValue();
+    batch = d ? batch * *d : 0;
+    if (!batch) break;
+  }
+  return fitShared(mt, matmulTiles(mnk, mt, tensorCores, batch), [&](const std::vector<int64_t> &t) {
     TileTarget kt = mt;
     if (tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
     return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2]);
