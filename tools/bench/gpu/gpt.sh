@@ -8,7 +8,8 @@
 #   tools/bench/gpu/gpt.sh TSR GPT_TORCH_PY [STEPS]
 # GPT_TORCH_PY is the peer script (the repository's benchmarks folder beside the checkout:
 # bench/gpt_torch.py). STEPS (default 200) training steps each; DATA: the fortunes folder
-# (default /usr/share/games/fortunes); TSR_TORCH_PYTHON: the Python with PyTorch.
+# (default /usr/share/games/fortunes); TSR_TORCH_PYTHON: the Python with PyTorch; DECODE_ONLY=1:
+# PyTorch decodes only (--decode-only), and Tessera's training only makes the checkpoint.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 TSR=$1; PEER=$2; steps=${3:-200}
@@ -37,11 +38,12 @@ for bs in 1 64; do
     echo "tessera decoding at batch $bs failed: $(tail -3 "$tmp/gen$bs.txt" | tr '\n' ' ')"
   grep -- '^--- .* tokens/s' "$tmp/gen$bs.txt"
 done
-gen1=$(grep -o '([0-9]* tokens/s' "$tmp/gen1.txt" | tr -dc '0-9')
-gen64=$(grep -o '([0-9]* tokens/s' "$tmp/gen64.txt" | tr -dc '0-9')
+# The steady rate (after the first sampled token, which compiles), as PyTorch's second round.
+gen1=$(grep -o '[0-9]* tokens/s after' "$tmp/gen1.txt" | tr -dc '0-9')
+gen64=$(grep -o '[0-9]* tokens/s after' "$tmp/gen64.txt" | tr -dc '0-9')
 
 echo "== pytorch ($steps iterations)"
-"$PY" "$PEER" "$tmp/corpus.txt" --iters "$steps" | tee "$tmp/torch.txt"
+"$PY" "$PEER" "$tmp/corpus.txt" --iters "$steps" $([ "${DECODE_ONLY:-0}" = 1 ] && echo --decode-only) | tee "$tmp/torch.txt"
 
 "$PY" - "$tmp/torch.txt" "${train_ms:-nan}" "${gen1:-nan}" "${gen64:-nan}" <<'PYEOF'
 import json, sys
