@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a run's time goes, from a `tsr run --profile` trace (docs/profiling.md).
 
-    tools/bench/trace_summary.py trace.json [--graph NAME | --at FILE:LINE] [--top 15] [--skip 1] [--steps N]
+    tools/bench/trace_summary.py trace.json [--graph NAME | --at FILE:LINE] [--top 15] [--skip 1] [--steps N] [--by-grid]
 
 For the calls of one graph (by default the graph whose calls take the most time in all; `--at`
 takes the calls made at a source place, such as a training step's `value_and_grad` line; `--skip N`
@@ -33,6 +33,9 @@ def main():
     ap.add_argument("--at", help="the calls made at this place, FILE:LINE or FILE:LINE:COLUMN (the end of args.at)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--steps", type=int, default=0, help="list the N steps with the most host time")
+    ap.add_argument("--by-grid", action="store_true",
+                    help="group kernels by their grid too (a program at one place compiled for several shapes, such as "
+                         "every matrix product of `nn.linear`), with the time per launch")
     ap.add_argument("--skip", type=int, help="leave out each graph's first N calls (compilation): 1 by default, 0 with --at")
     a = ap.parse_args()
     if a.skip is None:
@@ -85,12 +88,14 @@ def main():
     print("  steps per call: " + ", ".join(f"{k} {v / n:.0f}" for k, v in kinds.most_common()))
     by = collections.defaultdict(lambda: [0.0, 0])
     for k in kernels:
-        b = by[(k["name"], k.get("args", {}).get("at", ""))]
+        args = k.get("args", {})
+        b = by[(k["name"], args.get("at", ""), args.get("grid", "") if a.by_grid else "")]
         b[0] += k["dur"]
         b[1] += 1
-    print(f"  kernels by device time (per call):")
-    for (kn, at), (d, c) in sorted(by.items(), key=lambda x: -x[1][0])[:a.top]:
-        print(f"    {d / n / 1e3:8.3f} ms {100 * d / dev if dev else 0:5.1f}%  {c / n:5.1f}x  {kn}  {at}")
+    print(f"  kernels by device time (per call{'; by grid, with the time per launch' if a.by_grid else ''}):")
+    for (kn, at, grid), (d, c) in sorted(by.items(), key=lambda x: -x[1][0])[:a.top]:
+        extra = f"  grid {grid}  {d / c:8.1f} us per launch" if a.by_grid else ""
+        print(f"    {d / n / 1e3:8.3f} ms {100 * d / dev if dev else 0:5.1f}%  {c / n:5.1f}x  {kn}  {at}{extra}")
     if a.steps:
         # "step 41 library kernel_call" -> "library kernel_call", so a step's calls group together
         host = collections.defaultdict(lambda: [0.0, 0])
