@@ -209,12 +209,16 @@ std::string dimsText(const std::vector<Dim> &dims) {
 }
 } // namespace
 
-void printSchedule(std::ostream &os, const Graph &g, const Schedule &s) {
-  os << "schedule @" << g.name << " {\n";
+namespace {
+
+// A schedule at an indentation: a region op's body (a scan's) prints its own schedule nested
+// under the op's step, as the executor plans and compiles it once, apart from the graph's steps.
+void printScheduleAt(std::ostream &os, const Graph &g, const Schedule &s, const std::string &in) {
+  os << in << "schedule @" << g.name << " {\n";
   for (size_t i = 0; i < s.steps.size(); ++i) {
     const Step &st = s.steps[i];
     const Op *a = st.anchor;
-    os << "  step " << i << " " << stepKindName(st.kind);
+    os << in << "  step " << i << " " << stepKindName(st.kind);
     for (size_t r = 0; r < st.outputs.size(); ++r) os << (r ? ", " : " ") << valueName(st.outputs[r]);
     os << " = " << opSpelling(a->kind);
     if (!st.outputs.empty() && !st.outputs[0]->type.isKey()) os << " " << dimsText(st.outputs[0]->type.dims);
@@ -223,20 +227,28 @@ void printSchedule(std::ostream &os, const Graph &g, const Schedule &s) {
     std::vector<const Op *> inner;
     for (const Op *op : st.cone) if (op != a) inner.push_back(op);
     if (!inner.empty()) {
-      os << "    cone:";
+      os << in << "    cone:";
       for (size_t k = 0; k < inner.size(); ++k)
         os << (k ? ", " : " ") << valueName(inner[k]->result()) << " = " << opSpelling(inner[k]->kind);
       os << "\n";
     }
     if (!st.inputs.empty()) {
-      os << "    inputs:";
+      os << in << "    inputs:";
       for (size_t k = 0; k < st.inputs.size(); ++k) os << (k ? ", " : " ") << valueName(st.inputs[k]);
       os << "\n";
     }
+    if (a->body) {
+      os << in << "    body:\n";
+      printScheduleAt(os, *a->body, planFusion(*a->body), in + "    ");
+    }
   }
-  os << "  return";
+  os << in << "  return";
   for (size_t i = 0; i < g.outputs.size(); ++i) os << (i ? ", " : " ") << valueName(g.outputs[i]);
-  os << "\n}\n";
+  os << "\n" << in << "}\n";
 }
+
+} // namespace
+
+void printSchedule(std::ostream &os, const Graph &g, const Schedule &s) { printScheduleAt(os, g, s, ""); }
 
 } // namespace tsr::ir::schedule
