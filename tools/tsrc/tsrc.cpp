@@ -106,10 +106,12 @@ static bool addGraphKernels(const ir::Module &graphs, tile::Module &kernels, std
   namespace sched = ir::schedule;
   const auto target = sched::TileTarget::gpu([](const tile::Function &f) { return codegen::nvptx::sharedBytesOf(f); });
   bool ok = true;
-  for (const auto &g : graphs.graphs) {
+  // A graph's steps, then those of the bodies of its region ops (a scan's: compiled once, apart).
+  std::function<void(const ir::Graph *)> add = [&](const ir::Graph *g) {
     const sched::Schedule plan = sched::planFusion(*g);
     for (size_t i = 0; i < plan.steps.size(); ++i) {
       const sched::Step &st = plan.steps[i];
+      if (st.anchor->body) add(st.anchor->body.get());
       const std::string kind(sched::stepKindName(st.kind));
       const std::string step = "@" + g->name + " step " + std::to_string(i) + " (" + kind + ")";
       std::vector<sched::StepProgram> programs;
@@ -130,7 +132,8 @@ static bool addGraphKernels(const ir::Module &graphs, tile::Module &kernels, std
         kernels.functions.push_back(std::move(p.kernel.fn));
       }
     }
-  }
+  };
+  for (const auto &g : graphs.graphs) add(g.get());
   return ok;
 }
 
