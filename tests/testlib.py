@@ -175,6 +175,22 @@ class Tally:
             self.failed += 1
             print(f"FAIL {name}: {why}")
 
+    def raises(self, name, fn, kind, *parts):
+        """Reports whether fn() raises `kind` with every text of `parts` in its message; returns
+        the message (None when it raised nothing or something else)."""
+        try:
+            fn()
+        except kind as e:
+            text = str(e)
+            missing = [p for p in parts if p not in text]
+            self.report(not missing, name, f"message lacks {missing}: {text}")
+            return text
+        except Exception as e:  # noqa: BLE001
+            self.report(False, name, f"raised {type(e).__name__}: {e}")
+            return None
+        self.report(False, name, "did not raise")
+        return None
+
     def summary(self, minimum=1, what="cases"):
         return summary(self.passed, self.failed, minimum=minimum, what=what)
 
