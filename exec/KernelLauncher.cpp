@@ -1,11 +1,19 @@
 #include "exec/KernelLauncher.h"
 
+#include "exec/Autotune.h"
+#include "runtime/DiskCache.h"
 #include "ir/lower/LowerKernel.h"
 #include "ir/tile/TileText.h"
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <sstream>
 #include <stdexcept>
 
 namespace tsr::exec {
@@ -237,6 +245,192 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   }
   launchProfiled(*backend_, *e.compiled, kargs, g, LaunchSite{f.name, e.site});
   if (!sites.empty()) raiseIndexCheck(k, sites, record);
+}
+
+namespace {
+
+std::string attrText(const ir::AttrValue &v) {
+  if (auto *i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (auto *b = std::get_if<bool>(&v)) return *b ? "1" : "0";
+  if (auto *d = std::get_if<double>(&v)) {
+    std::ostringstream os;
+    os << std::setprecision(17) << *d;
+    return os.str();
+  }
+  return "?";
+}
+
+// The autotuner's key of a launch of `k` (exec/Autotune.h).
+autotune::Key tuningKey(const sema::Program &P, const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
+                        const std::vector<rt::Tensor> &args, const StepBackend &backend) {
+  autotune::Key key;
+  key.kernel = (k.module->name.empty() ? "" : k.module->name + ".") + k.name;
+  // The kernel's source text (its def; decorators apart) and its space and key.
+  std::string source;
+  if (k.def && P.sm.has(k.def->range.file)) {
+    const std::string &text = P.sm.file(k.def->range.file).text();
+    if (k.def->range.end <= text.size()) source = text.substr(k.def->range.begin, k.def->range.end - k.def->range.begin);
+  }
+  for (auto &[name, values] : k.space) {
+    source += "|" + name + "=";
+    for (int64_t v : values) source += std::to_string(v) + ",";
+  }
+  for (auto &n : k.autotuneKey) source += "|key " + n;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rt::fnv1a64(source)));
+  key.hash = buf;
+  // The key dims' values at this launch (all shapes when the key is empty).
+  auto inSpace = [&](const std::string &n) {
+    for (auto &[name, values] : k.space) if (name == n) return true;
+    return false;
+  };
+  if (k.autotuneKey.empty()) {
+    for (const rt::Tensor &t : args) key.shape += (key.shape.empty() ? "" : " ") + rt::formatShape(t.shape());
+  } else {
+    for (const std::string &n : k.autotuneKey) {
+      std::optional<int64_t> value;
+      size_t pos = 0;
+      for (const sema::ParamInfo &prm : k.params) {
+        if (prm.compileTime()) {
+          if (prm.name == n)
+            for (const ir::Attr &a : attrs)
+              if (a.name == n)
+                if (auto *i = std::get_if<int64_t>(&a.value)) value = *i;
+          continue;
+        }
+        const size_t at = pos++;
+        if (value || !prm.annotated || !prm.annotated->is(sema::TypeKind::Tensor) || at >= args.size()) continue;
+        const auto &dims = prm.annotated->dims;
+        for (size_t d = 0; d < dims.size() && d < size_t(args[at].ndim()); ++d)
+          if (dims[d].isSymbol() && dims[d].str() == n) {
+            value = args[at].shape()[d];
+            break;
+          }
+      }
+      key.shape += (key.shape.empty() ? "" : " ") + n + "=" + (value ? std::to_string(*value) : std::string("?"));
+    }
+  }
+  for (const rt::Tensor &t : args) key.dtypes += (key.dtypes.empty() ? "" : " ") + std::string(dtypeName(t.dtype()));
+  for (const ir::Attr &a : attrs) {
+    if (a.name == "callee" || inSpace(a.name)) continue;
+    std::string v = a.name == "grid" ? (std::get_if<std::vector<Dim>>(&a.value) ? std::to_string(std::get<std::vector<Dim>>(a.value).size()) : "?")
+                                     : attrText(a.value);
+    key.fixed += (key.fixed.empty() ? "" : " ") + (a.name == "grid" ? std::string("grid_rank") : a.name) + "=" + v;
+  }
+  key.target = backend.tuningTarget();
+  return key;
+}
+
+std::string formatMs(double ms) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(ms < 1 ? 4 : ms < 100 ? 3 : 1) << ms << " ms";
+  return os.str();
+}
+
+} // namespace
+
+std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
+                                             const std::vector<rt::Tensor> &args, const GridFor &gridFor) const {
+  namespace at = autotune;
+  if (!k.autotune) return attrs;
+  const std::vector<at::Config> space = at::configurations(k);
+  auto withConfig = [&](const at::Config &c) {
+    std::vector<ir::Attr> a = attrs;
+    for (auto &[n, v] : c) {
+      bool set = false;
+      for (ir::Attr &x : a)
+        if (x.name == n) x.value = v, set = true;
+      if (!set) a.push_back({n, v});
+    }
+    return a;
+  };
+  if (space.size() <= 1) return space.empty() ? attrs : withConfig(space[0]);
+  const at::Mode mode = at::mode(*backend_);
+  if (mode == at::Mode::Off) return withConfig(space[0]);
+  // TSR_AUTOTUNE_TEST_BREAK (the negative controls of tests/autotune only): `scratch` times on
+  // the real operands, `key` leaves the key dims out of the key, `skip` lets a failing
+  // configuration's error through.
+  const char *brokenEnv = std::getenv("TSR_AUTOTUNE_TEST_BREAK");
+  const std::string broken = brokenEnv ? brokenEnv : "";
+  at::Key key = tuningKey(P_, k, attrs, args, *backend_);
+  if (broken == "key") key.shape.clear();
+  const bool report = at::verbose();
+  at::Source from = at::Source::First;
+  if (std::optional<at::Config> c = at::lookup(key, space, &from)) {
+    if (report && from != at::Source::Memo)
+      std::cerr << "autotune: " << key.describe() << ": " << at::configText(*c)
+                << (from == at::Source::Bundle ? " (from the bundle)" : " (recorded in " + rt::DiskCache::process().dir() + "/autotune)")
+                << ", nothing timed\n";
+    return withConfig(*c);
+  }
+  if (mode == at::Mode::Cached || at::failedBefore(key)) {
+    if (report && from != at::Source::Memo)
+      std::cerr << "autotune: " << key.describe() << ": no record, the space's first " << at::configText(space[0])
+                << " (--autotune=cached times nothing)\n";
+    return withConfig(space[0]);
+  }
+  // Full: every configuration on scratch copies of the written operands.
+  if (report) std::cerr << "autotune: " << key.describe() << ": timing " << space.size() << " configurations\n";
+  at::Record rec;
+  double best = std::numeric_limits<double>::infinity();
+  const std::vector<size_t> written = writtenOperands(k);
+  auto oneLine = [](std::string s) {
+    for (char &ch : s) if (ch == '\n') ch = ' ';
+    return s.size() > 300 ? s.substr(0, 300) + "..." : s;
+  };
+  for (const at::Config &c : space) {
+    const std::string text = at::configText(c);
+    const std::vector<ir::Attr> a = withConfig(c);
+    std::string failed;
+    double median = 0;
+    try {
+      std::vector<int64_t> grid = gridFor(a);
+      entry(k, a, args); // lowering and compilation, apart from the timed launches
+      std::vector<rt::Tensor> scratch = args;
+      for (size_t w : written)
+        if (w < scratch.size() && broken != "scratch") scratch[w] = args[w].clone();
+      launch(k, a, scratch, grid); // warm-up
+      std::vector<double> times;
+      double total = 0;
+      // At least 3 repetitions (one for a launch above a quarter of a second), at most 10, until
+      // about 100 ms have been timed.
+      while (times.size() < 10) {
+        const double t = backend_->timeMs([&] { launch(k, a, scratch, grid); });
+        times.push_back(t);
+        total += t;
+        if ((times.size() >= 3 && total >= 100) || (times.size() == 1 && t >= 250)) break;
+      }
+      std::sort(times.begin(), times.end());
+      median = times[times.size() / 2];
+    } catch (const std::exception &e) {
+      if (broken == "skip") throw;
+      failed = oneLine(e.what());
+    } catch (...) {
+      failed = "an unknown error";
+    }
+    if (!failed.empty()) {
+      std::cerr << "note: autotune: kernel `" << k.name << "`: configuration " << text << " skipped: " << failed << "\n";
+      rec.skipped.push_back({text, failed});
+      continue;
+    }
+    if (report) std::cerr << "autotune:   " << text << ": " << formatMs(median) << "\n";
+    rec.timesMs.push_back({text, median});
+    if (median < best) {
+      best = median;
+      rec.winner = c;
+    }
+  }
+  if (rec.timesMs.empty()) {
+    // Nothing ran: the first configuration runs on the real operands and reports its own error.
+    if (report) std::cerr << "autotune: " << key.describe() << ": every configuration failed; the space's first runs\n";
+    at::noteFailed(key);
+    return withConfig(space[0]);
+  }
+  at::store(key, rec);
+  if (report)
+    std::cerr << "autotune: " << key.describe() << ": winner " << at::configText(rec.winner) << " (" << formatMs(best) << ", "
+              << rec.timesMs.size() << " timed, " << rec.skipped.size() << " skipped)\n";
+  return withConfig(rec.winner);
 }
 
 std::vector<size_t> KernelLauncher::writtenOperands(const ir::Op &op) const {

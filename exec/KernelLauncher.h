@@ -20,6 +20,7 @@
 #include "runtime/Tensor.h"
 #include "sema/Program.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,18 @@ public:
   /// place. Throws LaunchError, codegen::CodegenError.
   void launch(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, std::vector<rt::Tensor> &args,
               const std::vector<int64_t> &grid) const;
+
+  /// The grid of a launch for a configuration (its attributes): the launch's grid lambda called
+  /// with it. Throws (any std::exception) when it cannot be computed.
+  using GridFor = std::function<std::vector<int64_t>(const std::vector<ir::Attr> &attrs)>;
+  /// The attributes a launch of `k` runs with: `attrs` (ir::launchConfig(k) plus compile-time
+  /// arguments) with the autotune space's entries set to the configuration the process's autotune
+  /// mode chooses (exec/Autotune.h). Under `full`, on a miss, every configuration is compiled and
+  /// timed on the device on scratch copies of the operands `k` writes (`args` are not changed);
+  /// one that fails to lower, compile, compute its grid or launch is skipped with a note. A kernel
+  /// without a space of several configurations returns `attrs`.
+  std::vector<ir::Attr> choose(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, const std::vector<rt::Tensor> &args,
+                               const GridFor &gridFor) const;
 
   /// The tile function a launch of `k` with these attributes and arguments runs (lowered and
   /// cached as launch() would). Throws LaunchError.

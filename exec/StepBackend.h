@@ -18,7 +18,9 @@
 #include "runtime/Tensor.h"
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -102,6 +104,17 @@ public:
   /// found later name `site`.
   virtual void launch(const BackendProgram &p, const std::vector<rt::KernelArg> &args,
                       const std::array<int64_t, 3> &grid, const LaunchSite &site) = 0;
+  /// What a tuned configuration is valid for (exec/Autotune.h's key): the target and its
+  /// features ("cpu x86_64 znver4", "sm_90"). By default name().
+  virtual std::string tuningTarget() const { return name(); }
+  /// Milliseconds the device takes for the work `work` queues on this backend (the autotuner's
+  /// timing). By default a steady clock around `work`: launches that return when their grid has
+  /// run (the host CPU). A GPU records events on its stream around it and waits for the second.
+  virtual double timeMs(const std::function<void()> &work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
 };
 
 /// `b.launch(p, args, grid, site)` inside the profile's "launch" span and an NVTX range

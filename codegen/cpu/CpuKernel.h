@@ -74,6 +74,10 @@ enum class OptTier { Quick, Full };
 /// two threads at once compiles once.
 std::shared_ptr<const CompiledKernel> compileForHost(const tile::Function &f, OptTier tier = OptTier::Full);
 
+/// The host as compileForHost targets it: "TRIPLE|CPU|FEATURES" (what the persistent cache's
+/// keys name, and what a tuned configuration is valid for: exec/Autotune.h).
+const std::string &hostTargetKey();
+
 /// The LLVM IR (optimized or not) that compileForHost builds for `f`: `tsrc --emit=llvm`.
 std::string hostLLVMText(const tile::Function &f, bool optimized);
 

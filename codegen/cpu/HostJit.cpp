@@ -271,6 +271,14 @@ void checkVerified(const tile::Function &f) {
 
 } // namespace
 
+const std::string &hostTargetKey() {
+  static const std::string key = [] {
+    auto tm = hostMachine(OptTier::Full);
+    return tm->getTargetTriple().str() + "|" + tm->getTargetCPU().str() + "|" + tm->getTargetFeatureString().str();
+  }();
+  return key;
+}
+
 namespace {
 
 /// Object code of `f` at `tier` whose entry is `sym`: from the persistent cache, or compiled

@@ -2,6 +2,8 @@
 // each target, assembled by runtime/bundle's Writer with the manifest docs/bundle.md specifies.
 #include "exec/bundle/BundleWriter.h"
 
+#include "exec/Autotune.h"
+
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
 #include "exec/bundle/BundleModels.h"
@@ -464,6 +466,8 @@ public:
   using Record = std::function<void(const tile::Function &)>;
   explicit RecordingBackend(Record record) : inner_(exec::cpuBackend()), record_(std::move(record)) {}
   std::string name() const override { return inner_->name(); }
+  std::string tuningTarget() const override { return inner_->tuningTarget(); }
+  double timeMs(const std::function<void()> &work) override { return inner_->timeMs(work); }
   const sched::TileTarget &tileTarget() const override { return inner_->tileTarget(); }
   bool interpretsSmallSteps() const override { return inner_->interpretsSmallSteps(); }
   rt::Tensor allocate(const std::vector<int64_t> &shape, DType dtype, const char *forWhat) override {
@@ -807,6 +811,16 @@ std::string writeBundle(const sema::Program &p, ir::Module &graphs, const WriteO
   if (opts.trace) {
     const std::string traced = tracePrograms(p, *opts.trace, targets);
     m["trace"] = {{"flags", *opts.trace}, {"graph_ir", w.add(rb::SectionKind::GraphIR, "graph-ir trace", traced)}};
+    // The configurations the trace run's autotuned launches took from a record (or tuned, under
+    // TSR_AUTOTUNE=full), so that a run of the bundle takes them without timing (exec/Autotune.h).
+    json tuned = json::array();
+    for (const exec::autotune::Carried &c : exec::autotune::used()) {
+      json config = json::array();
+      for (auto &[name, v] : c.winner) config.push_back(json::array({name, v}));
+      tuned.push_back({{"target", c.targetKind}, {"kernel", c.kernel}, {"hash", c.hash}, {"shape", c.shape},
+                       {"dtypes", c.dtypes}, {"fixed", c.fixed}, {"config", config}});
+    }
+    if (!tuned.empty()) m["autotune"] = tuned;
   }
 
   std::string tileText;

@@ -1,6 +1,7 @@
 // `tsr run FILE.bundle` (RunBundle.h).
 #include "exec/bundle/RunBundle.h"
 
+#include "exec/Autotune.h"
 #include "exec/CompiledExecutor.h"
 #include "exec/bundle/BundleBackend.h"
 #include "exec/bundle/BundleModels.h"
@@ -177,6 +178,12 @@ int runBundleCommand(const std::vector<std::string> &args, const Compilers &comp
     if (a == "--devices" && i + 1 < args.size()) { ++i; continue; }
     // --no-cache: compile what the bundle lacks without reading or writing the persistent cache.
     if (a == "--no-cache") { rt::DiskCache::process().disable(); continue; }
+    std::string bad;
+    if (size_t took = exec::autotune::takeFlag(args, i, &bad)) {
+      if (!bad.empty()) { std::cerr << prog + ": " << bad << "\n"; return 2; }
+      i += took - 1;
+      continue;
+    }
     flags.push_back(a);
   }
   if (executor != "compiled" && executor != "reference") {
@@ -199,6 +206,10 @@ int runBundleCommand(const std::vector<std::string> &args, const Compilers &comp
     std::cerr << prog + ": " << e.what() << "\n";
     return 1;
   }
+  // The winners the bundle carries; a deployed program does not tune unless asked to.
+  for (const rb::AutotuneWinner &a : bundle->autotune)
+    exec::autotune::addCarried({a.target, a.kernel, a.hash, a.shape, a.dtypes, a.fixed, a.config});
+  exec::autotune::setDefaultMode(exec::autotune::Mode::Cached);
   // Another compiler's bundle runs (docs/bundle.md, versioning); the verbose log says so.
   const std::string self = std::string("tsrc ") + compilerVersion() + " (Tessera)";
   if (verbose && (bundle->compiler != self || bundle->build != buildId()))

@@ -31,6 +31,11 @@ class CpuBackend final : public StepBackend {
 public:
   explicit CpuBackend(int threads) : threads_(threads) {}
   std::string name() const override { return "cpu"; }
+  std::string tuningTarget() const override {
+    const std::string &host = codegen::hostTargetKey(); // TRIPLE|CPU|FEATURES
+    const size_t bar = host.find('|');
+    return "cpu " + host.substr(bar + 1, host.find('|', bar + 1) - bar - 1) + "|" + host;
+  }
   const ir::schedule::TileTarget &tileTarget() const override { return target_; }
   bool interpretsSmallSteps() const override { return true; }
   rt::Tensor allocate(const std::vector<int64_t> &shape, DType dtype, const char *) override {

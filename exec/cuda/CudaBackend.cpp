@@ -106,6 +106,12 @@ public:
   bool interpretsSmallSteps() const override { return false; }
   const std::string &arch() const override { return arch_; }
   int ordinal() const override { return dev_.ctx.ordinal(); }
+  // The arch, the device's model and its multiprocessors: an H100's choice is not an H200's.
+  std::string tuningTarget() const override {
+    const cuda::DeviceInfo &i = dev_.ctx.info();
+    return "cuda " + arch_ + " " + i.name + " " + std::to_string(i.smCount) + " SMs";
+  }
+  double timeMs(const std::function<void()> &work) override { return dev_.stream().timeMs(work); }
 
   rt::Tensor allocate(const std::vector<int64_t> &shape, DType dtype, const char *forWhat) override {
     return rt::Tensor::emptyOn(dev_, shape, dtype, forWhat);

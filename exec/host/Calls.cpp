@@ -67,11 +67,6 @@ ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::Fu
     else if (v->k == K::Bool) args.push_back(rt::Tensor::fromI64({}, d, std::vector<int64_t>{v->b}));
     else fail("a " + kindName(v) + " cannot be passed to a kernel", c->range);
   }
-  for (const char *knob : {"warps", "stages"}) {
-    bool present = false;
-    for (auto &[name, x] : cfg.dict) present |= name == knob;
-    if (!present) cfg.dict.push_back({knob, integer(std::string(knob) == "warps" ? 4 : 2)});
-  }
   // The grid: ints, a tuple of ints, or a lambda of the configuration giving either.
   ValueRef grid;
   if (sub->indices.size() == 1) grid = expr(sub->indices[0], env);
@@ -80,16 +75,45 @@ ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::Fu
     for (Expr *i : sub->indices) es.push_back(expr(i, env));
     grid = seq(es, false);
   }
-  if (grid->k == K::Lambda) grid = callValue(grid, {mk(cfg)}, {}, nullptr, env);
-  std::vector<int64_t> sizes;
-  auto size = [&](const ValueRef &x) {
-    if (x->k != K::Int) fail("a grid is made of ints, not a " + kindName(x), sub->range);
-    sizes.push_back(x->i);
+  // The grid for a configuration (the autotune space's entries of `cfgAttrs` replace those of
+  // `cfg`): what an autotuner times each configuration with (exec/Autotune.h).
+  auto gridOf = [&](const std::vector<ir::Attr> &cfgAttrs) {
+    Value c = cfg;
+    for (auto &a : cfgAttrs)
+      if (ValueRef v = number(a.value))
+        for (auto &[name, x] : c.dict)
+          if (name == a.name) x = v;
+    for (const char *knob : {"warps", "stages"}) {
+      bool present = false;
+      for (auto &[name, x] : c.dict) present |= name == knob;
+      if (!present) c.dict.push_back({knob, integer(std::string(knob) == "warps" ? 4 : 2)});
+    }
+    ValueRef g = grid->k == K::Lambda ? callValue(grid, {mk(c)}, {}, nullptr, env) : grid;
+    std::vector<int64_t> sizes;
+    auto size = [&](const ValueRef &x) {
+      if (x->k != K::Int) fail("a grid is made of ints, not a " + kindName(x), sub->range);
+      sizes.push_back(x->i);
+    };
+    if (g->k == K::Tuple || g->k == K::List) for (auto &x : g->items) size(x);
+    else size(g);
+    return sizes;
   };
-  if (grid->k == K::Tuple || grid->k == K::List) for (auto &x : grid->items) size(x);
-  else size(grid);
-  attrs.push_back({"grid", std::vector<Dim>(sizes.size(), Dim::unknown())});
   try {
+    if (k.autotune && k.space.size() > 0) {
+      // The grid's rank is part of a launch's identity; the first configuration's gives it.
+      std::vector<ir::Attr> keyed = attrs;
+      keyed.push_back({"grid", std::vector<Dim>(gridOf(attrs).size(), Dim::unknown())});
+      attrs = kernels->choose(k, keyed, args, [&](const std::vector<ir::Attr> &a) {
+        try {
+          return gridOf(a);
+        } catch (const RuntimeError &e) {
+          throw std::runtime_error("its grid: " + e.message);
+        }
+      });
+      attrs.erase(std::remove_if(attrs.begin(), attrs.end(), [](const ir::Attr &a) { return a.name == "grid"; }), attrs.end());
+    }
+    std::vector<int64_t> sizes = gridOf(attrs);
+    attrs.push_back({"grid", std::vector<Dim>(sizes.size(), Dim::unknown())});
     kernels->launch(k, attrs, args, sizes);
   } catch (const ir::ProgramCheckError &e) {
     failCheck(e, c->range);

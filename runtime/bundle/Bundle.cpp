@@ -453,6 +453,36 @@ Bundle Bundle::parse(std::string bytes, const ParseOptions &opts) {
     b.programs.push_back(std::move(p));
   }
 
+  // Tuned configurations (exec/Autotune.h): strings, and a config of names and ints.
+  if (auto it = m.find("autotune"); it != m.end()) {
+    if (!it->is_array()) r.bad("autotune", "is not a list");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json &j = (*it)[i];
+      const std::string w = "autotune[" + std::to_string(i) + "]";
+      AutotuneWinner a;
+      a.target = r.str(j, "target", w);
+      if (a.target != "cpu" && a.target != "cuda") r.bad(w + ".target", "is `" + a.target + "`, not cpu or cuda");
+      a.kernel = r.str(j, "kernel", w);
+      a.hash = r.str(j, "hash", w);
+      auto text = [&](const char *key) {
+        const json &v = r.field(j, key, w);
+        if (!v.is_string()) r.bad(w + "." + key, "is not a string");
+        return v.get<std::string>();
+      };
+      a.shape = text("shape");
+      a.dtypes = text("dtypes");
+      a.fixed = text("fixed");
+      const json &c = r.field(j, "config", w);
+      if (!c.is_array() || c.empty()) r.bad(w + ".config", "is not a non-empty list");
+      for (const json &e : c) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_integer())
+          r.bad(w + ".config", "has an entry that is not [NAME, INT]");
+        a.config.push_back({e[0].get<std::string>(), e[1].get<int64_t>()});
+      }
+      b.autotune.push_back(std::move(a));
+    }
+  }
+
   // The models (format 1.1): each tensor's span must hold exactly its dtype and shape.
   if (auto it = m.find("models"); it != m.end()) {
     if (!it->is_array()) r.bad("models", "is not a list");

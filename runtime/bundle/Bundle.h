@@ -141,6 +141,15 @@ struct ModelEntry {
   std::vector<ModelTensor> constants; // the graph's other parameters' values, in order
 };
 
+/// A tuned configuration a bundle carries (manifest key "autotune", present only when the trace
+/// run chose one; older readers ignore it; exec/Autotune.h): the launch's
+/// key without target and compiler, and the winner.
+struct AutotuneWinner {
+  std::string target; // "cpu" or "cuda"
+  std::string kernel, hash, shape, dtypes, fixed;
+  std::vector<std::pair<std::string, int64_t>> config; // the space's entries, in order
+};
+
 struct CpuTarget {
   std::string triple;                // "x86_64-pc-linux-gnu" (empty without code)
   std::string cpu;                   // LLVM's name of the compiling machine's CPU ("znver4")
@@ -216,6 +225,7 @@ public:
   std::vector<CudaArch> cuda;
   std::vector<Program> programs;
   std::vector<ModelEntry> models;
+  std::vector<AutotuneWinner> autotune;
   std::string manifest; // the manifest's JSON text
 
   std::string_view sectionBytes(uint32_t index) const;

@@ -538,6 +538,40 @@ Stream::~Stream() {
 
 // ---- Stream: device times for profiles ----
 
+double Stream::timeMs(const std::function<void()> &queue) {
+  if (!api.cuEventCreate || !api.cuEventRecord || !api.cuEventElapsedTime || !api.cuEventSynchronize || !api.cuEventDestroy_v2) {
+    synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    queue();
+    synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void *start = nullptr, *end = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(timedMu_);
+    start = takeEvent();
+    end = takeEvent();
+  }
+  auto giveBack = [&] {
+    std::lock_guard<std::mutex> lock(timedMu_);
+    spareEvents_.push_back(start);
+    spareEvents_.push_back(end);
+  };
+  float ms = 0;
+  try {
+    if (CUresult r = api.cuEventRecord(start, stream_); r != 0) fail(r, "recording an event (cuEventRecord)");
+    queue();
+    if (CUresult r = api.cuEventRecord(end, stream_); r != 0) fail(r, "recording an event (cuEventRecord)");
+    synchronize();
+    if (CUresult r = api.cuEventElapsedTime(&ms, start, end); r != 0) fail(r, "timing events (cuEventElapsedTime)");
+  } catch (...) {
+    giveBack();
+    throw;
+  }
+  giveBack();
+  return ms;
+}
+
 void *Stream::takeEvent() {
   if (!spareEvents_.empty()) {
     void *e = spareEvents_.back();

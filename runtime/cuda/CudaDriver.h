@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -363,6 +364,11 @@ public:
   void synchronize();
   /// Whether all queued work is done (cuStreamQuery), without waiting. Throws GpuError.
   bool done();
+  /// Milliseconds the device takes for the work `queue` queues on this stream: two events around
+  /// it (cuEventRecord, cuEventElapsedTime after the second has completed), the autotuner's
+  /// timing (exec/Autotune.h). Without the driver's event functions: a host clock around `queue`
+  /// and a synchronize. Throws GpuError.
+  double timeMs(const std::function<void()> &queue);
 
   /// The time limit of synchronize(): TSR_CUDA_SYNC_TIMEOUT_S seconds (a number; 0 = none),
   /// default 300 s, read once per process.

@@ -6,6 +6,7 @@
 // Exit codes (spec 13): 0 success, 1 user error, 2 usage error, 70 internal error.
 #include "frontend/Parser.h"
 #include "lsp/Server.h"
+#include "exec/Autotune.h"
 #include "exec/CompiledExecutor.h"
 #include "exec/bundle/RunBundle.h"
 #include "exec/cpu/CpuBackend.h"
@@ -53,6 +54,13 @@ int runSource(const std::vector<std::string> &rest) {
     if (rest[i] == "--devices" && i + 1 < rest.size()) { ++i; continue; } // one device per process for now
     // --no-cache: compile everything, neither reading nor writing the persistent cache.
     if (rest[i] == "--no-cache") { tsr::rt::DiskCache::process().disable(); continue; }
+    // --autotune off|cached|full, --autotune-report (exec/Autotune.h).
+    std::string bad;
+    if (size_t took = tsr::exec::autotune::takeFlag(rest, i, &bad)) {
+      if (!bad.empty()) { std::cerr << "tsr run: " << bad << "\n"; return 2; }
+      i += took - 1;
+      continue;
+    }
     flags.push_back(rest[i]);
   }
   if (executor != "compiled" && executor != "reference") {
