@@ -78,6 +78,10 @@ std::optional<bool> boolAttr(const std::vector<Attr> &attrs, std::string_view n)
   for (auto &a : attrs) if (a.name == n) if (auto *v = std::get_if<bool>(&a.value)) return *v;
   return std::nullopt;
 }
+const AttrValue *attrValue(const std::vector<Attr> &attrs, std::string_view n) {
+  for (auto &a : attrs) if (a.name == n) return &a.value;
+  return nullptr;
+}
 const DTypeAttr *dtypeAttr(const std::vector<Attr> &attrs, std::string_view n) {
   for (auto &a : attrs) if (a.name == n) return std::get_if<DTypeAttr>(&a.value);
   return nullptr;
@@ -451,6 +455,47 @@ Result inferTypes(OpKind kind, const std::vector<const Type *> &ops, const std::
   case OpKind::Conv: case OpKind::ConvTranspose: case OpKind::MaxPool: case OpKind::MaxPoolGrad: case OpKind::AvgPool:
   case OpKind::AvgPoolGrad:
     return windowOp(kind, ops, attrs);
+  case OpKind::AllReduce: case OpKind::AllGather: case OpKind::ReduceScatter: case OpKind::DistBroadcast:
+  case OpKind::DistReduce: case OpKind::AllToAll: {
+    // Collectives (runtime/dist): x's type, with the extents all_gather, reduce_scatter and
+    // all_to_all change by the group's size.
+    if (auto e = arity(1)) return *e;
+    if (ops[0]->isKey()) return std::string(opSpelling(kind)) + " takes a tensor";
+    const auto *axes = std::get_if<std::string>(attrValue(attrs, "axes"));
+    auto group = intAttr(attrs, "group");
+    if (!axes || !group || *group < 1) return std::string(opSpelling(kind)) + " needs axes and a group size";
+    if (kind == OpKind::AllReduce || kind == OpKind::ReduceScatter) {
+      const auto *op = std::get_if<std::string>(attrValue(attrs, "op"));
+      if (!op || (*op != "sum" && *op != "mean" && *op != "max" && *op != "min" && *op != "prod"))
+        return std::string(opSpelling(kind)) + " needs an op: sum, mean, max, min or prod";
+    }
+    std::vector<Dim> out = ops[0]->dims;
+    const Dim g = Dim::constant(*group);
+    auto axisNamed = [&](const char *n) -> std::optional<size_t> {
+      auto a = intAttr(attrs, n);
+      return a ? axisOf(*a, ops[0]->rank()) : std::nullopt;
+    };
+    if (kind == OpKind::AllGather || kind == OpKind::ReduceScatter) {
+      auto d = axisNamed("dim");
+      if (!d) return std::string(opSpelling(kind)) + " needs a dim in range";
+      if (kind == OpKind::AllGather) out[*d] = out[*d] * g;
+      else if (auto q = out[*d].divide(g)) out[*d] = *q;
+      else return std::string("reduce_scatter: no quotient");
+    } else if (kind == OpKind::AllToAll) {
+      auto sd = axisNamed("split_dim"), cd = axisNamed("concat_dim");
+      if (!sd || !cd) return std::string("all_to_all needs split_dim and concat_dim in range");
+      if (*sd != *cd) {
+        auto q = out[*sd].divide(g);
+        if (!q) return std::string("all_to_all: no quotient");
+        out[*sd] = *q;
+        out[*cd] = out[*cd] * g;
+      }
+    } else if (kind == OpKind::DistBroadcast || kind == OpKind::DistReduce) {
+      auto r = intAttr(attrs, kind == OpKind::DistBroadcast ? "src" : "dst");
+      if (!r || *r < 0 || *r >= *group) return std::string(opSpelling(kind)) + " needs a rank of the group";
+    }
+    return std::vector<Type>{Type::tensor(std::move(out), ops[0]->dtype, ops[0]->policies)};
+  }
   case OpKind::CheckLe: {
     if (ops.size() < 2) return std::string("check_le takes at least two operands");
     for (const Type *o : ops)

@@ -187,6 +187,17 @@ bool isBuiltinNamespace(std::string_view name);
 /// Appends the kernel-side tile operations (sema/builtins/Tile.cpp) to the registry.
 void registerTileBuiltins(std::vector<BuiltinInfo> &out);
 
+/// The mesh a module makes at module level (`mesh = dist.mesh(("dp", "tp"), (2, 2))`, spec 10),
+/// read from its literal arguments: what the checker names axes against (E0701) and what lowering
+/// sizes collectives by when no run has made the mesh (tsrc). nullopt when the module makes none
+/// or its arguments are not literals.
+struct StaticMesh {
+  std::vector<std::string> axes;
+  std::vector<int64_t> shape;
+  SourceRange range; // the dist.mesh call
+};
+std::optional<StaticMesh> staticMesh(const ModuleInfo &m);
+
 namespace testing {
 /// Test-only: changes the registry's entry `name` (a method: "Tensor.sum") in place, before any
 /// stage has used it, so that a negative control can remove a piece of an entry and see the

@@ -14,6 +14,7 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev python3-onnx libonnx-testdata   # ONNX import/export and its backend tests
   dataset-fashion-mnist                                    # Fashion-MNIST's IDX files (examples/dino)
   fortunes                                                 # the fortune files' text (examples/gpt)
+  libgloo-dev                                              # Gloo: collectives between CPU ranks (tsr run --devices)
 )
 
 missing=()

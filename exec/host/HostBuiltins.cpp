@@ -3,6 +3,7 @@
 // keys, files, and the autodiff transforms. A rule returns null to decline, and the call then runs
 // as a graph (the "graph" rule always declines).
 #include "exec/host/InterpreterImpl.h"
+#include "runtime/dist/Dist.h"
 
 #include <unordered_map>
 
@@ -82,6 +83,34 @@ ValueRef time(HostCall &) {
   using namespace std::chrono;
   return floating(duration<double>(steady_clock::now().time_since_epoch()).count());
 }
+
+// ---- distribution (spec 10; runtime/dist, docs/distributed.md) ----
+
+// dist.mesh(axes, shape): the run's mesh, which collectives name axes of; its size must be the
+// run's world size. A dict {"axes": (...), "shape": (...)} in host code.
+ValueRef distMesh(HostCall &c) {
+  rt::dist::Mesh m;
+  ValueRef axes = c.need(0, "axes"), shape = c.need(1, "shape");
+  if (axes->k == K::Str) m.axes.push_back(axes->s);
+  else for (auto &a : axes->items) m.axes.push_back(a->s);
+  if (shape->k == K::Int) m.shape.push_back(shape->i);
+  else for (auto &e : shape->items) m.shape.push_back(e->i);
+  try {
+    rt::dist::setMesh(m);
+  } catch (const std::exception &e) {
+    c.fail(e.what());
+  }
+  std::vector<ValueRef> a, sh;
+  for (auto &n : m.axes) a.push_back(::tsr::host::str(n));
+  for (int64_t e : m.shape) sh.push_back(integer(e));
+  Value v;
+  v.k = K::Dict;
+  v.dict = {{"axes", seq(a, false)}, {"shape", seq(sh, false)}};
+  return mk(v);
+}
+
+ValueRef distRank(HostCall &) { return integer(rt::dist::world().rank); }
+ValueRef distWorldSize(HostCall &) { return integer(rt::dist::world().size); }
 
 ValueRef str(HostCall &c) { return c.args.empty() ? ::tsr::host::str("") : ::tsr::host::str(c.I.display(c.args[0])); }
 
@@ -574,6 +603,8 @@ HostRule findHostRule(std::string_view name) {
       {"random_randint", randomRandint}, {"random_permutation", randomPermutation},
       // tensors and files
       {"tensor", tensorLiteral}, {"load", load}, {"save", save}, {"load_csv", loadCsv}, {"load_bytes", loadBytes}, {"encode_bytes", encodeBytes}, {"decode_bytes", decodeBytes}, {"write_text", writeText},
+      // distribution
+      {"dist_mesh", distMesh}, {"dist_rank", distRank}, {"dist_world_size", distWorldSize},
       // transforms
       {"grad", grad}, {"value_and_grad", valueAndGrad}, {"checkpoint", checkpoint}, {"vmap", vmap}, {"vjp", vjp}, {"tree_map", treeMap},
   };

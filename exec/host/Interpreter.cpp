@@ -454,6 +454,15 @@ int Interpreter::runMain(const std::string &entry, const std::vector<std::string
   }
   try {
     I.entry = &fn;
+    // The module's meshes (dist.mesh at module level) are made before main runs, so that a mesh
+    // that does not fit the run's ranks is an error at once, and graphs lowered later see it.
+    for (ast::Stmt *st : m.ast->body)
+      if (auto *as = dyn_cast<ast::Assign>(st))
+        if (auto *c = dyn_cast<ast::Call>(as->value))
+          if (auto *a = dyn_cast<ast::Attribute>(c->func); a && a->attr == "mesh")
+            if (auto *n = dyn_cast<ast::Name>(a->value); n && n->id == "dist")
+              for (ast::Expr *t : as->targets)
+                if (auto *name = dyn_cast<ast::Name>(t)) I.moduleValue(m, name->id);
     I.callFunction(fn, {}, kwargs, fn.def->nameRange);
   } catch (RuntimeError &e) {
     DiagnosticEngine d(I.P.sm);

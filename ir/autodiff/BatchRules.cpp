@@ -211,6 +211,9 @@ std::map<OpKind, BatchRule> buildTable() {
     for (size_t i = 0; i < xs.size(); ++i) if (!bd[i]) ops[i] = materialize(E, xs[i], B);
     return {E.op(OpKind::CheckLe, ops, o.attrs)};
   }};
+  // Collectives (runtime/dist) run once per example: each example's collective is the op itself.
+  for (OpKind k : {OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter, OpKind::DistBroadcast, OpKind::DistReduce, OpKind::AllToAll})
+    t[k] = {unrollExamples};
   // The scan region op: its rules build scans of transformed bodies (ScanRules.cpp).
   t[OpKind::Scan] = scanBatchRule();
   // Convolution and pooling (WindowRules.cpp).

@@ -127,6 +127,110 @@ Jvp sameOp() {
   };
 }
 
+// ---- collectives (runtime/dist; docs/distributed.md) -----------------------------------------
+// Under SPMD semantics every rank runs the same program on its own values, and the objective
+// that a rank's cotangents belong to is the sum of the ranks' objectives (JAX's convention for
+// psum under pmap: psum's transpose is psum). So with y_i = sum_j x_j on every rank i, the
+// cotangent of x_j is sum_i ybar_i: all_reduce(sum)'s transpose is all_reduce(sum) of the
+// cotangent; mean's is mean; all_gather's is reduce_scatter(sum) and reduce_scatter(sum)'s is
+// all_gather; broadcast from src transposes to the sum on src (dist_reduce) and back;
+// all_to_all's is all_to_all with split and concat swapped. max/min send the summed cotangent to
+// the ranks that hold the extreme, split evenly among ties (as torch.amax); prod's is
+// sum(ybar) * y / x.
+Value *collectiveLike(Emitter &E, const Op &o, OpKind k, Value *x, std::vector<Attr> extra) {
+  std::vector<Attr> attrs;
+  for (const Attr &a : o.attrs)
+    if (a.name == "axes" || a.name == "group") attrs.push_back(a);
+  for (Attr &a : extra) attrs.push_back(std::move(a));
+  return E.op(k, {x}, std::move(attrs));
+}
+
+void addCollectiveGradRules(std::map<OpKind, GradRule> &t) {
+  auto strAttr = [](const Op &o, const char *n) { const std::string *v = o.attrAs<std::string>(n); return v ? *v : std::string(); };
+  auto intA = [](const Op &o, const char *n) { const int64_t *v = o.attrAs<int64_t>(n); return v ? *v : int64_t(0); };
+  {
+    GradRule r;
+    // The share of the extreme's cotangent (or tangent) each rank's x gets: [x == y] / ties.
+    auto extremeShare = [](Emitter &E, const Op &o) {
+      Value *x = o.operands[0], *y = o.result();
+      Value *hit = E.op(OpKind::Cast, {E.op(OpKind::Eq, {x, y})}, {{"dtype", DTypeAttr{x->type.dtype, x->type.policies}}});
+      Value *ties = collectiveLike(E, o, OpKind::AllReduce, hit, {{"op", std::string("sum")}});
+      return E.div(hit, ties);
+    };
+    r.vjp = [strAttr, extremeShare](Emitter &E, const Op &o, Value *g, const std::vector<bool> &) -> std::vector<Value *> {
+      const std::string op = strAttr(o, "op");
+      Value *x = o.operands[0];
+      if (op == "sum" || op == "mean") return {E.fit(collectiveLike(E, o, OpKind::AllReduce, g, {{"op", op}}), x->type)};
+      Value *total = collectiveLike(E, o, OpKind::AllReduce, g, {{"op", std::string("sum")}});
+      if (op == "prod") return {E.fit(E.div(E.mul(total, o.result()), x), x->type)};
+      return {E.fit(E.mul(total, extremeShare(E, o)), x->type)};
+    };
+    r.jvp = [strAttr, extremeShare](Emitter &E, const Op &o, const std::vector<Value *> &t) -> Value * {
+      const std::string op = strAttr(o, "op");
+      Value *y = o.result();
+      if (op == "sum" || op == "mean") return E.fit(collectiveLike(E, o, OpKind::AllReduce, t[0], {{"op", op}}), y->type);
+      if (op == "prod")
+        return E.fit(E.mul(y, collectiveLike(E, o, OpKind::AllReduce, E.div(t[0], o.operands[0]), {{"op", std::string("sum")}})), y->type);
+      return E.fit(collectiveLike(E, o, OpKind::AllReduce, E.mul(t[0], extremeShare(E, o)), {{"op", std::string("sum")}}), y->type);
+    };
+    t[OpKind::AllReduce] = r;
+  }
+  {
+    GradRule r;
+    r.vjp = [intA](Emitter &E, const Op &o, Value *g, const std::vector<bool> &) -> std::vector<Value *> {
+      return {E.fit(collectiveLike(E, o, OpKind::ReduceScatter, g, {{"op", std::string("sum")}, {"dim", intA(o, "dim")}}), o.operands[0]->type)};
+    };
+    r.jvp = sameOp();
+    t[OpKind::AllGather] = r;
+  }
+  {
+    GradRule r;
+    auto linear = [strAttr](Emitter &E, const Op &o) {
+      const std::string op = strAttr(o, "op");
+      if (op != "sum" && op != "mean")
+        throw AutodiffError{AutodiffError::Kind::NonDifferentiable, "`reduce_scatter` with op=\"" + op + "\" (only sum and mean are differentiable)", E.loc()};
+      return op;
+    };
+    r.vjp = [intA, linear](Emitter &E, const Op &o, Value *g, const std::vector<bool> &) -> std::vector<Value *> {
+      const std::string op = linear(E, o);
+      Value *x = o.operands[0];
+      Value *v = collectiveLike(E, o, OpKind::AllGather, g, {{"dim", intA(o, "dim")}});
+      if (op == "mean") v = E.div(v, E.scalar(double(intA(o, "group")), v->type));
+      return {E.fit(v, x->type)};
+    };
+    r.jvp = [linear](Emitter &E, const Op &o, const std::vector<Value *> &t) -> Value * {
+      linear(E, o);
+      return E.fit(E.op(o.kind, {t[0]}, o.attrs), o.result()->type);
+    };
+    t[OpKind::ReduceScatter] = r;
+  }
+  {
+    GradRule r;
+    r.vjp = [intA](Emitter &E, const Op &o, Value *g, const std::vector<bool> &) -> std::vector<Value *> {
+      return {E.fit(collectiveLike(E, o, OpKind::DistReduce, g, {{"dst", intA(o, "src")}}), o.operands[0]->type)};
+    };
+    r.jvp = sameOp();
+    t[OpKind::DistBroadcast] = r;
+  }
+  {
+    GradRule r;
+    r.vjp = [intA](Emitter &E, const Op &o, Value *g, const std::vector<bool> &) -> std::vector<Value *> {
+      return {E.fit(collectiveLike(E, o, OpKind::DistBroadcast, g, {{"src", intA(o, "dst")}}), o.operands[0]->type)};
+    };
+    r.jvp = sameOp();
+    t[OpKind::DistReduce] = r;
+  }
+  {
+    GradRule r;
+    r.vjp = [intA](Emitter &E, const Op &o, Value *g, const std::vector<bool> &) -> std::vector<Value *> {
+      return {E.fit(collectiveLike(E, o, OpKind::AllToAll, g, {{"split_dim", intA(o, "concat_dim")}, {"concat_dim", intA(o, "split_dim")}}),
+                    o.operands[0]->type)};
+    };
+    r.jvp = sameOp();
+    t[OpKind::AllToAll] = r;
+  }
+}
+
 // The tangent of an operand, or zeros of its type when it is not active.
 Value *tangentOr0(Emitter &E, const std::vector<Value *> &t, const Op &o, size_t i) {
   return t[i] ? t[i] : E.zeros(o.operands[i]->type);
@@ -593,6 +697,7 @@ std::map<OpKind, GradRule> buildTable() {
   t[OpKind::CheckLe].nondiff = true;
   // The scan region op: its rules build scans of transformed bodies (ScanRules.cpp).
   t[OpKind::Scan] = scanGradRule();
+  addCollectiveGradRules(t);
   // Convolution and pooling (WindowRules.cpp).
   addWindowGradRules(t);
   return t;

@@ -6,6 +6,7 @@
 // same helpers at the top (exact dim arithmetic, broadcasting, dtype rounding), so that a reader
 // checks an op against the compiled pipeline's in one place.
 #include "ir/eval/Evaluator.h"
+#include "runtime/dist/Dist.h"
 #include "ir/eval/ConvPool.h"
 #include "ir/Scan.h"
 
@@ -691,6 +692,15 @@ private:
     }
     case OpKind::KernelCall: return kernelCall(op, in);
     case OpKind::Scan: return scan(op, in);
+    case OpKind::AllReduce: case OpKind::AllGather: case OpKind::ReduceScatter: case OpKind::DistBroadcast:
+    case OpKind::DistReduce: case OpKind::AllToAll: {
+      arity(1);
+      try {
+        return {runCollective(op, in[0])};
+      } catch (const rt::dist::DistError &e) {
+        failProgram(e.what());
+      }
+    }
     case OpKind::CheckLe: {
       // A run-time check (KVCache.append past max_len): a, unless an element of a exceeds b's.
       if (in.size() < 2) fail("check_le takes at least two operands");
@@ -1404,6 +1414,35 @@ std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vec
                                  const KernelRunner *kernels, const SymbolSizes &given) {
   SymbolSizes sizes = bindSymbols(m, g, inputs, given);
   return Evaluator(m, g, kernels, std::move(sizes)).run(inputs);
+}
+
+rt::Tensor runCollective(const Op &op, const rt::Tensor &x) {
+  namespace d = rt::dist;
+  auto str = [&](const char *n) { const std::string *v = op.attrAs<std::string>(n); return v ? *v : std::string(); };
+  auto num = [&](const char *n) { const int64_t *v = op.attrAs<int64_t>(n); return v ? *v : int64_t(0); };
+  const std::string axes = str("axes");
+  const std::string what = std::string(opSpelling(op.kind)) + " %" + std::to_string(op.result() ? op.result()->id : 0);
+  auto red = [&] {
+    auto r = d::reduceOpFromName(str("op"));
+    if (!r) throw d::DistError(what + ": no reduction `" + str("op") + "`");
+    return *r;
+  };
+  // The group the graph was lowered for must be the run's: a graph lowered without the mesh
+  // (tsrc) would otherwise compute with other shapes.
+  const int64_t group = num("group");
+  const int64_t have = int64_t(d::groupOf(axes).size());
+  if (group != have)
+    throw d::DistError(what + " was lowered for a group of " + std::to_string(group) + " ranks over " + (axes.empty() ? "every rank" : "mesh axis " + axes) +
+                       ", but the run has " + std::to_string(have));
+  switch (op.kind) {
+  case OpKind::AllReduce: return d::allReduce(x, red(), axes, what);
+  case OpKind::AllGather: return d::allGather(x, axes, num("dim"), what);
+  case OpKind::ReduceScatter: return d::reduceScatter(x, red(), axes, num("dim"), what);
+  case OpKind::DistBroadcast: return d::broadcast(x, num("src"), axes, what);
+  case OpKind::DistReduce: return d::reduceTo(x, num("dst"), axes, what);
+  case OpKind::AllToAll: return d::allToAll(x, num("split_dim"), num("concat_dim"), axes, what);
+  default: throw d::DistError(what + ": not a collective");
+  }
 }
 
 } // namespace tsr::ir

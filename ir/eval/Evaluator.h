@@ -146,4 +146,10 @@ SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::T
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
                                  const KernelRunner *kernels = nullptr, const SymbolSizes &given = {});
 
+/// A collective op (all_reduce, all_gather, reduce_scatter, dist_broadcast, dist_reduce,
+/// all_to_all; ir/Ops.def) on a host tensor, through runtime/dist (Gloo between ranks). Throws
+/// rt::dist::DistError: a peer that ended, a time-out, a group other than the one the op was
+/// lowered for, a dimension that does not divide.
+rt::Tensor runCollective(const Op &op, const rt::Tensor &x);
+
 } // namespace tsr::ir

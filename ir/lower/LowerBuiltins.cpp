@@ -97,6 +97,7 @@ GraphRule findGraphRule(std::string_view name) {
     addCompositeRules(r);
     addStateRules(r);
     addWindowRules(r);
+    addDistributionRules(r);
     return r;
   }();
   auto it = rules.find(name);

@@ -107,6 +107,7 @@ TypeRef structureOf(const LVRef &v, SourceRange at);
 class Lowering {
 public:
   Lowering(Module &m, const sema::Program &p, Graph &g) : m_(m), p_(p), g_(g) {}
+  const sema::Program &program() const { return p_; }
 
   /// Evaluates an expression of `mod` with names bound to values (eager host operations).
   LVRef evalWith(const ModuleInfo &mod, Expr *e, std::map<std::string, LVRef> env);

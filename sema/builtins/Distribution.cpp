@@ -4,7 +4,9 @@
 
 
 
-namespace tsr::sema::builtins {
+namespace tsr::sema {
+
+namespace builtins {
 
 namespace {
 
@@ -90,6 +92,22 @@ BuiltinRule ruleCollective(std::string which) {
       return static_cast<size_t>(std::find(params.begin(), params.end(), n) - params.begin());
     };
     if (!meshAxisArg(s, s.arg(idx("axis"), "axis"), "axis")) return T::unknown();
+    // An axis the module's mesh lacks (E0701), where the mesh and the axis are literals.
+    if (const ArgInfo *ax = s.arg(idx("axis"), "axis"); given(ax) && !isUnknown(ax) && s.enclosing && s.enclosing->module)
+      if (auto m = staticMesh(*s.enclosing->module)) {
+        std::vector<std::string> names;
+        if (ax->type->is(K::Str) && ax->type->strValue) names.push_back(*ax->type->strValue);
+        else if (ax->type->is(K::Tuple) || ax->type->is(K::List))
+          for (auto &e : ax->type->elems) if (e && e->is(K::Str) && e->strValue) names.push_back(*e->strValue);
+        for (auto &n : names)
+          if (std::find(m->axes.begin(), m->axes.end(), n) == m->axes.end()) {
+            std::string shape = "(";
+            for (size_t i = 0; i < m->axes.size(); ++i) shape += (i ? ", \"" : "\"") + m->axes[i] + "\"";
+            shape += m->axes.size() == 1 ? ",)" : ")";
+            s.diags->report(DiagKind::MeshAxis, ax->range, {"dist." + which, n, shape});
+            return T::unknown();
+          }
+      }
     if (std::find(params.begin(), params.end(), "op") != params.end() && !reduceOpArg(s, s.arg(idx("op"), "op"))) return T::unknown();
     if (which == "broadcast") {
       const ArgInfo *src = s.arg(idx("src"), "src");
@@ -127,6 +145,13 @@ TypeRef ruleDevice(CallSite &s) {
   return T::opaque("device");
 }
 
+// dist.rank(), dist.world_size(): this process's rank and the run's number of ranks (extensions
+// of spec 10: docs/distributed.md), ints known only when the program runs.
+TypeRef ruleRankQuery(CallSite &s) {
+  if (!s.expect({}, 0)) return T::unknown();
+  return T::integer();
+}
+
 // gpu: the devices `tsr run` was given, indexed as gpu[i]; a value (the entry's isValue), whose
 // type this rule gives.
 TypeRef ruleGpu(CallSite &s) {
@@ -136,34 +161,82 @@ TypeRef ruleGpu(CallSite &s) {
 
 } // namespace
 
+} // namespace builtins
+
+std::optional<StaticMesh> staticMesh(const ModuleInfo &m) {
+  if (!m.ast) return std::nullopt;
+  for (const ast::Stmt *st : m.ast->body) {
+    auto *as = dyn_cast<ast::Assign>(st);
+    auto *c = as ? dyn_cast<ast::Call>(as->value) : nullptr;
+    auto *a = c ? dyn_cast<ast::Attribute>(c->func) : nullptr;
+    auto *n = a ? dyn_cast<ast::Name>(a->value) : nullptr;
+    if (!n || n->id != "dist" || a->attr != "mesh") continue;
+    const ast::Expr *axes = nullptr, *shape = nullptr;
+    size_t pos = 0;
+    for (auto &arg : c->args) {
+      if (arg.name.empty()) (pos++ == 0 ? axes : shape) = arg.value;
+      else if (arg.name == "axes") axes = arg.value;
+      else if (arg.name == "shape") shape = arg.value;
+    }
+    auto items = [](const ast::Expr *e) -> std::vector<const ast::Expr *> {
+      if (auto *t = dyn_cast<ast::Tuple>(e)) return {t->elts.begin(), t->elts.end()};
+      if (auto *l = dyn_cast<ast::List>(e)) return {l->elts.begin(), l->elts.end()};
+      return {e};
+    };
+    if (!axes || !shape) return std::nullopt;
+    StaticMesh mesh;
+    mesh.range = c->range;
+    for (auto *e : items(axes)) {
+      auto *sl = dyn_cast<ast::StrLit>(e);
+      if (!sl) return std::nullopt;
+      mesh.axes.push_back(sl->value);
+    }
+    for (auto *e : items(shape)) {
+      auto *il = dyn_cast<ast::IntLit>(e);
+      if (!il) return std::nullopt;
+      mesh.shape.push_back(il->value);
+    }
+    if (mesh.axes.size() != mesh.shape.size()) return std::nullopt;
+    return mesh;
+  }
+  return std::nullopt;
+}
+
+namespace builtins {
+
 void addDistributionBuiltins(Registrar &r) {
   auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  // Issue 15 implements the distribution builtins; until then only the checker knows them, and
-  // it refuses their calls in functions with this reason (E0131). Module-level meshes stay, for
-  // @distribute(mesh=...).
-  const char *why = "meshes, sharded tensors and collectives do not run yet; a program runs on one device";
+  // Meshes and collectives run (runtime/dist, docs/distributed.md); sharded tensors do not yet,
+  // and the checker refuses them in functions with this reason (E0131).
+  const char *why = "sharded tensors (dist.tensor with a ShardSpec) do not run yet; a program's tensors are whole on every rank";
   const char *placement = "placement does not run yet; `tsr run --device` chooses the one device a program runs on";
-  add("dist.mesh", InHost, ruleMesh, "dist.mesh(axes, shape) -> Mesh", "a device mesh with named axes", false)
-      .example("dist.mesh((\"data\",), (1,))").notYet(InHost, why);
+  add("dist.mesh", InHost, ruleMesh, "dist.mesh(axes, shape) -> Mesh", "a device mesh with named axes (its size: the run's ranks)", false)
+      .inHost("dist_mesh").example("dist.mesh((\"data\",), (1,))");
+  add("dist.rank", InHost, ruleRankQuery, "dist.rank() -> int", "this process's rank in the run (0 without `tsr run --devices`)", false)
+      .inHost("dist_rank").example("dist.rank()");
+  add("dist.world_size", InHost, ruleRankQuery, "dist.world_size() -> int", "the run's number of ranks (`tsr run --devices N`)", false)
+      .inHost("dist_world_size").example("dist.world_size()");
   add("dist.tensor", InHost, ruleDistTensor, "dist.tensor(x, layout=None, mesh=None) -> Tensor", "x distributed over a mesh", false)
       .example("dist.tensor(x)").notYet(InHost, why);
+  // The collectives: one Graph IR op each (ir/Ops.def), in graph code and as one-op graphs in
+  // host code; differentiable (ir/autodiff/GradRules.cpp).
   add("dist.all_reduce", HostAndGraph, ruleCollective("all_reduce"), "dist.all_reduce(x, op=\"sum\", axis=None) -> Tensor",
-      "x reduced over a mesh axis, on every device", false)
-      .example("dist.all_reduce(x)").notYet(HostAndGraph, why);
+      "x reduced over a mesh axis, on every device")
+      .inGraph("collective").inHost("graph").example("dist.all_reduce(x)");
   add("dist.all_gather", HostAndGraph, ruleCollective("all_gather"), "dist.all_gather(x, axis=None, dim=0) -> Tensor",
-      "the shards of x concatenated along dim", false)
-      .example("dist.all_gather(x)").notYet(HostAndGraph, why);
+      "the shards of x concatenated along dim")
+      .inGraph("collective").inHost("graph").example("dist.all_gather(x)");
   add("dist.reduce_scatter", HostAndGraph, ruleCollective("reduce_scatter"),
-      "dist.reduce_scatter(x, op=\"sum\", axis=None, dim=0) -> Tensor", "x reduced, each device keeping a shard along dim", false)
-      .example("dist.reduce_scatter(x)").notYet(HostAndGraph, why);
+      "dist.reduce_scatter(x, op=\"sum\", axis=None, dim=0) -> Tensor", "x reduced, each device keeping a shard along dim")
+      .inGraph("collective").inHost("graph").example("dist.reduce_scatter(x)");
   add("dist.broadcast", HostAndGraph, ruleCollective("broadcast"), "dist.broadcast(x, src=0, axis=None) -> Tensor",
-      "x from device src on every device", false)
-      .example("dist.broadcast(x)").notYet(HostAndGraph, why);
+      "x from device src on every device")
+      .inGraph("collective").inHost("graph").example("dist.broadcast(x)");
   add("dist.all_to_all", HostAndGraph, ruleCollective("all_to_all"),
-      "dist.all_to_all(x, split_dim=0, concat_dim=0, axis=None) -> Tensor", "x split along split_dim and exchanged", false)
-      .example("dist.all_to_all(x)").notYet(HostAndGraph, why);
+      "dist.all_to_all(x, split_dim=0, concat_dim=0, axis=None) -> Tensor", "x split along split_dim and exchanged")
+      .inGraph("collective").inHost("graph").example("dist.all_to_all(x)");
   add("ShardSpec", InHost, ruleShardSpec, "ShardSpec(partition=None, mesh_axes=None) -> ShardSpec",
       "how a tensor's axes map to mesh axes", false)
       .example("ShardSpec()").notYet(InHost, why);
@@ -173,4 +246,6 @@ void addDistributionBuiltins(Registrar &r) {
       .asValue().example("gpu[0]").notYet(HostAndGraph, placement);
 }
 
-} // namespace tsr::sema::builtins
+} // namespace builtins
+
+} // namespace tsr::sema

@@ -14,6 +14,8 @@
 #include "runtime/DiskCache.h"
 #include "runtime/Profile.h"
 #include "runtime/cuda/CudaDriver.h"
+#include "runtime/dist/Dist.h"
+#include "runtime/dist/Launch.h"
 #include "exec/host/Interpreter.h"
 #include "onnx/Language.h"
 #include "sema/Program.h"
@@ -42,6 +44,7 @@ int runSource(const std::vector<std::string> &rest) {
   // cuda, cuda:N. Graphs run on it; host code always runs on the host.
   std::string device = "auto";
   bool deviceGiven = false;
+  std::string devices;
   for (size_t i = 1; i < rest.size(); ++i) {
     if (rest[i] == "--entry" && i + 1 < rest.size()) { entry = rest[++i]; continue; }
     if (rest[i].rfind("--entry=", 0) == 0) { entry = rest[i].substr(8); continue; }
@@ -51,7 +54,9 @@ int runSource(const std::vector<std::string> &rest) {
     if (rest[i].rfind("--executor=", 0) == 0) { executor = rest[i].substr(11); continue; }
     if (rest[i] == "--device" && i + 1 < rest.size()) { device = rest[++i]; deviceGiven = true; continue; }
     if (rest[i].rfind("--device=", 0) == 0) { device = rest[i].substr(9); deviceGiven = true; continue; }
-    if (rest[i] == "--devices" && i + 1 < rest.size()) { ++i; continue; } // one device per process for now
+    // --devices N: main's launcher started the ranks (runtime/dist/Launch.h); each checks its N.
+    if (rest[i] == "--devices" && i + 1 < rest.size()) { devices = rest[++i]; continue; }
+    if (rest[i].rfind("--devices=", 0) == 0) { devices = rest[i].substr(10); continue; }
     // --no-cache: compile everything, neither reading nor writing the persistent cache.
     if (rest[i] == "--no-cache") { tsr::rt::DiskCache::process().disable(); continue; }
     // --autotune off|cached|full, --autotune-report (exec/Autotune.h).
@@ -65,6 +70,20 @@ int runSource(const std::vector<std::string> &rest) {
   }
   if (executor != "compiled" && executor != "reference") {
     std::cerr << "tsr run: --executor " << executor << ": expected `compiled` or `reference`\n";
+    return 2;
+  }
+  // A rank of a distributed run (docs/distributed.md): its world size must be --devices, and on
+  // GPUs it takes the one LOCAL_RANK names.
+  try {
+    const auto &w = tsr::rt::dist::world();
+    if (!devices.empty() && devices != std::to_string(w.size)) {
+      std::cerr << "tsr run: --devices " << devices << " but this rank's WORLD_SIZE is " << w.size << "\n";
+      return 2;
+    }
+    if (w.size > 1 && (device == "cuda" || (device == "auto" && tsr::rt::cuda::Driver::get().available() && executor == "compiled")))
+      device = "cuda:" + std::to_string(w.localRank);
+  } catch (const std::exception &e) {
+    std::cerr << "tsr run: " << e.what() << "\n";
     return 2;
   }
   // The graph backend: the GPU asked for (exit 3 when none can be used), or auto's choice.
@@ -160,6 +179,29 @@ int main(int argc, char **argv) {
     // tsr run FILE.tsr [--entry NAME] [--device auto|cpu|cuda[:N]] [MAIN FLAGS...]: the module is
     // checked, then `main` runs in the host interpreter; graph work runs compiled on the device.
     std::vector<std::string> rest = run->remaining();
+    if (rest.empty()) {
+      std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
+      return 2;
+    }
+    // --devices N (before or after the file): N ranks of this command line (N > 1), unless this
+    // process is one already; runSource then checks N against the rank's WORLD_SIZE.
+    for (size_t i = 0; i < rest.size(); ++i) {
+      std::string n;
+      if (rest[i] == "--devices" && i + 1 < rest.size()) { n = rest[i + 1]; rest.erase(rest.begin() + std::ptrdiff_t(i), rest.begin() + std::ptrdiff_t(i) + 2); }
+      else if (rest[i].rfind("--devices=", 0) == 0) { n = rest[i].substr(10); rest.erase(rest.begin() + std::ptrdiff_t(i)); }
+      else continue;
+      if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1) {
+        std::cerr << "tsr run: --devices " << n << ": expected a positive number of ranks\n";
+        return 2;
+      }
+      if (std::stoi(n) > 1 && !tsr::rt::dist::launchedAsRank())
+        return tsr::rt::dist::launchRanks(std::stoi(n), fs::read_symlink("/proc/self/exe").string(),
+                                          std::vector<std::string>(argv + 1, argv + argc), std::cerr);
+      if (rest.empty()) break;
+      rest.push_back("--devices");
+      rest.push_back(n);
+      break;
+    }
     if (rest.empty()) {
       std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
       return 2;

@@ -49,6 +49,7 @@ void addAutodiffRules(GraphRules &r);    // builtins/Autodiff.cpp: transform, vj
 void addCompositeRules(GraphRules &r);   // builtins/Composite.cpp: composite (an expression of builtins)
 void addWindowRules(GraphRules &r);      // builtins/Windows.cpp: conv, conv_transpose, max_pool, avg_pool
 void addStateRules(GraphRules &r);       // builtins/State.cpp: KVCache, its append, isinstance
+void addDistributionRules(GraphRules &r); // builtins/Distribution.cpp: the collectives (dist.all_reduce, ...)
 
 /// The rule named `name`, or null.
 GraphRule findGraphRule(std::string_view name);

@@ -1,0 +1,246 @@
+// NCCL through dlopen/dlsym (Nccl.h). Types and enum values are nccl.h's, written out so that the
+// runtime builds without NCCL's headers.
+#include "runtime/dist/Nccl.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace tsr::rt::dist::nccl {
+
+namespace {
+
+using ncclResult_t = int;        // ncclSuccess = 0, ncclInProgress = 7
+using ncclComm_t = void *;
+using ncclDataType_t = int;
+using ncclRedOp_t = int;
+struct ncclUniqueId { char internal[128]; }; // NCCL_UNIQUE_ID_BYTES
+using CUresult = int;
+using CUstream = void *;
+
+constexpr ncclResult_t kSuccess = 0, kInProgress = 7;
+// ncclRedOp_t
+constexpr ncclRedOp_t kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4;
+// ncclDataType_t
+constexpr ncclDataType_t kInt8 = 0, kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9,
+                         kFloat8e4m3 = 10, kFloat8e5m2 = 11;
+
+struct Api {
+  ncclResult_t (*ncclGetUniqueId)(ncclUniqueId *);
+  ncclResult_t (*ncclCommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*ncclAllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, CUstream);
+  ncclResult_t (*ncclAllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, CUstream);
+  ncclResult_t (*ncclReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, CUstream);
+  ncclResult_t (*ncclBroadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, CUstream);
+  ncclResult_t (*ncclSend)(const void *, size_t, ncclDataType_t, int, ncclComm_t, CUstream);
+  ncclResult_t (*ncclRecv)(void *, size_t, ncclDataType_t, int, ncclComm_t, CUstream);
+  ncclResult_t (*ncclGroupStart)();
+  ncclResult_t (*ncclGroupEnd)();
+  ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
+  ncclResult_t (*ncclCommAbort)(ncclComm_t);
+  ncclResult_t (*ncclCommDestroy)(ncclComm_t);
+  const char *(*ncclGetErrorString)(ncclResult_t);
+  // From libcuda (the stream poll of wait, and the device of the communicator).
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuCtxSetCurrent)(void *);
+  CUresult (*cuDevicePrimaryCtxRetain)(void **, int);
+  CUresult (*cuDeviceGet)(int *, int);
+  CUresult (*cuInit)(unsigned);
+};
+
+struct Lib {
+  void *h = nullptr;
+  Api api{};
+  std::string why;
+  Lib() {
+    const char *name = std::getenv("TSR_LIBNCCL");
+    if (!name || !*name) name = "libnccl.so.2";
+    h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char *e = dlerror();
+      why = std::string("cannot open NCCL's library ") + name + " (" + (e ? e : "unknown error") +
+            "): install NCCL (Debian: `apt-get install libnccl2` from NVIDIA's CUDA repository, or pip's nvidia-nccl-cu12), "
+            "or set TSR_LIBNCCL to its libnccl.so";
+      return;
+    }
+    struct Sym { void **slot; const char *name; };
+    const Sym syms[] = {
+#define TSR_SYM(n) {reinterpret_cast<void **>(&api.n), #n}
+        TSR_SYM(ncclGetUniqueId), TSR_SYM(ncclCommInitRank), TSR_SYM(ncclAllReduce), TSR_SYM(ncclAllGather),
+        TSR_SYM(ncclReduceScatter), TSR_SYM(ncclBroadcast), TSR_SYM(ncclSend), TSR_SYM(ncclRecv), TSR_SYM(ncclGroupStart),
+        TSR_SYM(ncclGroupEnd), TSR_SYM(ncclCommGetAsyncError), TSR_SYM(ncclCommAbort), TSR_SYM(ncclCommDestroy),
+        TSR_SYM(ncclGetErrorString),
+#undef TSR_SYM
+    };
+    for (const Sym &s : syms) {
+      *s.slot = dlsym(h, s.name);
+      if (!*s.slot) { why = std::string(name) + " lacks `" + s.name + "` (NCCL 2.18 or newer is needed)"; h = nullptr; return; }
+    }
+    const char *cudaName = std::getenv("TSR_LIBCUDA");
+    void *cu = dlopen(cudaName && *cudaName ? cudaName : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cu) { why = "NCCL needs the NVIDIA driver (libcuda.so.1), which cannot be opened"; h = nullptr; return; }
+    api.cuStreamQuery = reinterpret_cast<decltype(api.cuStreamQuery)>(dlsym(cu, "cuStreamQuery"));
+    api.cuCtxSetCurrent = reinterpret_cast<decltype(api.cuCtxSetCurrent)>(dlsym(cu, "cuCtxSetCurrent"));
+    api.cuDevicePrimaryCtxRetain = reinterpret_cast<decltype(api.cuDevicePrimaryCtxRetain)>(dlsym(cu, "cuDevicePrimaryCtxRetain"));
+    api.cuDeviceGet = reinterpret_cast<decltype(api.cuDeviceGet)>(dlsym(cu, "cuDeviceGet"));
+    api.cuInit = reinterpret_cast<decltype(api.cuInit)>(dlsym(cu, "cuInit"));
+    if (!api.cuStreamQuery || !api.cuCtxSetCurrent || !api.cuDevicePrimaryCtxRetain || !api.cuDeviceGet || !api.cuInit) {
+      why = "libcuda.so.1 lacks the stream and context entry points NCCL's path uses";
+      h = nullptr;
+    }
+  }
+};
+
+Lib &lib() {
+  static Lib l;
+  return l;
+}
+
+const Api &api() {
+  Lib &l = lib();
+  if (!l.h) throw DistError(l.why);
+  return l.api;
+}
+
+void check(ncclResult_t r, const char *op, const std::string &what) {
+  if (r == kSuccess || r == kInProgress) return;
+  const char *s = api().ncclGetErrorString ? api().ncclGetErrorString(r) : "unknown";
+  throw DistError(std::string("NCCL ") + op + (what.empty() ? "" : " (" + what + ")") + " failed on rank " + std::to_string(world().rank) +
+                  ": " + s + " (error " + std::to_string(r) + ")");
+}
+
+std::mutex &mu() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::vector<int>, ncclComm_t> &comms() {
+  static std::map<std::vector<int>, ncclComm_t> c;
+  return c;
+}
+
+// The communicator of a group, made at its first collective: the group's first rank makes the
+// unique id and sets it in the store under a key naming the group; the others read it.
+ncclComm_t commFor(const Group &g, int device) {
+  const Api &a = api();
+  std::lock_guard<std::mutex> l(mu());
+  auto it = comms().find(g.ranks);
+  if (it != comms().end()) return it->second;
+  std::string key = "nccl/group";
+  for (int r : g.ranks) key += "." + std::to_string(r);
+  ncclUniqueId id{};
+  if (g.index == 0) {
+    check(a.ncclGetUniqueId(&id), "ncclGetUniqueId", key);
+    store().set(key, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+  } else {
+    std::vector<char> v = store().get(key);
+    if (v.size() != sizeof id.internal) throw DistError("the rendezvous: `" + key + "` is not an NCCL unique id");
+    std::memcpy(id.internal, v.data(), v.size());
+  }
+  a.cuInit(0);
+  int dev = 0;
+  void *ctx = nullptr;
+  if (a.cuDeviceGet(&dev, device) != 0 || a.cuDevicePrimaryCtxRetain(&ctx, dev) != 0 || a.cuCtxSetCurrent(ctx) != 0)
+    throw DistError("NCCL: cannot make cuda:" + std::to_string(device) + " current for rank " + std::to_string(world().rank));
+  ncclComm_t c = nullptr;
+  check(a.ncclCommInitRank(&c, int(g.size()), id, g.index), "ncclCommInitRank", key);
+  comms()[g.ranks] = c;
+  return c;
+}
+
+ncclDataType_t dtypeOf(DType d) {
+  switch (d) {
+  case DType::F32: return kFloat32;
+  case DType::F64: return kFloat64;
+  case DType::F16: return kFloat16;
+  case DType::BF16: return kBfloat16;
+  case DType::I32: return kInt32;
+  case DType::I64: return kInt64;
+  case DType::I8: return kInt8;
+  case DType::Bool: return kUint8;
+  case DType::F8E4M3: return kFloat8e4m3;
+  case DType::F8E5M2: return kFloat8e5m2;
+  case DType::TF32: return kFloat32;
+  }
+  return kFloat32;
+}
+
+ncclRedOp_t redOf(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum: return kSum;
+  case ReduceOp::Mean: return kAvg;
+  case ReduceOp::Max: return kMax;
+  case ReduceOp::Min: return kMin;
+  case ReduceOp::Prod: return kProd;
+  }
+  return kSum;
+}
+
+} // namespace
+
+bool available() { return lib().h != nullptr; }
+const std::string &why() { return lib().why; }
+
+void allReduce(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, ReduceOp op, void *stream, const std::string &what) {
+  ncclComm_t c = commFor(g, device);
+  check(api().ncclAllReduce(send, recv, count, dtypeOf(dt), redOf(op), c, stream), "all_reduce", what);
+}
+
+void allGather(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, void *stream, const std::string &what) {
+  ncclComm_t c = commFor(g, device);
+  check(api().ncclAllGather(send, recv, count, dtypeOf(dt), c, stream), "all_gather", what);
+}
+
+void reduceScatter(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, ReduceOp op, void *stream, const std::string &what) {
+  ncclComm_t c = commFor(g, device);
+  check(api().ncclReduceScatter(send, recv, count, dtypeOf(dt), redOf(op), c, stream), "reduce_scatter", what);
+}
+
+void broadcast(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, int root, void *stream, const std::string &what) {
+  ncclComm_t c = commFor(g, device);
+  check(api().ncclBroadcast(send, recv, count, dtypeOf(dt), root, c, stream), "broadcast", what);
+}
+
+void allToAll(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, void *stream, const std::string &what) {
+  ncclComm_t c = commFor(g, device);
+  const Api &a = api();
+  const size_t bytes = count * size_t(dtypeBits(dt) / 8);
+  check(a.ncclGroupStart(), "all_to_all", what);
+  for (size_t j = 0; j < g.size(); ++j) {
+    check(a.ncclSend(static_cast<const char *>(send) + j * bytes, count, dtypeOf(dt), int(j), c, stream), "all_to_all (send)", what);
+    check(a.ncclRecv(static_cast<char *>(recv) + j * bytes, count, dtypeOf(dt), int(j), c, stream), "all_to_all (recv)", what);
+  }
+  check(a.ncclGroupEnd(), "all_to_all", what);
+}
+
+void wait(void *stream, const std::string &what) {
+  const Api &a = api();
+  auto deadline = std::chrono::steady_clock::now() + timeout();
+  for (;;) {
+    CUresult r = a.cuStreamQuery(stream);
+    if (r == 0) return;
+    if (r != 600) // CUDA_ERROR_NOT_READY
+      throw DistError("NCCL (" + what + "): the collective's stream failed on rank " + std::to_string(world().rank) + " (CUresult " + std::to_string(r) + ")");
+    std::lock_guard<std::mutex> l(mu());
+    for (auto &[ranks, c] : comms()) {
+      ncclResult_t e = kSuccess;
+      a.ncclCommGetAsyncError(c, &e);
+      if (e != kSuccess && e != kInProgress) {
+        a.ncclCommAbort(c);
+        throw DistError("NCCL (" + what + ") on rank " + std::to_string(world().rank) + ": " + a.ncclGetErrorString(e) + " (a peer rank ended?)");
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (auto &[ranks, c] : comms()) a.ncclCommAbort(c);
+      throw DistError("NCCL (" + what + ") on rank " + std::to_string(world().rank) + " did not finish within " +
+                      std::to_string(timeout().count() / 1000) + " s (a peer rank ended or never reached it; TSR_DIST_TIMEOUT_S sets the limit)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+} // namespace tsr::rt::dist::nccl

@@ -1,0 +1,35 @@
+// NCCL opened with dlopen (never linked), like libcuda (runtime/cuda): collectives between the
+// GPUs of a distributed run, one rank per GPU. The few entry points used are declared here from
+// nccl.h (NCCL 2.18+; ABI stable since 2.0 for these). The unique id of each communicator travels
+// through the run's TCP store (Store.h). Each call enqueues on the CUstream given; the caller
+// orders it against compute with events (exec/dist/). Untested without GPUs: tools/gpu/dist.sh.
+#pragma once
+
+#include "runtime/dist/Dist.h"
+
+#include <cstddef>
+#include <string>
+
+namespace tsr::rt::dist::nccl {
+
+/// Whether libnccl could be opened (TSR_LIBNCCL names it; default libnccl.so.2) and, when not,
+/// why, with how to install it (never throws).
+bool available();
+const std::string &why();
+
+/// The collectives on device memory, over the ranks of `g`, enqueued on `stream` (a CUstream) of
+/// the GPU `device` (ordinal) this rank uses. Counts are elements. Throws DistError with NCCL's
+/// error string, naming the op and `what`.
+void allReduce(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, ReduceOp op, void *stream, const std::string &what);
+/// recv holds g.size() * count elements: the ranks' sends in group order.
+void allGather(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, void *stream, const std::string &what);
+/// send holds g.size() * count elements; recv gets this rank's reduced count.
+void reduceScatter(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, ReduceOp op, void *stream, const std::string &what);
+void broadcast(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, int root, void *stream, const std::string &what);
+/// send and recv hold g.size() blocks of `count` elements; block j goes to (comes from) rank j.
+void allToAll(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, void *stream, const std::string &what);
+/// Waits for `stream` under the run's time-out (TSR_DIST_TIMEOUT_S), polling the communicators'
+/// asynchronous errors; on time-out or error aborts them (ncclCommAbort) and throws DistError.
+void wait(void *stream, const std::string &what);
+
+} // namespace tsr::rt::dist::nccl
