@@ -378,6 +378,33 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
     for (char &ch : s) if (ch == '\n') ch = ' ';
     return s.size() > 300 ? s.substr(0, 300) + "..." : s;
   };
+  // Every configuration's program compiled at once, on every core where the backend can
+  // (StepBackend::compileAll): the launches below find them in the backend's caches (the host
+  // JIT's per text, the persistent cache's PTX). Failures are left to the loop to report.
+  {
+    tile::Module batch;
+    std::vector<CompileRequest> requests;
+    std::vector<ir::Type> types;
+    for (const rt::Tensor &t : args) {
+      std::vector<Dim> dims;
+      for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
+      types.push_back(ir::Type::tensor(std::move(dims), t.dtype()));
+    }
+    for (const at::Config &c : space) {
+      std::vector<ir::Attr> config;
+      for (const ir::Attr &a : withConfig(c))
+        if (a.name != "callee") config.push_back(a);
+      try {
+        requests.push_back({ir::lowerKernel(batch, P_, k, types, config, (k.module->name.empty() ? "" : k.module->name + ".") + k.name), {}});
+      } catch (...) {
+        // reported by the loop
+      }
+    }
+    if (requests.size() > 1) {
+      rt::profile::Scope span("compile", [&] { return "compile " + std::to_string(requests.size()) + " configurations of " + k.name; });
+      backend_->compileAll(requests);
+    }
+  }
   for (const at::Config &c : space) {
     const std::string text = at::configText(c);
     const std::vector<ir::Attr> a = withConfig(c);

@@ -13,7 +13,8 @@ whose spaces put a slow configuration (BLOCK=1) first:
 - corrupt: a damaged record file, and a well-formed one naming no configuration of the space, are
            ignored with a warning; the program's output is unchanged;
 - bundle:  a bundle traced after tuning carries the winner (manifest "autotune"), and its run,
-           with an empty cache, takes it without timing.
+           with an empty cache, takes it without timing; `tsrc --autotune full --trace` tunes in
+           its trace run and carries the winner.
 
 usage: autotune.py TSR TSRC [--break=off|nocache|scratch|key|skip|corrupt|bundle]
 --break runs the section the break concerns with the feature broken (the negative controls):
@@ -208,6 +209,14 @@ def main():
             check(r2.ok and re.search(r"autotune\.row_sum N=4096 .*BLOCK=256 \(from the bundle\), nothing timed", r2.stderr) and
                   r2.stdout.startswith("row_sum err"),
                   "tsr run BUNDLE with an empty cache takes the bundle's winner without timing")
+        if broken is None:
+            with tempfile.TemporaryDirectory() as work:
+                bundle = os.path.join(work, "tuned.bundle")
+                mk = run([tsrc, PROGRAM, "-o", bundle, "--target", "cpu", "--autotune", "full", "--trace", "--which row_sum"],
+                         env=env_for(os.path.join(work, "cache")), timeout=600)
+                data = open(bundle, "rb").read() if os.path.exists(bundle) else b""
+                check(mk.ok and "timing 2 configurations" in mk.stderr and b'"autotune": [' in data and b'"BLOCK",\n     256' in data,
+                      "tsrc --autotune full --trace tunes in the trace run and carries the winner")
     return summary(passed, failed, minimum=1)
 
 

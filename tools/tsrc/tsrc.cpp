@@ -16,6 +16,7 @@
 #include "ir/schedule/LowerGroups.h"
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
+#include "exec/Autotune.h"
 #include "exec/bundle/BundleWriter.h"
 #include "ir/tile/TileText.h"
 #include "sema/Program.h"
@@ -359,6 +360,10 @@ int main(int argc, char **argv) {
   std::string trace;
   auto *traceOpt = app.add_option("--trace", trace, "with -o: run main with these flags (one string, split at spaces; \"\" for "
                                                     "none) on the CPU first and add the programs of the graphs and kernels it runs");
+  std::string autotuneMode;
+  app.add_option("--autotune", autotuneMode, "with --trace: how the trace run's autotuned launches choose their configuration "
+                                             "(off, cached, full; default TSR_AUTOTUNE, else cached); the bundle carries the winners")
+      ->check(CLI::IsMember({"off", "cached", "full"}));
   std::vector<std::string> specialize;
   app.add_option("--specialize", specialize, "with -o: SYM=INT, the size of a symbol the bundle's tiles are chosen for "
                                              "(other symbols: 1001); with --emit=tile|llvm|ptx: a size or compile-time "
@@ -474,6 +479,7 @@ int main(int argc, char **argv) {
     }
     bundleOpts.cpuName = cpuName;
     bundleOpts.optLevel = optLevel;
+    if (!autotuneMode.empty()) exec::autotune::setMode(*exec::autotune::parseMode(autotuneMode));
     if (traceOpt->count()) {
       std::stringstream ss(trace);
       bundleOpts.trace.emplace();
