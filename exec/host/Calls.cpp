@@ -1,5 +1,6 @@
 // The host interpreter: calls of functions, lambdas, transforms and builtins, and kernel launches.
 #include "exec/host/InterpreterImpl.h"
+#include "exec/host/DataParallel.h"
 
 namespace tsr::host {
 
@@ -209,7 +210,10 @@ ValueRef Interpreter::Impl::callValue(const ValueRef &callee, std::vector<ValueR
                    Call *c, std::shared_ptr<Env> &env) {
   SourceRange at = c ? c->range : SourceRange{};
   switch (callee->k) {
-  case K::Function: return callFunction(*callee->fn, args, kwargs, at);
+  case K::Function:
+    if (auto axes = dataParallelAxes(*callee->fn)) // @distribute(strategy="data_parallel"): DataParallel.h
+      return callDataParallel(*this, *callee->fn, *axes, args, [&](const std::vector<ValueRef> &a) { return callFunction(*callee->fn, a, kwargs, at); }, at);
+    return callFunction(*callee->fn, args, kwargs, at);
   case K::Lambda: {
     auto scope = std::make_shared<Env>();
     scope->parent = callee->closure;
@@ -222,7 +226,13 @@ ValueRef Interpreter::Impl::callValue(const ValueRef &callee, std::vector<ValueR
     return expr(callee->lambda->body, scope);
   }
   case K::Builtin: return builtin(*callee, args, kwargs, c, env);
-  case K::Transform: return callTransform(callee, args, kwargs, c, env);
+  case K::Transform:
+    if (callee->inner && callee->inner->k == K::Function &&
+        (callee->transform == sema::Transform::Grad || callee->transform == sema::Transform::ValueAndGrad))
+      if (auto axes = dataParallelAxes(*callee->inner->fn))
+        return callDataParallel(*this, *callee->inner->fn, *axes, args,
+                                [&](const std::vector<ValueRef> &a) { return callTransform(callee, a, kwargs, c, env); }, at);
+    return callTransform(callee, args, kwargs, c, env);
   case K::DType:
     // A dtype whose name is also a builtin's (`bool`): calling it calls the builtin.
     if (const sema::BuiltinInfo *b = callee->policies.empty() ? sema::findBuiltin(dtypeName(callee->dtype)) : nullptr) {

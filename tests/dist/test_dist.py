@@ -30,6 +30,13 @@ reexec_with_torch("dist_cpu")  # NumPy is the oracle (the configured Python may 
 import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TSR = None
+EXTRA = []  # --device cuda (tools/gpu/dist.sh): after the file, on every run
+
+
+def T(*args):
+    """`tsr run ARGS` with the extra flags (--device)."""
+    return [TSR, "run", *args, *EXTRA]
 passed = failed = 0
 
 
@@ -88,9 +95,9 @@ def expected(negative):
 
 def case_collectives(tsr, negative):
     exp, xs = expected(negative)
-    for executor in ("compiled", "reference"):
+    for executor in ("compiled", "reference") if not EXTRA else ("compiled",):  # the evaluator runs on the CPU only
         with tempfile.TemporaryDirectory() as d:
-            p = subprocess.run([tsr, "run", "--devices", "2", os.path.join(HERE, "collectives.tsr"), "--executor", executor, "--out", d],
+            p = subprocess.run(T("--devices", "2", os.path.join(HERE, "collectives.tsr"), "--executor", executor, "--out", d),
                                env=env(TSR_DIST_OUTPUT="all"), capture_output=True, text=True, timeout=300)
             out = p.stdout + p.stderr
             check(p.returncode == 0 and "rank 0 of 2: done" in out and "rank 1 of 2: done" in out,
@@ -106,6 +113,57 @@ def case_collectives(tsr, negative):
                     got = np.load(path)
                     ok = got.shape == want.shape and np.array_equal(got, want)
                     check(ok, f"collectives ({executor}): rank {r} {name}" + ("" if ok else f"\n got {got.tolist()}\nwant {want.tolist()}"))
+
+
+def case_data_parallel(tsr, negative):
+    rows = 8
+    x = (np.arange(rows * 3, dtype=np.float64).reshape(rows, 3) / 10).astype(np.float32).astype(np.float64)
+    y = (np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) / 7).astype(np.float32).astype(np.float64)
+    w = (np.arange(6, dtype=np.float64).reshape(3, 2) / 5 - 0.5).astype(np.float32).astype(np.float64)
+    d = x @ w - y
+    loss = np.mean(d * d)
+    grad = 2 * x.T @ d / d.size
+    if negative:
+        grad = grad * 1.01  # deliberately wrong
+    for devices, seen in ((2, 12.0), (1, 24.0)):
+        with tempfile.TemporaryDirectory() as t:
+            cmd = T(os.path.join(HERE, "data_parallel.tsr"), "--out", t) + (["--devices", "2"] if devices > 1 else [])
+            p = subprocess.run(cmd, env=env(TSR_DIST_OUTPUT="all"), capture_output=True, text=True, timeout=300)
+            check(p.returncode == 0, f"data_parallel ({devices} rank(s)): ran (rc {p.returncode})" + ("" if p.returncode == 0 else "\n" + p.stdout + p.stderr))
+            if p.returncode != 0:
+                continue
+            for r in range(devices):
+                got_loss = float(np.load(os.path.join(t, f"r{r}_dp_loss.npy")))
+                got_grad = np.load(os.path.join(t, f"r{r}_dp_grad.npy")).astype(np.float64)
+                got_seen = float(np.load(os.path.join(t, f"r{r}_dp_seen.npy")))
+                check(abs(got_loss - loss) <= 1e-5 * abs(loss), f"data_parallel ({devices}): rank {r} loss {got_loss:.7f} = the global batch's {loss:.7f}")
+                ok = np.allclose(got_grad, grad, rtol=1e-5, atol=1e-7)
+                check(ok, f"data_parallel ({devices}): rank {r} gradient = the global batch's" + ("" if ok else f"\n got {got_grad.tolist()}\nwant {grad.tolist()}"))
+                check(got_seen == seen, f"data_parallel ({devices}): rank {r} saw {got_seen:g} elements of x (want {seen:g}: the batch is cut among the ranks)")
+    p = subprocess.run(T(os.path.join(HERE, "data_parallel.tsr"), "--devices", "2", "--rows", "7"), env=env(), capture_output=True, text=True, timeout=300)
+    check(p.returncode == 1 and "data_parallel `loss_fn`: the batch argument `x` has 7 rows (shape (7, 3)), which do not divide among the 2 ranks of mesh axis dp" in p.stderr,
+          "data_parallel: a batch of 7 rows on 2 ranks:\n" + p.stderr.strip())
+
+
+def case_digits(tsr, root):
+    """examples/digits_vit.tsr for 3 epochs alone and with --devices 2: the losses per epoch and the
+    test accuracy agree (the two runs differ only in summation order)."""
+    import re
+    res = {}
+    for devices in (1, 2):
+        with tempfile.TemporaryDirectory() as t:
+            cmd = T(os.path.join(root, "examples", "digits_vit.tsr"), "--epochs", "3", "--out", os.path.join(t, "c.svg"),
+                   "--data", os.path.join(root, "examples", "data", "digits.csv.gz"), "--devices", str(devices))
+            p = subprocess.run(cmd, env=env(TSR_DEVICE="cpu"), capture_output=True, text=True, timeout=600)
+            check(p.returncode == 0, f"digits_vit --devices {devices}: ran (rc {p.returncode})" + ("" if p.returncode == 0 else "\n" + p.stderr[-2000:]))
+            losses = [float(m) for m in re.findall(r"epoch +\d+/3  loss ([0-9.]+)", p.stdout)]
+            acc = re.findall(r"final test accuracy ([0-9.]+)%", p.stdout)
+            res[devices] = (losses, float(acc[0]) if acc else None)
+    (l1, a1), (l2, a2) = res[1], res[2]
+    print(f"digits_vit: 1 rank: losses {l1}, test accuracy {a1}%; 2 ranks: losses {l2}, test accuracy {a2}%")
+    check(len(l1) == 3 and len(l2) == 3 and all(abs(x - y) <= 2e-3 * max(1.0, abs(x)) for x, y in zip(l1, l2)),
+          "digits_vit: the epochs' losses on 2 ranks are the single device's")
+    check(a1 is not None and a2 is not None and abs(a1 - a2) <= 1.0, "digits_vit: the test accuracy on 2 ranks is the single device's (within 1 point)")
 
 
 def find_rank_pid(launcher_pid, rank):
@@ -126,7 +184,7 @@ def find_rank_pid(launcher_pid, rank):
 
 
 def case_killed(tsr):
-    p = subprocess.Popen([tsr, "run", "--devices", "2", os.path.join(HERE, "die.tsr")], env=env(TSR_DIST_OUTPUT="all"),
+    p = subprocess.Popen(T("--devices", "2", os.path.join(HERE, "die.tsr")), env=env(TSR_DIST_OUTPUT="all"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Wait until both ranks run their loop.
     started = time.time()
@@ -159,7 +217,7 @@ def case_killed(tsr):
 
 def case_failed(tsr):
     t0 = time.time()
-    p = subprocess.run([tsr, "run", "--devices", "2", os.path.join(HERE, "die.tsr"), "--fail_rank", "1", "--fail_after", "3"],
+    p = subprocess.run(T("--devices", "2", os.path.join(HERE, "die.tsr"), "--fail_rank", "1", "--fail_after", "3"),
                        env=env(), capture_output=True, text=True, timeout=120)
     check(p.returncode == 1, f"failed: exit code 1 (got {p.returncode})")
     check("rank 1 stops on purpose at step 3" in p.stderr and "rank 1 of 2" in p.stderr and "exited with code 1" in p.stderr,
@@ -176,7 +234,7 @@ def case_outer(tsr):
     procs = []
     for r in range(2):
         e = env(RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TSR_DIST_TIMEOUT_S="5")
-        procs.append(subprocess.Popen([tsr, "run", "--devices", "2", os.path.join(HERE, "die.tsr")], env=e,
+        procs.append(subprocess.Popen(T("--devices", "2", os.path.join(HERE, "die.tsr")), env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for pr in procs:
         pr.stdout.readline()  # "rank r running"
@@ -195,20 +253,20 @@ def case_outer(tsr):
 
 
 def case_bad(tsr):
-    p = subprocess.run([tsr, "run", "--devices", "2", os.path.join(HERE, "bad_mesh.tsr")], env=env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(T("--devices", "2", os.path.join(HERE, "bad_mesh.tsr")), env=env(), capture_output=True, text=True, timeout=120)
     check(p.returncode == 1 and "has 4 devices, but the run has 2" in p.stderr, "bad: a mesh of 4 on 2 ranks:\n" + p.stderr.strip())
-    p = subprocess.run([tsr, "run", os.path.join(HERE, "bad_mesh.tsr")], env=env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(T(os.path.join(HERE, "bad_mesh.tsr")), env=env(), capture_output=True, text=True, timeout=120)
     check(p.returncode == 1 and "has 4 devices, but the run has 1 (run it with `tsr run --devices 4`)" in p.stderr,
           "bad: a mesh of 4 on one process:\n" + p.stderr.strip())
-    p = subprocess.run([tsr, "run", "--devices", "2", os.path.join(HERE, "bad_axis.tsr")], env=env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(T("--devices", "2", os.path.join(HERE, "bad_axis.tsr")), env=env(), capture_output=True, text=True, timeout=120)
     check(p.returncode == 1 and "error[E0701]: `dist.all_reduce` over mesh axis \"tp\", which the mesh (\"dp\",) lacks" in p.stderr,
           "bad: an axis the mesh lacks (the checker's E0701):\n" + p.stderr.strip())
-    p = subprocess.run([tsr, "run", "--devices", "2", os.path.join(HERE, "bad_axis_host.tsr"), "--axis", "tp"], env=env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(T("--devices", "2", os.path.join(HERE, "bad_axis_host.tsr"), "--axis", "tp"), env=env(), capture_output=True, text=True, timeout=120)
     check(p.returncode == 1 and "error[E0701]: `dist.all_reduce` over mesh axis \"tp\", which the mesh (\"dp\",) lacks" in p.stderr, "bad: an axis the mesh lacks, known only at run time:\n" + p.stderr.strip())
-    p = subprocess.run([tsr, "run", "--devices", "2", os.path.join(HERE, "bad_scatter.tsr")], env=env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(T("--devices", "2", os.path.join(HERE, "bad_scatter.tsr")), env=env(), capture_output=True, text=True, timeout=120)
     check(p.returncode == 1 and "does not divide among the group's 2 ranks" in p.stderr and "(3)" in p.stderr,
           "bad: reduce_scatter of 3 rows on 2 ranks:\n" + p.stderr.strip())
-    p = subprocess.run([tsr, "run", "--devices", "0", os.path.join(HERE, "bad_mesh.tsr")], env=env(), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(T("--devices", "0", os.path.join(HERE, "bad_mesh.tsr")), env=env(), capture_output=True, text=True, timeout=60)
     check(p.returncode == 2 and "expected a positive number of ranks" in p.stderr, "bad: --devices 0")
 
 
@@ -218,9 +276,15 @@ def main():
     ap.add_argument("root")
     ap.add_argument("--case", default="all")
     ap.add_argument("--negative", action="store_true")
+    ap.add_argument("--device", default=None, help="tsr run's --device for every run (cuda: tools/gpu/dist.sh)")
     a = ap.parse_args()
-    cases = {"collectives": lambda: case_collectives(a.tsr, a.negative), "killed": lambda: case_killed(a.tsr),
-             "failed": lambda: case_failed(a.tsr), "outer": lambda: case_outer(a.tsr), "bad": lambda: case_bad(a.tsr)}
+    global TSR
+    TSR = a.tsr
+    if a.device:
+        EXTRA.extend(["--device", a.device])
+    cases = {"collectives": lambda: case_collectives(a.tsr, a.negative), "data_parallel": lambda: case_data_parallel(a.tsr, a.negative),
+             "killed": lambda: case_killed(a.tsr),
+             "digits": lambda: case_digits(a.tsr, a.root), "failed": lambda: case_failed(a.tsr), "outer": lambda: case_outer(a.tsr), "bad": lambda: case_bad(a.tsr)}
     for name, fn in cases.items():
         if a.case in ("all", name):
             fn()
