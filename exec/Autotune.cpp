@@ -1,5 +1,6 @@
 #include "exec/Autotune.h"
 
+#include "ir/lower/LowerKernel.h"
 #include "runtime/DiskCache.h"
 #include "support/BuildId.h"
 #include "support/RunModes.h"
@@ -116,26 +117,7 @@ size_t takeFlag(const std::vector<std::string> &args, size_t i, std::string *err
   return took;
 }
 
-std::vector<Config> configurations(const sema::FunctionInfo &k) {
-  std::vector<Config> out;
-  const auto &space = k.space;
-  for (auto &[name, values] : space)
-    if (values.empty()) return out;
-  std::vector<size_t> at(space.size(), 0);
-  while (true) {
-    Config c;
-    for (size_t i = 0; i < space.size(); ++i) c.push_back({space[i].first, space[i].second[at[i]]});
-    out.push_back(std::move(c));
-    size_t i = space.size();
-    while (i > 0) {
-      --i;
-      if (++at[i] < space[i].second.size()) break;
-      at[i] = 0;
-      if (i == 0) return out;
-    }
-    if (space.empty()) return out;
-  }
-}
+std::vector<Config> configurations(const sema::FunctionInfo &k) { return ir::autotuneConfigurations(k); }
 
 std::string configText(const Config &c) {
   std::string s;

@@ -466,6 +466,41 @@ std::vector<size_t> KernelLauncher::writtenOperands(const ir::Op &op) const {
   return ir::KernelRunner::writtenOperands(op);
 }
 
+std::vector<rt::Tensor> KernelLauncher::runTuned(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
+                                                 const std::vector<std::vector<int64_t>> &gridSpace) const {
+  const std::string *callee = op.attrAs<std::string>("callee");
+  const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr;
+  const std::vector<autotune::Config> space = k ? autotune::configurations(*k) : std::vector<autotune::Config>{};
+  const char *brokenEnv = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); // `graph`: as if the op had no grid_space
+  if (!k || space.size() != gridSpace.size() || (brokenEnv && std::string(brokenEnv) == "graph")) return run(op, operands, grid);
+  std::vector<ir::Attr> attrs;
+  for (const ir::Attr &a : op.attrs)
+    if (a.name != "grid_space") attrs.push_back(a);
+  attrs = choose(*k, attrs, operands, [&](const std::vector<ir::Attr> &a) {
+    for (size_t i = 0; i < space.size(); ++i) {
+      bool same = true;
+      for (auto &[n, v] : space[i])
+        for (const ir::Attr &x : a)
+          if (x.name == n) same &= std::get_if<int64_t>(&x.value) && *std::get_if<int64_t>(&x.value) == v;
+      if (same) return gridSpace[i];
+    }
+    throw std::runtime_error("its grid is not known");
+  });
+  std::vector<int64_t> g = grid;
+  for (size_t i = 0; i < space.size(); ++i) {
+    bool same = true;
+    for (auto &[n, v] : space[i])
+      for (const ir::Attr &x : attrs)
+        if (x.name == n) same &= std::get_if<int64_t>(&x.value) && *std::get_if<int64_t>(&x.value) == v;
+    if (same) g = gridSpace[i];
+  }
+  launch(*k, attrs, operands, g);
+  std::vector<rt::Tensor> out;
+  for (size_t w : writtenOperands(*k))
+    if (w < operands.size()) out.push_back(operands[w]);
+  return out;
+}
+
 std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid) const {
   const std::string *callee = op.attrAs<std::string>("callee");
   const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr;

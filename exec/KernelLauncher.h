@@ -57,6 +57,10 @@ public:
   /// Throws LaunchError (lowering), codegen::CodegenError.
   std::vector<rt::Tensor> run(const ir::Op &op, std::vector<rt::Tensor> &operands,
                               const std::vector<int64_t> &grid) const override;
+  /// ir::KernelRunner: run() at the configuration choose() takes (`gridSpace`: each
+  /// configuration's grid, in ir::autotuneConfigurations' order).
+  std::vector<rt::Tensor> runTuned(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
+                                   const std::vector<std::vector<int64_t>> &gridSpace) const override;
   /// ir::KernelRunner: writtenOperands(k) of `op`'s kernel (all operands for an unknown callee).
   std::vector<size_t> writtenOperands(const ir::Op &op) const override;
 

@@ -1239,6 +1239,14 @@ private:
     std::vector<Tensor> operands(in);
     for (size_t i : kernels_->writtenOperands(op))
       if (i < operands.size()) operands[i] = in[i].clone();
+    if (const auto *space = op.attrAs<std::vector<Dim>>("grid_space"); space && !grid.empty() && space->size() % grid.size() == 0) {
+      std::vector<std::vector<int64_t>> grids;
+      for (size_t at = 0; at < space->size(); at += grid.size()) {
+        grids.emplace_back();
+        for (size_t i = 0; i < grid.size(); ++i) grids.back().push_back(dim((*space)[at + i]));
+      }
+      return kernels_->runTuned(op, operands, grid, grids);
+    }
     return kernels_->run(op, operands, grid);
   }
 

@@ -108,6 +108,15 @@ public:
   /// kernel's parameters are written); each must have its result type's dtype and shape.
   virtual std::vector<rt::Tensor> run(const Op &op, std::vector<rt::Tensor> &operands,
                                       const std::vector<int64_t> &grid) const = 0;
+  /// run() for an op with `grid_space` (an autotuned kernel whose grid depends on its
+  /// configuration: ir/lower/LowerKernel.h autotuneConfigurations' order), each configuration's
+  /// grid evaluated: a runner that tunes the configuration takes the grid of the one it runs
+  /// (exec/Autotune.h). By default run() with the first configuration's `grid`.
+  virtual std::vector<rt::Tensor> runTuned(const Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
+                                           const std::vector<std::vector<int64_t>> &gridSpace) const {
+    (void)gridSpace;
+    return run(op, operands, grid);
+  }
   /// The positions among `op`'s operands of those its kernel may write: only they are copied
   /// before run (the others are passed as the graph holds them). All of them when unknown.
   virtual std::vector<size_t> writtenOperands(const Op &op) const {

@@ -462,7 +462,30 @@ LVRef Lowering::launch(Call *c, Subscript *sub) {
     for (Expr *i : sub->indices) es.push_back(expr(i));
     return tuple(es);
   }();
+  std::vector<Dim> gridSpace; // every configuration's grid, one after another (autotuned kernels)
   if (grid->kind == LV::K::Lambda) {
+    auto gridFor = [&](const LV &c) {
+      std::map<std::string, LVRef> env = env_copy();
+      if (!grid->lambda->params.empty()) env[grid->lambda->params[0].name] = mk(c);
+      Frame f{frames_.back()->fn, frames_.back()->module, std::move(env)};
+      frames_.push_back(&f);
+      LVRef g = expr(grid->lambda->body);
+      frames_.pop_back();
+      return shapeOf(g, sub->range);
+    };
+    // The grid of each configuration of an autotune space (autotuneConfigurations' order), so
+    // that the kernel runner can time them (exec/Autotune.h): attribute `grid_space`.
+    const auto configs = k.autotune ? autotuneConfigurations(k) : decltype(autotuneConfigurations(k)){};
+    if (configs.size() > 1) {
+      for (const auto &c : configs) {
+        LV ci = cfg;
+        for (auto &[name, v] : c)
+          for (auto &[n, x] : ci.fields)
+            if (n == name) x = integer(Dim::constant(v));
+        std::vector<Dim> g = gridFor(ci);
+        gridSpace.insert(gridSpace.end(), g.begin(), g.end());
+      }
+    }
     std::map<std::string, LVRef> env = env_copy();
     if (!grid->lambda->params.empty()) env[grid->lambda->params[0].name] = mk(cfg);
     Frame f{frames_.back()->fn, frames_.back()->module, std::move(env)};
@@ -471,6 +494,7 @@ LVRef Lowering::launch(Call *c, Subscript *sub) {
     frames_.pop_back();
   }
   attrs.push_back({"grid", shapeOf(grid, sub->range)});
+  if (!gridSpace.empty()) attrs.push_back({"grid_space", gridSpace});
   std::vector<Value *> operands;
   std::map<std::string, size_t> operandOf;
   size_t ai = 0;

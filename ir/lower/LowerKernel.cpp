@@ -20,7 +20,7 @@ void KernelLowering::run(const FunctionInfo &k, const std::vector<Type> &operand
   frames_.push_back(&frame);
   cur_ = f_.body;
   for (const Attr &a : attrs) {
-    if (a.name == "callee") continue;
+    if (a.name == "callee" || a.name == "grid_space") continue;
     if (a.name == "grid") {
       if (auto *g = std::get_if<std::vector<Dim>>(&a.value)) f_.gridRank = static_cast<uint32_t>(std::clamp<size_t>(g->size(), 1, 3));
       continue;
@@ -143,6 +143,27 @@ std::vector<Attr> launchConfig(const FunctionInfo &k) {
   return attrs;
 }
 
+std::vector<std::vector<std::pair<std::string, int64_t>>> autotuneConfigurations(const FunctionInfo &k) {
+  std::vector<std::vector<std::pair<std::string, int64_t>>> out;
+  const auto &space = k.space;
+  if (space.empty()) return out;
+  for (auto &[name, values] : space)
+    if (values.empty()) return out;
+  std::vector<size_t> at(space.size(), 0);
+  while (true) {
+    std::vector<std::pair<std::string, int64_t>> c;
+    for (size_t i = 0; i < space.size(); ++i) c.push_back({space[i].first, space[i].second[at[i]]});
+    out.push_back(std::move(c));
+    size_t i = space.size();
+    while (true) {
+      --i;
+      if (++at[i] < space[i].second.size()) break;
+      at[i] = 0;
+      if (i == 0) return out;
+    }
+  }
+}
+
 namespace {
 
 // The Graph IR type of a launch argument as the checker typed it (host code).
@@ -163,7 +184,7 @@ std::string launchKey(const std::string &callee, const std::vector<Type> &types,
   std::string k = callee + "|";
   for (const Type &t : types) k += t.str() + ";";
   for (const Attr &a : attrs) {
-    if (a.name == "callee") continue;
+    if (a.name == "callee" || a.name == "grid_space") continue;
     k += a.name + "=";
     if (auto *i = std::get_if<int64_t>(&a.value)) k += std::to_string(*i);
     else if (auto *b = std::get_if<bool>(&a.value)) k += *b ? "true" : "false";

@@ -44,6 +44,11 @@ tile::Function *lowerKernel(tile::Module &m, const sema::Program &p, const sema:
 /// kernel_call): `callee`, each autotune entry's first value, and the schedule's constant knobs.
 std::vector<Attr> launchConfig(const sema::FunctionInfo &k);
 
+/// Every configuration of `k`'s autotune space: the cartesian product of its entries, the last
+/// entry varying fastest, the first being every entry's first value (launchConfig's). Empty when
+/// `k` has no space. (exec/Autotune.h times them; a kernel_call's `grid_space` follows this order.)
+std::vector<std::vector<std::pair<std::string, int64_t>>> autotuneConfigurations(const sema::FunctionInfo &k);
+
 /// `tsrc --emit=tile`: the kernels that the graphs of `graphs` call (kernel_call ops) and those
 /// that the main module's host functions launch (`k[grid](args)`, argument types from the
 /// checker, compile-time arguments from their known values), each lowered once per distinct

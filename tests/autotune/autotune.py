@@ -7,6 +7,8 @@ whose spaces put a slow configuration (BLOCK=1) first:
            times nothing, compiles nothing (no cache miss) and takes the same; the CPU's default
            mode without a record takes the space's first and times nothing;
 - skip:    a configuration whose lowering fails (BLOCK=2) is skipped with a note; the others win;
+- graph:   a kernel_call in a graph function, whose grid lambda depends on the configuration, is
+           tuned with each configuration's grid (the op's grid_space), and its record reused;
 - scratch: a kernel that adds into its output (Out += ...) gives the same result tuned as untuned
            (the timing runs write scratch copies);
 - key:     another value of a key dim (N=2048 after N=4096) finds no record and is tuned anew;
@@ -16,10 +18,10 @@ whose spaces put a slow configuration (BLOCK=1) first:
            with an empty cache, takes it without timing; `tsrc --autotune full --trace` tunes in
            its trace run and carries the winner.
 
-usage: autotune.py TSR TSRC [--break=off|nocache|scratch|key|skip|corrupt|bundle]
+usage: autotune.py TSR TSRC [--break=off|nocache|graph|scratch|key|skip|corrupt|bundle]
 --break runs the section the break concerns with the feature broken (the negative controls):
 off: the first run uses --autotune=off; nocache: the second run uses --no-cache; scratch, key,
-skip: TSR_AUTOTUNE_TEST_BREAK; corrupt: the records are left intact; bundle: the bundle is made
+skip, graph: TSR_AUTOTUNE_TEST_BREAK; corrupt: the records are left intact; bundle: the bundle is made
 without the cache (TSR_NO_CACHE=1). Ends with `N passed, N failed`.
 """
 import json
@@ -56,7 +58,7 @@ def times(stderr, kernel):
     """{config: ms} of the report's lines after `kernel`'s "timing" line."""
     out, inside = {}, False
     for line in stderr.splitlines():
-        m = re.match(r"autotune:   (\S+): ([0-9.]+) ms$", line)
+        m = re.match(r"autotune:   (.+?): ([0-9.]+) ms$", line)
         if m:
             if inside:
                 out[m.group(1)] = float(m.group(2))
@@ -67,7 +69,7 @@ def times(stderr, kernel):
 
 def winner(stderr, kernel):
     for line in stderr.splitlines():
-        m = re.match(rf"autotune: autotune\.{kernel} .*: (?:winner )?(BLOCK=\d+)(?: \(| \(recorded| \(from)", line)
+        m = re.match(rf"autotune: autotune\.{kernel} .*: (?:winner )?((?:BM=\d+ )?BLOCK=\d+)(?: \(| \(recorded| \(from)", line)
         if m and ("winner" in line or "nothing timed" in line):
             return m.group(1)
     return None
@@ -138,6 +140,19 @@ def main():
                 r3 = tsr_run(tsr, cache, "--which", "row_sum")
                 check(r3.ok and "no record, the space's first BLOCK=1" in r3.stderr and "timing" not in r3.stderr,
                       "the CPU's default (cached) without a record takes the first and times nothing")
+
+    # graph: a kernel_call in a graph function whose grid depends on the configuration
+    if section("graph", "graph"):
+        with tempfile.TemporaryDirectory() as cache:
+            extra = {"TSR_AUTOTUNE_TEST_BREAK": "graph"} if broken == "graph" else {}
+            g1 = tsr_run(tsr, cache, "--autotune=full", "--which", "graph", "--m", "100", **extra)
+            t = times(g1.stderr, "block_sum")
+            check(g1.ok and len(t) == 4 and winner(g1.stderr, "block_sum") is not None and
+                  re.search(r"graph_sum err [0-9.]+e-0[4-9]", g1.stdout),
+                  f"a graph function's kernel_call is tuned over its 4 configurations, each with its own grid (M=100): {t}")
+            g2 = tsr_run(tsr, cache, "--autotune=cached", "--which", "graph", "--m", "100", **extra)
+            check(g2.ok and "nothing timed" in g2.stderr and g2.stdout == g1.stdout,
+                  "a second process takes the graph kernel's record without timing")
 
     # scratch
     if section("scratch", "scratch"):
