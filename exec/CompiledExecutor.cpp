@@ -1035,6 +1035,16 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           break;
         }
         ++I.stats.librarySteps;
+        if (ir::isCollective(op.kind) && op.operands.size() == 1) {
+          // A collective: the backend's own library where it has one (NCCL on GPUs), else Gloo
+          // on host tensors through the evaluator's rule (docs/distributed.md).
+          const View &v = viewOf(op.operands[0]);
+          Tensor x = I.materialize(v, v.buf.dtype(), {}, key + "collective/"), out;
+          if (I.backend->runCollective(op, x, out)) {
+            views[op.result()] = whole(out);
+            break;
+          }
+        }
         std::vector<const Value *> ins;
         for (const Value *o : op.operands)
           if (std::find(ins.begin(), ins.end(), o) == ins.end()) ins.push_back(o);

@@ -106,6 +106,10 @@ public:
                       const std::array<int64_t, 3> &grid, const LaunchSite &site) = 0;
   /// What a tuned configuration is valid for (exec/Autotune.h's key): the target and its
   /// features ("cpu x86_64 znver4", "sm_90"). By default name().
+  /// A collective op (ir/Ops.def: all_reduce, ...) on `x`, a tensor of this backend, with the
+  /// device's own library (NCCL for GPUs: exec/cuda/NcclSteps.h); `out` receives the result.
+  /// False (the default): the executor runs the op on host tensors (Gloo; ir::runCollective).
+  virtual bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) { return false; }
   virtual std::string tuningTarget() const { return name(); }
   /// Milliseconds the device takes for the work `work` queues on this backend (the autotuner's
   /// timing). By default a steady clock around `work`: launches that return when their grid has

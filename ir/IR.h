@@ -32,6 +32,11 @@ enum class OpClass : uint8_t { Unary, Binary, Compare, Ternary, Reduce, Special 
 std::string_view opSpelling(OpKind k);
 OpClass opClass(OpKind k);
 std::optional<OpKind> opFromSpelling(std::string_view s);
+/// The collectives between ranks (ir/Ops.def: all_reduce ... all_to_all; runtime/dist).
+inline bool isCollective(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::DistBroadcast ||
+         k == OpKind::DistReduce || k == OpKind::AllToAll;
+}
 
 /// The type of a value: a tensor (dims, dtype, policies; 0-d for scalars) or a random key.
 struct Type {

@@ -1,4 +1,5 @@
 #include "exec/cuda/CudaBackend.h"
+#include "exec/cuda/NcclSteps.h"
 
 #include "ir/tile/TileText.h"
 #include "runtime/GridLauncher.h"
@@ -120,6 +121,10 @@ public:
     const uint64_t p = t.deviceAddress(dev_, forWhat);
     if (write) t.markDeviceWritten(dev_);
     return reinterpret_cast<char *>(p);
+  }
+  // Collectives between ranks' GPUs through NCCL on a stream of their own (NcclSteps.h).
+  bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) override {
+    return ncclCollective(*this, dev_.ctx.ordinal(), dev_.stream().handle(), op, x, out);
   }
 
   std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &) override {

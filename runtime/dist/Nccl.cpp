@@ -51,6 +51,10 @@ struct Api {
   CUresult (*cuDevicePrimaryCtxRetain)(void **, int);
   CUresult (*cuDeviceGet)(int *, int);
   CUresult (*cuInit)(unsigned);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned);
+  CUresult (*cuEventCreate)(void **, unsigned);
+  CUresult (*cuEventRecord)(void *, CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, void *, unsigned);
 };
 
 struct Lib {
@@ -89,7 +93,12 @@ struct Lib {
     api.cuDevicePrimaryCtxRetain = reinterpret_cast<decltype(api.cuDevicePrimaryCtxRetain)>(dlsym(cu, "cuDevicePrimaryCtxRetain"));
     api.cuDeviceGet = reinterpret_cast<decltype(api.cuDeviceGet)>(dlsym(cu, "cuDeviceGet"));
     api.cuInit = reinterpret_cast<decltype(api.cuInit)>(dlsym(cu, "cuInit"));
-    if (!api.cuStreamQuery || !api.cuCtxSetCurrent || !api.cuDevicePrimaryCtxRetain || !api.cuDeviceGet || !api.cuInit) {
+    api.cuStreamCreate = reinterpret_cast<decltype(api.cuStreamCreate)>(dlsym(cu, "cuStreamCreate"));
+    api.cuEventCreate = reinterpret_cast<decltype(api.cuEventCreate)>(dlsym(cu, "cuEventCreate"));
+    api.cuEventRecord = reinterpret_cast<decltype(api.cuEventRecord)>(dlsym(cu, "cuEventRecord"));
+    api.cuStreamWaitEvent = reinterpret_cast<decltype(api.cuStreamWaitEvent)>(dlsym(cu, "cuStreamWaitEvent"));
+    if (!api.cuStreamQuery || !api.cuCtxSetCurrent || !api.cuDevicePrimaryCtxRetain || !api.cuDeviceGet || !api.cuInit ||
+        !api.cuStreamCreate || !api.cuEventCreate || !api.cuEventRecord || !api.cuStreamWaitEvent) {
       why = "libcuda.so.1 lacks the stream and context entry points NCCL's path uses";
       h = nullptr;
     }
@@ -215,6 +224,26 @@ void allToAll(const Group &g, int device, const void *send, void *recv, size_t c
     check(a.ncclRecv(static_cast<char *>(recv) + j * bytes, count, dtypeOf(dt), int(j), c, stream), "all_to_all (recv)", what);
   }
   check(a.ncclGroupEnd(), "all_to_all", what);
+}
+
+void onCommStream(int device, void *computeStream, const std::function<void(void *commStream)> &enqueue) {
+  const Api &a = api();
+  // Per device: the communication stream and two events (CU_EVENT_DISABLE_TIMING = 2), reused:
+  // an event recorded again replaces its earlier capture, and the waits were queued before.
+  struct Side { CUstream comm = nullptr; void *ready = nullptr, *done = nullptr; };
+  static std::map<int, Side> sides;
+  Side &sd = sides[device];
+  if (!sd.comm) {
+    constexpr unsigned kNonBlocking = 1, kDisableTiming = 2;
+    if (a.cuStreamCreate(&sd.comm, kNonBlocking) != 0 || a.cuEventCreate(&sd.ready, kDisableTiming) != 0 ||
+        a.cuEventCreate(&sd.done, kDisableTiming) != 0)
+      throw DistError("NCCL: cannot make the communication stream of cuda:" + std::to_string(device));
+  }
+  if (a.cuEventRecord(sd.ready, computeStream) != 0 || a.cuStreamWaitEvent(sd.comm, sd.ready, 0) != 0)
+    throw DistError("NCCL: cannot order the communication stream of cuda:" + std::to_string(device) + " after its compute");
+  enqueue(sd.comm);
+  if (a.cuEventRecord(sd.done, sd.comm) != 0 || a.cuStreamWaitEvent(computeStream, sd.done, 0) != 0)
+    throw DistError("NCCL: cannot order the compute of cuda:" + std::to_string(device) + " after its collective");
 }
 
 void wait(void *stream, const std::string &what) {

@@ -8,6 +8,7 @@
 #include "runtime/dist/Dist.h"
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace tsr::rt::dist::nccl {
@@ -28,6 +29,12 @@ void reduceScatter(const Group &g, int device, const void *send, void *recv, siz
 void broadcast(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, int root, void *stream, const std::string &what);
 /// send and recv hold g.size() blocks of `count` elements; block j goes to (comes from) rank j.
 void allToAll(const Group &g, int device, const void *send, void *recv, size_t count, DType dt, void *stream, const std::string &what);
+/// Enqueues `enqueue`'s collectives on the communication stream of GPU `device` (its own,
+/// non-blocking, made once), ordered against `computeStream` with events both ways: the
+/// collective starts after the work queued there so far, and work queued there afterwards waits
+/// for it. The host does not wait (Stream::synchronize's time limit covers a collective that never
+/// ends: TSR_CUDA_SYNC_TIMEOUT_S).
+void onCommStream(int device, void *computeStream, const std::function<void(void *commStream)> &enqueue);
 /// Waits for `stream` under the run's time-out (TSR_DIST_TIMEOUT_S), polling the communicators'
 /// asynchronous errors; on time-out or error aborts them (ncclCommAbort) and throws DistError.
 void wait(void *stream, const std::string &what);

@@ -1,0 +1,77 @@
+// Collectives on a GPU's tensors through NCCL (NcclSteps.h).
+#include "exec/cuda/NcclSteps.h"
+
+#include "runtime/dist/Nccl.h"
+
+#include <cstdlib>
+
+namespace tsr::exec {
+
+bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) {
+  namespace d = rt::dist;
+  using ir::OpKind;
+  if (d::world().size == 1) return false;
+  if (const char *be = std::getenv("TSR_DIST_BACKEND"); be && std::string(be) == "gloo") return false;
+  auto str = [&](const char *n) { const std::string *v = op.attrAs<std::string>(n); return v ? *v : std::string(); };
+  auto num = [&](const char *n) { const int64_t *v = op.attrAs<int64_t>(n); return v ? *v : int64_t(0); };
+  const std::string axes = str("axes");
+  const d::Group g = d::groupOf(axes);
+  if (g.size() == 1) return false;
+  const std::string what = std::string(ir::opSpelling(op.kind)) + " %" + std::to_string(op.result() ? op.result()->id : 0) + " over " +
+                           (axes.empty() ? std::string("every rank") : "mesh axis " + axes);
+  const int64_t n = int64_t(g.size());
+  std::vector<int64_t> shape = x.shape();
+  // Parts along `dim` are contiguous blocks when every extent before it is 1.
+  auto contiguousAlong = [&](int64_t dim) {
+    const int64_t r = int64_t(shape.size());
+    if (dim < 0) dim += r;
+    if (dim < 0 || dim >= r) return int64_t(-1);
+    for (int64_t i = 0; i < dim; ++i)
+      if (shape[size_t(i)] != 1) return int64_t(-1);
+    return dim;
+  };
+  int64_t dim = 0;
+  switch (op.kind) {
+  case OpKind::AllReduce: case OpKind::DistBroadcast: break;
+  case OpKind::AllGather: case OpKind::ReduceScatter:
+    if ((dim = contiguousAlong(num("dim"))) < 0) return false;
+    break;
+  case OpKind::AllToAll:
+    if (num("split_dim") != num("concat_dim") || (dim = contiguousAlong(num("split_dim"))) < 0) return false;
+    break;
+  default: return false;
+  }
+  if (!d::nccl::available())
+    throw d::DistError(what + ": " + d::nccl::why() + " (TSR_DIST_BACKEND=gloo runs GPU collectives through Gloo on host copies instead)");
+  const size_t count = size_t(x.numel());
+  auto reduction = [&] {
+    auto r = d::reduceOpFromName(str("op"));
+    if (!r) throw d::DistError(what + ": no reduction `" + str("op") + "`");
+    return *r;
+  };
+  std::vector<int64_t> outShape = shape;
+  if (op.kind == OpKind::AllGather) outShape[size_t(dim)] *= n;
+  if (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllToAll) {
+    if (shape[size_t(dim)] % n != 0)
+      throw d::DistError(what + ": dimension " + std::to_string(dim) + " of " + rt::formatShape(shape) + " (" + std::to_string(shape[size_t(dim)]) +
+                         ") does not divide among the group's " + std::to_string(n) + " ranks");
+    if (op.kind == OpKind::ReduceScatter) outShape[size_t(dim)] /= n;
+  }
+  out = b.allocate(outShape, x.dtype(), "a collective's result");
+  const void *in = b.address(x, false, "a collective's operand");
+  void *res = b.address(out, true, "a collective's result");
+  const DType dt = x.dtype();
+  d::nccl::onCommStream(device, computeStream, [&](void *comm) {
+    switch (op.kind) {
+    case OpKind::AllReduce: d::nccl::allReduce(g, device, in, res, count, dt, reduction(), comm, what); break;
+    case OpKind::DistBroadcast: d::nccl::broadcast(g, device, in, res, count, dt, int(num("src")), comm, what); break;
+    case OpKind::AllGather: d::nccl::allGather(g, device, in, res, count, dt, comm, what); break;
+    case OpKind::ReduceScatter: d::nccl::reduceScatter(g, device, in, res, count / size_t(n), dt, reduction(), comm, what); break;
+    case OpKind::AllToAll: d::nccl::allToAll(g, device, in, res, count / size_t(n), dt, comm, what); break;
+    default: break;
+    }
+  });
+  return true;
+}
+
+} // namespace tsr::exec
