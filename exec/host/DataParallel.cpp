@@ -3,7 +3,33 @@
 
 #include "runtime/dist/Dist.h"
 
+#include <map>
+
 namespace tsr::host {
+
+namespace {
+
+// The mean over the ranks of `t` as a one-op graph (an all_reduce op) run by the program's
+// executor, so that its backend runs it (NCCL on GPUs: exec/cuda/NcclSteps.h; Gloo on the CPU).
+// One graph per axes, dtype and shape, kept for the process.
+rt::Tensor meanOverRanks(Interpreter::Impl &I, const rt::Tensor &t, const std::string &axes, int64_t group) {
+  static ir::Module mod;
+  static std::map<std::string, const ir::Graph *> graphs;
+  std::string key = axes + "|" + std::string(dtypeName(t.dtype())) + "|" + rt::formatShape(t.shape());
+  const ir::Graph *&g = graphs[key];
+  if (!g) {
+    auto made = std::make_unique<ir::Graph>("data_parallel_mean");
+    std::vector<Dim> dims;
+    for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
+    ir::Value *x = made->addParam("x", ir::Type::tensor(dims, t.dtype()));
+    made->outputs.push_back(made->add(ir::OpKind::AllReduce, {x}, {{"axes", axes}, {"group", group}, {"op", std::string("mean")}}));
+    g = made.get();
+    mod.graphs.push_back(std::move(made));
+  }
+  return I.exec.run(mod, *g, {t}).at(0);
+}
+
+} // namespace
 
 std::optional<std::string> dataParallelAxes(const sema::FunctionInfo &fn) {
   if (!fn.distributed || !fn.def) return std::nullopt;
@@ -66,7 +92,7 @@ ValueRef callDataParallel(Interpreter::Impl &I, const sema::FunctionInfo &fn, co
     if (v->k == K::Tensor && isFloat(v->t.dtype())) {
       Value out = *v;
       try {
-        out.t = rt::dist::allReduce(v->t, rt::dist::ReduceOp::Mean, axes, "data_parallel `" + fn.name + "`'s result");
+        out.t = meanOverRanks(I, v->t, axes, n);
       } catch (const std::exception &e) {
         I.fail(e.what(), at);
       }

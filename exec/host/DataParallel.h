@@ -4,7 +4,8 @@
 // per rank of the mesh's `dp` axis (every rank without a mesh, or one without a `dp` axis); the
 // call runs on this rank's part; then every float tensor of its result (the loss, the gradients,
 // the auxiliary outputs) is all-reduced to its mean over those ranks, as PyTorch's
-// DistributedDataParallel averages gradients. Private to exec/host.
+// DistributedDataParallel averages gradients: one all_reduce graph op per tensor, which the
+// program's executor runs (NCCL on GPUs, Gloo on the CPU). Private to exec/host.
 #pragma once
 
 #include "exec/host/InterpreterImpl.h"
