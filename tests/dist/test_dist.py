@@ -145,6 +145,22 @@ def case_data_parallel(tsr, negative):
           "data_parallel: a batch of 7 rows on 2 ranks:\n" + p.stderr.strip())
 
 
+def case_deterministic(tsr):
+    """Two 2-rank runs of data_parallel.tsr: the averaged gradients are the same bits in both runs
+    and on both ranks (Gloo sums in a fixed order)."""
+    files = []
+    with tempfile.TemporaryDirectory() as t:
+        for run in range(2):
+            d = os.path.join(t, str(run))
+            os.mkdir(d)
+            p = subprocess.run(T(os.path.join(HERE, "data_parallel.tsr"), "--devices", "2", "--out", d), env=env(), capture_output=True, text=True, timeout=300)
+            check(p.returncode == 0, f"deterministic: run {run} (rc {p.returncode})")
+            for r in range(2):
+                path = os.path.join(d, f"r{r}_dp_grad.npy")
+                files.append(open(path, "rb").read() if os.path.exists(path) else None)
+    check(files[0] is not None and all(f == files[0] for f in files), "deterministic: the gradients are bit-identical across 2 runs and 2 ranks")
+
+
 def case_digits(tsr, root):
     """examples/digits_vit.tsr for 3 epochs alone and with --devices 2: the losses per epoch and the
     test accuracy agree (the two runs differ only in summation order)."""
@@ -284,7 +300,7 @@ def main():
         EXTRA.extend(["--device", a.device])
     cases = {"collectives": lambda: case_collectives(a.tsr, a.negative), "data_parallel": lambda: case_data_parallel(a.tsr, a.negative),
              "killed": lambda: case_killed(a.tsr),
-             "digits": lambda: case_digits(a.tsr, a.root), "failed": lambda: case_failed(a.tsr), "outer": lambda: case_outer(a.tsr), "bad": lambda: case_bad(a.tsr)}
+             "deterministic": lambda: case_deterministic(a.tsr), "digits": lambda: case_digits(a.tsr, a.root), "failed": lambda: case_failed(a.tsr), "outer": lambda: case_outer(a.tsr), "bad": lambda: case_bad(a.tsr)}
     for name, fn in cases.items():
         if a.case in ("all", name):
             fn()
