@@ -44,10 +44,19 @@ constexpr int64_t kTensorMapPresent = 1;
 /// Bytes of one map (CUtensorMap: 128 bytes, 64-byte aligned).
 constexpr size_t kTensorMapBytes = 128;
 
+/// A persistent kernel (codegen/nvptx/PtxKernel.h: fewer CTAs than programs, each looping over
+/// programs) reads its program grid from the parameter block: three i64 (x, y, z) at
+/// persistentGridOffset(params), in a 64-byte slot between the KernelArg array and the maps.
+constexpr size_t kPersistentGridBytes = 64;
+inline size_t persistentGridOffset(size_t params) { return (params * sizeof(KernelArg) + 63) / 64 * 64; }
 /// Offset of the first map in the parameter block of a kernel with `params` KernelArgs.
-inline size_t tensorMapOffset(size_t params) { return (params * sizeof(KernelArg) + 63) / 64 * 64; }
-/// The parameter block's size: the KernelArg array, and the maps after it when there are any.
-inline size_t kernelParamBytes(size_t params, size_t maps) {
+inline size_t tensorMapOffset(size_t params, bool persistent = false) {
+  return persistentGridOffset(params) + (persistent ? kPersistentGridBytes : 0);
+}
+/// The parameter block's size: the KernelArg array, the program grid of a persistent kernel, and
+/// the maps when there are any.
+inline size_t kernelParamBytes(size_t params, size_t maps, bool persistent = false) {
+  if (persistent) return tensorMapOffset(params, true) + maps * kTensorMapBytes;
   return maps ? tensorMapOffset(params) + maps * kTensorMapBytes : (params ? params : 1) * sizeof(KernelArg);
 }
 

@@ -444,6 +444,26 @@ private:
   /// its own: if so, asks the target for the operands' tensor-map slots (into `slots`) and the
   /// extra warpgroup, and returns true.
   bool planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]);
+  /// The conditions of planWarpSpecialized on `op` in block `b`, without asking the target.
+  bool warpSpecializable(const tile::Block &b, const TOp &op, const MmaPlan &p, const TOp *epiStore) const;
+  /// MmaLoop.cpp. The ops after tensor-core loop `op` of `b` that store its whole result tile
+  /// (an optional cast, then the store); {null, null} when its result goes elsewhere.
+  std::pair<const TOp *, const TOp *> mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p);
+  /// A persistent kernel (MmaWarpSpecialized.cpp): the kernel's loop when the whole kernel is a
+  /// warp-specialized product and the target launches persistent kernels, else null.
+  const TOp *persistentLoop();
+  /// Lowers the kernel as persistent: the producer and the consumer warpgroups each loop over
+  /// the CTA's programs, lowering the body once per role (wsRole) with the program's coordinates
+  /// in place of %ctaid (pidOverride) and the ring's count of k tiles carried across programs.
+  void lowerPersistent(const TOp &loop);
+  /// Whether the launcher made the tensor maps of both operand boxes of `p` (KernelArg::i).
+  Value *mapsMade(const MmaPlan &p);
+  enum class WsRole { None, Producer, Consumer };
+  WsRole wsRole = WsRole::None;
+  Value *pidOverride[3] = {}, *gridOverride[3] = {};
+  Value *wsFirst = nullptr; // i1: the CTA's first program (barriers are initialized then)
+  Value *wsBase = nullptr;  // i64 alloca: k tiles through the ring in the CTA's earlier programs
+  int wsMapsPass = -1;      // the consumers' pass: 1 with tensor maps, 0 without, -1 both
   /// The loop with the producer warpgroup copying by TMA and the consumer warpgroups
   /// multiplying (`acc0`: the accumulators' first values); where the launcher made no maps, the
   /// consumers run `multistage` (the loop of lowerMmaLoop) instead. Returns the consumers'

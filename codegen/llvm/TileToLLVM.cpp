@@ -120,10 +120,16 @@ void Lowering::lowerIf(const TOp &op) {
 
 void Lowering::lowerClassSpecial(const TOp &op) {
   switch (op.kind) {
-  case OpKind::ProgramId:
-    set(op.result(), orderedId ? orderedProgramId(int(op.intAttr("axis"))) : T.programId(B, fn, int(op.intAttr("axis"))));
+  case OpKind::ProgramId: {
+    const int axis = int(op.intAttr("axis"));
+    set(op.result(), pidOverride[axis] ? pidOverride[axis] : orderedId ? orderedProgramId(axis) : T.programId(B, fn, axis));
     return;
-  case OpKind::NumPrograms: set(op.result(), T.numPrograms(B, fn, int(op.intAttr("axis")))); return;
+  }
+  case OpKind::NumPrograms: {
+    const int axis = int(op.intAttr("axis"));
+    set(op.result(), gridOverride[axis] ? gridOverride[axis] : T.numPrograms(B, fn, axis));
+    return;
+  }
   case OpKind::TensorDim: set(op.result(), tensor(op.operands[0]).shape[op.intAttr("axis")]); return;
   case OpKind::TensorStride: set(op.result(), tensor(op.operands[0]).strides[op.intAttr("axis")]); return;
   case OpKind::Constant: lowerConstant(op); return;
@@ -300,7 +306,8 @@ void Lowering::run() {
     set(pv, v);
   }
   beginOrderedAtomics();
-  if (!lowerRegisterProgram(*this, F, T, threads)) lowerBlock(*F.body);
+  if (const TOp *loop = persistentLoop()) lowerPersistent(*loop);
+  else if (!lowerRegisterProgram(*this, F, T, threads)) lowerBlock(*F.body);
   endOrderedAtomics();
   B.CreateRetVoid();
 }

@@ -108,12 +108,18 @@ public:
   /// Hopper's tensor maps (runtime/TensorMaps.h): the slot of the kernel's parameter block that
   /// will hold the map `spec` describes, the same slot for the same spec; -1 where the target has
   /// no maps or already gave the parameter a slot for another box. The map of slot s is at byte
-  /// rt::tensorMapOffset(params) + s * rt::kTensorMapBytes of the KernelArg array's pointer.
+  /// rt::tensorMapOffset(params, persistent) + s * rt::kTensorMapBytes of the KernelArg array's pointer.
   virtual int tensorMapSlot(const rt::TensorMapSpec &spec) const { (void)spec; return -1; }
   /// Launches one warpgroup (128 threads) more per program than threadsPerProgram(), with thread
   /// indices from threadsPerProgram() on (a warp-specialized loop's producer: MmaWarpSpecialized.cpp),
   /// and at most `maxRegisters` registers per thread at launch (what setmaxnreg.inc asks for).
   virtual void addProducerWarpgroup(int maxRegisters) const { (void)maxRegisters; }
+  /// Whether the target launches persistent kernels: as many CTAs as fit on the device at once,
+  /// each looping over programs, whose grid it reads from the parameter block
+  /// (rt::persistentGridOffset). makePersistent() marks the kernel being lowered as one; the
+  /// lowering (MmaWarpSpecialized.cpp) reads the grid and loops.
+  virtual bool persistentKernels() const { return false; }
+  virtual void makePersistent() const {}
   /// Whether programs that take deterministic mode's atomic ticket (the config `ordered_atomics`,
   /// ir/lower/kernel/AtomicOrder.cpp) do their float atomics in program order by it
   /// (codegen/llvm/OrderedAtomics.cpp); with it, the three hooks below. The CPU runs such a grid on

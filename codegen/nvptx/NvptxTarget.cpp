@@ -141,6 +141,18 @@ public:
     extraThreads_ = 128;
     maxRegisters_ = maxRegisters;
   }
+  // Hopper's warp-specialized products (MmaWarpSpecialized.cpp), with TSR_PERSISTENT=1 only
+  // (codegenSwitches keys it): on an H200 they ran at 0.82x the speed of one CTA per program
+  // (docs/performance.md, "Persistent products"), so they are not the default yet.
+  bool persistentKernels() const override {
+    static const bool on = [] {
+      const char *e = std::getenv("TSR_PERSISTENT");
+      return e && std::string(e) == "1";
+    }();
+    return smArch_ >= 90 && on;
+  }
+  void makePersistent() const override { persistent_ = true; }
+  bool persistent() const { return persistent_; }
   // Deterministic mode's ticket (codegen/llvm/OrderedAtomics.cpp): PTX's acquire and release
   // at .gpu scope (PTX ISA §8, the memory consistency model; ld/st .acquire/.release need sm_70),
   // written as inline assembly because LLVM 19's NVPTX cannot select atomic loads and stores of
@@ -166,6 +178,7 @@ private:
   int threads_;
   mutable std::vector<rt::TensorMapSpec> maps_;
   mutable int extraThreads_ = 0, maxRegisters_ = 255;
+  mutable bool persistent_ = false;
   GlobalVariable *smem_;
   int smArch_;
   mutable uint64_t end_ = 0, high_ = 0;
@@ -306,14 +319,15 @@ Built build(const std::vector<const tile::Function *> &fns, LLVMContext &ctx, Ta
     k.sharedBytes = int64_t(target.sharedBytes());
     k.threads += target.extraThreads();
     k.tensorMaps = target.tensorMaps();
+    k.persistent = target.persistent();
     // The entry: the KernelArg array by value in the .param space, and the tensor maps after it
     // (64-byte aligned, read in place by the bulk copies through a generic address: grid_constant).
-    Type *argsTy = ArrayType::get(Type::getInt8Ty(ctx), uint64_t(rt::kernelParamBytes(k.params, k.tensorMaps.size())));
+    Type *argsTy = ArrayType::get(Type::getInt8Ty(ctx), uint64_t(rt::kernelParamBytes(k.params, k.tensorMaps.size(), k.persistent)));
     Function *entry = Function::Create(FunctionType::get(Type::getVoidTy(ctx), {PointerType::get(ctx, 0)}, false),
                                        GlobalValue::ExternalLinkage, k.name, m);
     entry->setCallingConv(CallingConv::PTX_Kernel);
     entry->addParamAttr(0, Attribute::getWithByValType(ctx, argsTy));
-    entry->addParamAttr(0, Attribute::getWithAlignment(ctx, Align(k.tensorMaps.empty() ? 8 : 64)));
+    entry->addParamAttr(0, Attribute::getWithAlignment(ctx, Align(k.tensorMaps.empty() && !k.persistent ? 8 : 64)));
     entry->addParamAttr(0, Attribute::NoAlias);
     entry->addParamAttr(0, Attribute::ReadOnly);
     entry->addFnAttr(Attribute::NoUnwind);
@@ -416,7 +430,7 @@ std::string ptxTarget(const std::string &arch) { return arch == "sm_90" ? "sm_90
 
 std::string codegenSwitches() {
   std::string s;
-  for (const char *name : {"TSR_WGMMA_WAIT", "TSR_WARP_SPECIALIZE"}) {
+  for (const char *name : {"TSR_WGMMA_WAIT", "TSR_WARP_SPECIALIZE", "TSR_PERSISTENT"}) {
     const char *v = std::getenv(name);
     s += std::string(name) + "=" + (v ? v : "") + ";";
   }

@@ -12,7 +12,8 @@
 // passed by value; a kernel with tensor maps (PtxKernel::tensorMaps, runtime/TensorMaps.h) takes
 // `.param .align 64 .b8 args[...]` with the maps after the array (rt::kernelParamBytes); launch
 // with blockDim = (threads,1,1) (a warp-specialized kernel's threads include its producer
-// warpgroup), gridDim = the grid, and
+// warpgroup), gridDim = the grid (a persistent kernel: gridDim.x = the CTAs that fit on the
+// device at once, at most the programs, and the grid in the parameter block), and
 // sharedMemBytes = PtxKernel::sharedBytes (above 48 KiB, set
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first).
 #pragma once
@@ -41,6 +42,11 @@ struct PtxKernel {
   /// The tensor maps the launcher passes after the KernelArg array (runtime/TensorMaps.h), in
   /// slot order; the parameter block is rt::kernelParamBytes(params, tensorMaps.size()) bytes.
   std::vector<rt::TensorMapSpec> tensorMaps;
+  /// A persistent kernel: launched with fewer CTAs than programs (as many as are resident at
+  /// once), each running programs x, x + gridDim.x, ... of the grid the launcher writes at
+  /// rt::persistentGridOffset(params); the parameter block is rt::kernelParamBytes(params,
+  /// tensorMaps.size(), true) bytes.
+  bool persistent = false;
 };
 
 struct PtxModule {

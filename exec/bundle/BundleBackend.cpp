@@ -106,6 +106,7 @@ public:
         c.threads = code->second.threads;
         c.sharedBytes = unsigned(code->second.sharedBytes);
         c.tensorMaps = code->second.tensorMaps;
+        c.persistent = code->second.persistent;
         p->inner = cuda_->load(c);
         loaded = true;
         break;

@@ -725,6 +725,7 @@ json cudaTarget(const std::vector<Lowered> &programs, std::vector<json> &entries
                                   {"shared", mod.kernels[0].sharedBytes}};
       if (!mod.kernels[0].tensorMaps.empty())
         entries[i]["cuda"][arch]["tensor_maps"] = rt::formatTensorMaps(mod.kernels[0].tensorMaps);
+      if (mod.kernels[0].persistent) entries[i]["cuda"][arch]["persistent"] = true;
       ptxAll += mod.ptx;
       if (ptxas) {
         const std::string base = tmp + "/" + arch + "_" + std::to_string(i);

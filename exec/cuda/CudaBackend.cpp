@@ -8,6 +8,8 @@
 #include "runtime/cuda/ModuleCache.h"
 #include "runtime/cuda/TensorMap.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -71,24 +73,27 @@ struct CudaProgram final : BackendProgram {
   unsigned threads = 128;
   unsigned sharedBytes = 0;
   std::vector<rt::TensorMapSpec> tensorMaps;
+  bool persistent = false;
 };
 
 /// The parameter block of a launch of `p` with `args`: the KernelArg array, then the tensor maps
-/// (runtime/TensorMaps.h), each tensor's KernelArg::i saying whether its map could be made.
-/// Reuses `block`'s memory.
-void packParameters(const CudaProgram &p, const std::vector<rt::KernelArg> &args, std::vector<unsigned char> &block) {
+/// (runtime/TensorMaps.h), each tensor's KernelArg::i saying whether its map could be made; a
+/// persistent kernel's program grid between the two. Reuses `block`'s memory.
+void packParameters(const CudaProgram &p, const std::vector<rt::KernelArg> &args, const std::array<int64_t, 3> &grid,
+                    std::vector<unsigned char> &block) {
   // TSR_TENSOR_MAPS=0: no maps (every kernel takes its copies without TMA), to compare the two.
   static const bool noMaps = [] {
     const char *e = std::getenv("TSR_TENSOR_MAPS");
     return e && std::string(e) == "0";
   }();
-  block.assign(rt::kernelParamBytes(args.size(), p.tensorMaps.size()), 0);
+  block.assign(rt::kernelParamBytes(args.size(), p.tensorMaps.size(), p.persistent), 0);
   std::memcpy(block.data(), args.data(), args.size() * sizeof(rt::KernelArg));
+  if (p.persistent) std::memcpy(block.data() + rt::persistentGridOffset(args.size()), grid.data(), sizeof grid);
   auto *packed = reinterpret_cast<rt::KernelArg *>(block.data());
   for (size_t s = 0; s < p.tensorMaps.size(); ++s) {
     const rt::TensorMapSpec &spec = p.tensorMaps[s];
     if (spec.param < 0 || size_t(spec.param) >= args.size()) continue;
-    unsigned char *map = block.data() + rt::tensorMapOffset(args.size()) + s * rt::kTensorMapBytes;
+    unsigned char *map = block.data() + rt::tensorMapOffset(args.size(), p.persistent) + s * rt::kTensorMapBytes;
     const bool made = !noMaps && cuda::encodeTensorMap(spec, args[size_t(spec.param)], map);
     packed[spec.param].i = made ? rt::kTensorMapPresent : 0;
   }
@@ -131,7 +136,7 @@ public:
     if (!source_.compile)
       throw std::runtime_error("the program `" + fn.name + "` has no code for " + dev_.name() + ", and this runner compiles no PTX");
     const CompiledPtx c = source_.compile(fn, arch_);
-    return load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps});
+    return load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps, c.persistent});
   }
 
   // The PTX of a batch on every core, as the CPU backend compiles its batches: each compilation
@@ -160,7 +165,7 @@ public:
       if (!ptx[u]) continue;
       try {
         const CompiledPtx &c = *ptx[u];
-        done[u] = load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps});
+        done[u] = load({c.ptx, {}, c.entry, c.threads, c.sharedBytes, c.tensorMaps, c.persistent});
       } catch (...) {
         // as above: the step's own compile reports the driver's error
       }
@@ -175,6 +180,7 @@ public:
     p->threads = code.threads;
     p->sharedBytes = code.sharedBytes;
     p->tensorMaps = code.tensorMaps;
+    p->persistent = code.persistent;
     return p;
   }
 
@@ -192,13 +198,21 @@ public:
     }
     dims.block[0] = p.threads;
     dims.sharedBytes = p.sharedBytes;
-    if (p.tensorMaps.empty()) {
+    if (p.persistent) {
+      // As many CTAs as are resident at once, each looping over the grid's programs.
+      const int64_t programs = grid[0] * grid[1] * grid[2];
+      if (programs <= 0) return;
+      const int64_t resident = int64_t(dev_.ctx.info().smCount) * dev_.stream().residentBlocksPerSM(*p.fn, dims, {site.kernel, site.source});
+      dims.grid[0] = unsigned(std::clamp<int64_t>(resident, 1, programs));
+      dims.grid[1] = dims.grid[2] = 1;
+    }
+    if (p.tensorMaps.empty() && !p.persistent) {
       dev_.stream().launchPacked(*p.fn, dims, args.data(), args.size() * sizeof(rt::KernelArg),
                                cuda::LaunchSite{site.kernel, site.source});
       return;
     }
     thread_local std::vector<unsigned char> block;
-    packParameters(p, args, block);
+    packParameters(p, args, grid, block);
     // Through kernelParams, not a packed buffer: the block is `.align 64`, and the driver puts it
     // where the kernel reads it (a packed buffer lands at the start of the parameter bank, which
     // is only 16-byte aligned on sm_90: the kernel would read every field 48 bytes off).

@@ -45,6 +45,9 @@ struct PtxCode {
   unsigned sharedBytes = 0; // dynamic shared memory per block
   /// The tensor maps the kernel takes after its KernelArg array (runtime/TensorMaps.h), in slot order.
   std::vector<rt::TensorMapSpec> tensorMaps;
+  /// A persistent kernel (codegen/nvptx/PtxKernel.h): launched with the CTAs that fit on the
+  /// device at once, the grid passed in its parameter block.
+  bool persistent = false;
 };
 
 /// A program compiled to PTX (what PtxSource::compile makes).
@@ -52,6 +55,7 @@ struct CompiledPtx {
   std::string ptx, entry;
   unsigned threads = 128, sharedBytes = 0;
   std::vector<rt::TensorMapSpec> tensorMaps;
+  bool persistent = false;
 };
 
 /// Where a GPU backend's programs come from when it is asked to compile one.

@@ -17,8 +17,8 @@ PtxSource nvptxSource() {
   s.measureShared = [](const tile::Function &fn) { return codegen::nvptx::sharedBytesOf(fn); };
   s.compile = [](const tile::Function &fn, const std::string &arch) {
     // The PTX of a program depends on its text, the architecture and the compiler's build; it is
-    // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED MAPS\n" + PTX
-    // (MAPS: rt::formatTensorMaps, "-" for none).
+    // kept in the persistent cache (runtime/DiskCache.h) as "ENTRY THREADS SHARED MAPS PERSISTENT\n"
+    // + PTX (MAPS: rt::formatTensorMaps, "-" for none; PERSISTENT: 0 or 1).
     const std::string key = std::string("ptx|") + buildId() + "|" + arch + "|" + codegen::nvptx::codegenSwitches() + "|" + tile::toString(fn);
     CompiledPtx c;
     rt::DiskCache &disk = rt::DiskCache::process();
@@ -26,7 +26,7 @@ PtxSource nvptxSource() {
       const size_t nl = hit->find('\n');
       std::istringstream head(hit->substr(0, nl));
       std::string maps;
-      if (nl != std::string::npos && head >> c.entry >> c.threads >> c.sharedBytes >> maps) {
+      if (nl != std::string::npos && head >> c.entry >> c.threads >> c.sharedBytes >> maps >> c.persistent) {
         if (auto m = rt::parseTensorMaps(maps == "-" ? "" : maps)) {
           c.tensorMaps = std::move(*m);
           c.ptx = hit->substr(nl + 1);
@@ -43,10 +43,11 @@ PtxSource nvptxSource() {
     c.threads = unsigned(k.threads);
     c.sharedBytes = unsigned(k.sharedBytes);
     c.tensorMaps = k.tensorMaps;
+    c.persistent = k.persistent;
     c.ptx = std::move(mod.ptx);
     const std::string maps = rt::formatTensorMaps(c.tensorMaps);
     disk.put("ptx", key, c.entry + " " + std::to_string(c.threads) + " " + std::to_string(c.sharedBytes) + " " +
-                             (maps.empty() ? "-" : maps) + "\n" + c.ptx);
+                             (maps.empty() ? "-" : maps) + " " + (c.persistent ? "1" : "0") + "\n" + c.ptx);
     return c;
   };
   return s;

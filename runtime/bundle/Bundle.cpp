@@ -444,6 +444,10 @@ Bundle Bundle::parse(std::string bytes, const ParseOptions &opts) {
             if (m.param < 0 || m.box.empty()) r.bad(wa + ".tensor_maps", "names a parameter or box that cannot be");
           cc.tensorMaps = std::move(*maps);
         }
+        if (code.contains("persistent")) {
+          if (!code["persistent"].is_boolean()) r.bad(wa + ".persistent", "is not true or false");
+          cc.persistent = code["persistent"].get<bool>();
+        }
         p.cuda[arch] = cc;
       }
     } else {

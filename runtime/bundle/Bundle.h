@@ -176,6 +176,9 @@ struct CudaCode {
   uint64_t sharedBytes = 0;
   /// The kernel's tensor maps ("tensor_maps", runtime/TensorMaps.h's text; absent: none).
   std::vector<TensorMapSpec> tensorMaps;
+  /// A persistent kernel ("persistent": true; codegen/nvptx/PtxKernel.h): the launcher passes the
+  /// grid in the parameter block and launches the CTAs that fit on the device at once.
+  bool persistent = false;
 };
 
 /// One compiled program of a graph's kernel step.

@@ -90,6 +90,8 @@ struct Api {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **);
+  // Occupancy (optional: without it a persistent kernel takes one CTA per SM)
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
   // Event Management (optional: without them a profile has no device times)
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -210,6 +212,8 @@ Driver::Driver() {
   api.cuTensorMapEncodeTiled = reinterpret_cast<decltype(api.cuTensorMapEncodeTiled)>(dlsym(lib_, "cuTensorMapEncodeTiled"));
   // cuda.h maps cuEventElapsedTime to cuEventElapsedTime_v2 from CUDA 12.8; older drivers have
   // only the first, with the same signature. cuEventDestroy is cuEventDestroy_v2.
+  api.cuOccupancyMaxActiveBlocksPerMultiprocessor = reinterpret_cast<decltype(api.cuOccupancyMaxActiveBlocksPerMultiprocessor)>(
+      dlsym(lib_, "cuOccupancyMaxActiveBlocksPerMultiprocessor"));
   api.cuEventCreate = reinterpret_cast<decltype(api.cuEventCreate)>(dlsym(lib_, "cuEventCreate"));
   api.cuEventRecord = reinterpret_cast<decltype(api.cuEventRecord)>(dlsym(lib_, "cuEventRecord"));
   api.cuEventSynchronize = reinterpret_cast<decltype(api.cuEventSynchronize)>(dlsym(lib_, "cuEventSynchronize"));
@@ -784,6 +788,21 @@ void Stream::launchPacked(Function &fn, const LaunchDims &dims, const void *args
                                   dims.block[2], dims.sharedBytes, stream_, nullptr, extra);
   if (timed) timedLaunch(timed, fn, dims, site);
   afterLaunch(r, fn, dims, site);
+}
+
+int Stream::residentBlocksPerSM(Function &fn, const LaunchDims &dims, LaunchSite site) {
+  if (int known = fn.residentPerSM_.load(std::memory_order_relaxed)) return known;
+  ctx_.requireUsable();
+  ctx_.makeCurrent();
+  prepareShared(fn, dims, site);
+  int blocks = 0;
+  if (api.cuOccupancyMaxActiveBlocksPerMultiprocessor &&
+      api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn.handle(), int(dims.block[0] * dims.block[1] * dims.block[2]),
+                                                      dims.sharedBytes) != 0)
+    blocks = 0;
+  blocks = std::max(blocks, 1);
+  fn.residentPerSM_.store(blocks, std::memory_order_relaxed);
+  return blocks;
 }
 
 void Stream::markFinished() {

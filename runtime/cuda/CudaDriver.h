@@ -164,6 +164,7 @@ private:
   std::string name_;
   int device_;
   std::atomic<unsigned> sharedLimit_{48 * 1024};  // the default without opt-in
+  std::atomic<int> residentPerSM_{0};             // residentBlocksPerSM's answer (0: not asked yet)
 };
 
 /// Where a launch came from, for error messages: the kernel (or fusion step) name and its .tsr
@@ -353,6 +354,11 @@ public:
   /// `extra` with CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE): for Tessera's kernels, whose single
   /// parameter is the KernelArg array of codegen/nvptx (argBytes = 152 * parameters).
   void launchPacked(Function &fn, const LaunchDims &dims, const void *args, size_t argBytes, LaunchSite site);
+  /// How many CTAs of `fn` with `dims`' block and dynamic shared memory fit on one SM at once
+  /// (cuOccupancyMaxActiveBlocksPerMultiprocessor, after raising the function's shared memory
+  /// limit as launch() does), at least 1; 1 when the driver lacks the function. Kept per function
+  /// (a persistent kernel's launches all have the same block).
+  int residentBlocksPerSM(Function &fn, const LaunchDims &dims, LaunchSite site);
 
   /// Waits for all work queued so far. Without a limit (timeoutSeconds <= 0) it is
   /// cuStreamSynchronize; with one, cuStreamQuery is polled (yielding, then sleeping up to 1 ms

@@ -16,13 +16,14 @@ for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval
   xz -T0 -6 -f "$DIR/$n"
   echo "packed $DIR/$n.xz ($(du -h "$DIR/$n.xz" | cut -f1))"
 done
-# The shared libraries they link beyond the C/C++ runtime, libz and libzstd (ONNX and Protobuf,
-# for the ONNX importer), into DIR/lib; suite.sh puts it on LD_LIBRARY_PATH.
+# The shared libraries they link beyond the C/C++ runtime, libz and libzstd (ONNX and Protobuf
+# for the ONNX importer; Gloo and what it links, for CPU collectives), into DIR/lib; suite.sh puts
+# it on LD_LIBRARY_PATH.
 mkdir -p "$DIR/lib"
 for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check \
          build/tools/tsr-run-bundle/tsr-run-bundle; do
   ldd "$b" | awk '/=> \// {print $3}'
-done | sort -u | grep -E 'lib(onnx|protobuf)' | while read -r l; do
+done | sort -u | grep -E 'lib(onnx|protobuf|gloo|hiredis|ibverbs|nl-)' | while read -r l; do
   xz -T0 -6 -c "$l" >"$DIR/lib/$(basename "$l").xz"
   echo "packed $DIR/lib/$(basename "$l").xz ($(du -h "$DIR/lib/$(basename "$l").xz" | cut -f1))"
 done

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <tuple>
 
 namespace tsr::codegen::lower {
 
@@ -66,6 +67,23 @@ bool Lowering::zeroInitOfMmaLoop(const tile::Block &b, size_t index) {
   return false;
 }
 
+std::pair<const TOp *, const TOp *> Lowering::mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p) {
+  const auto &ops = b.ops;
+  auto at = std::find(ops.begin(), ops.end(), &op);
+  const TValue *v = op.result();
+  auto next = at == ops.end() ? ops.end() : at + 1;
+  const TOp *cast = nullptr;
+  if (next != ops.end() && (*next)->kind == OpKind::Cast && (*next)->operands[0] == v && uses[v] == 1 &&
+      (*next)->attrs.size() == 1) {
+    cast = *next;
+    v = cast->result();
+    ++next;
+  }
+  if (next != ops.end() && (*next)->kind == OpKind::StoreBox && uses[v] == 1 && storesTile(**next, v, p.BM, p.BN))
+    return {cast, *next};
+  return {nullptr, nullptr};
+}
+
 bool Lowering::lowerMmaLoop(const TOp &op) {
   if (!shared() || threads % 32 != 0) return false;
   std::optional<MmaPlan> plan = planMmaLoop(op, threads / 32, T.tensorCoreArch());
@@ -83,26 +101,12 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   // The epilogue: when the loop's result is only stored (after a cast, perhaps) by the next ops,
   // the registers are stored to the tensor; otherwise they go to a tile for the ops after.
   const TOp *epiCast = nullptr, *epiStore = nullptr;
-  if (curBlock) {
-    const auto &ops = curBlock->ops;
-    auto at = std::find(ops.begin(), ops.end(), &op);
-    const TValue *v = op.result();
-    auto next = at == ops.end() ? ops.end() : at + 1;
-    if (next != ops.end() && (*next)->kind == OpKind::Cast && (*next)->operands[0] == v && uses[v] == 1 &&
-        (*next)->attrs.size() == 1) {
-      epiCast = *next;
-      v = epiCast->result();
-      ++next;
-    }
-    if (next != ops.end() && (*next)->kind == OpKind::StoreBox && uses[v] == 1 && storesTile(**next, v, p.BM, p.BN))
-      epiStore = *next;
-    else
-      epiCast = nullptr;
-  }
+  if (curBlock) std::tie(epiCast, epiStore) = mmaEpilogue(*curBlock, op, p);
   // Hopper, a loop that is its whole kernel: a producer warpgroup copies with TMA
   // (MmaWarpSpecialized.cpp), and the ring has its mbarriers after the stages.
   int slots[2] = {-1, -1};
   const bool ws = planWarpSpecialized(op, p, epiStore, slots);
+  if (wsRole != WsRole::None && !ws) fail(F, "internal: the loop of a persistent kernel is not warp-specialized");
   // The threads' barrier: a warp-specialized kernel's leaves the producer warpgroup out.
   auto sync = [&] { ws ? mma::namedBarrier(B, mma::kConsumerBarrier, threads) : T.barrier(B); };
   Value *out = epiStore ? nullptr : alloc(ct);
@@ -361,6 +365,13 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
     return eitherWay(bKMajor, "mma", ways, mainLoop);
   };
   const std::vector<Value *> fin = ws ? lowerWarpSpecialized(op, p, slots, ringS, lo, n, step, acc0, multistage) : multistage();
+  if (wsRole == WsRole::Producer) {
+    // A persistent kernel's producer pass: the consumers' pass stores the result.
+    T.releaseTileBuffer(ring);
+    absorbed.insert(epiStore);
+    if (epiCast) absorbed.insert(epiCast);
+    return true;
+  }
   waitGroups(0);
   sync();
   T.releaseTileBuffer(ring);

@@ -25,11 +25,13 @@
 #include "codegen/llvm/MmaPlan.h"
 #include "codegen/llvm/lower/Mma.h"
 
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/IntrinsicsNVPTX.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 namespace tsr::codegen::lower {
@@ -50,29 +52,36 @@ std::pair<int, int> boxAxes(const std::vector<int64_t> &box) {
 
 } // namespace
 
-bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]) {
-  if (!p.wgmma || !epiStore || curBlock != F.body || loopDepth != 0 || redundant != 0 || threads % 128 != 0) return false;
+bool Lowering::warpSpecializable(const tile::Block &b, const TOp &op, const MmaPlan &p, const TOp *epiStore) const {
+  if (!p.wgmma || !epiStore || &b != F.body || threads % 128 != 0) return false;
   // TSR_WARP_SPECIALIZE=0: the multistage loop instead, for measuring (codegenSwitches keys it).
   if (const char *e = std::getenv("TSR_WARP_SPECIALIZE"); e && std::string(e) == "0") return false;
-  const auto &ops = curBlock->ops;
+  const auto &ops = b.ops;
   auto at = std::find(ops.begin(), ops.end(), &op), st = std::find(ops.begin(), ops.end(), epiStore);
   if (at == ops.end() || st == ops.end() || st + 1 != ops.end()) return false;
   // Before the loop, ops the producer threads may run as well: scalars from scalars and tensors.
   for (auto it = ops.begin(); it != at; ++it) {
     const TOp *o = *it;
-    if (o->kind == OpKind::Constant && o->result() == op.operands[3]) continue; // the zero accumulators
+    if (o->kind == OpKind::Constant && o->result() == op.operands[3] && isZeroConstant(o->result())) continue; // the accumulators
     if (o->results.empty() || !o->regions.empty()) return false;
     for (const TValue *r : o->results)
       if (!r->type.isScalar()) return false;
     for (const TValue *v : o->operands)
       if (!v->type.isScalar() && !v->type.isTensor()) return false;
   }
+  const TValue *t[2] = {p.loadA->operands[0], p.loadB->operands[0]};
+  for (const TValue *x : t)
+    if (std::find(F.params.begin(), F.params.end(), x) == F.params.end() || x->type.rank > 5) return false;
+  return t[0] != t[1];
+}
+
+bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]) {
+  if (!curBlock || loopDepth != 0 || redundant != 0 || !warpSpecializable(*curBlock, op, p, epiStore)) return false;
   const TOp *loads[2] = {p.loadA, p.loadB};
   rt::TensorMapSpec specs[2];
   for (int o = 0; o < 2; ++o) {
     const TValue *t = loads[o]->operands[0];
     auto pit = std::find(F.params.begin(), F.params.end(), t);
-    if (pit == F.params.end() || t->type.rank > 5) return false;
     specs[o].param = int(pit - F.params.begin());
     specs[o].box = *loads[o]->attrAs<std::vector<int64_t>>("box");
     auto [row, col] = boxAxes(specs[o].box);
@@ -80,11 +89,20 @@ bool Lowering::planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *e
     // x.T; wgmma's transpose-a); B N-major or K-major (transpose-b). The first with stride 1 wins.
     specs[o].inner = std::vector<int>{col, row};
   }
-  if (specs[0].param == specs[1].param) return false;
   for (int o = 0; o < 2; ++o)
     if ((slots[o] = T.tensorMapSlot(specs[o])) < 0) return false;
   T.addProducerWarpgroup(kConsumerRegisters);
   return true;
+}
+
+Value *Lowering::mapsMade(const MmaPlan &p) {
+  Value *args = T.kernelArgs(B, fn), *made = B.getTrue();
+  for (const TOp *ld : {p.loadA, p.loadB}) {
+    const int64_t param = std::find(F.params.begin(), F.params.end(), ld->operands[0]) - F.params.begin();
+    Value *flag = B.CreateLoad(i64(), B.CreateInBoundsGEP(i8(), args, c64(param * int64_t(sizeof(rt::KernelArg)) + int64_t(offsetof(rt::KernelArg, i)))));
+    made = B.CreateAnd(made, B.CreateICmpNE(B.CreateAnd(flag, c64(rt::kTensorMapPresent)), c64(0)));
+  }
+  return made;
 }
 
 std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan &p, const int slots[2], Value *ringS,
@@ -95,18 +113,17 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   const TOp *loads[2] = {p.loadA, p.loadB};
   const int64_t stageBytes[2] = {p.stageBytesA(), p.stageBytesB()};
   const int64_t ringOffset[2] = {0, S * p.stageBytesA()};
+  // A persistent kernel lowers this loop once per role (lowerPersistent), and the ring's stages
+  // and barrier phases continue from the CTA's earlier programs: k tile j is the ring's base + j.
+  const bool persistent = wsRole != WsRole::None;
+  Value *base = persistent ? B.CreateLoad(i64(), wsBase, "ws.base") : c64(0);
 
-  // The maps, and whether the launcher made both (KernelArg::i of the tensors).
+  // The maps, and whether the launcher made both.
   Value *args = T.kernelArgs(B, fn);
-  Value *map[2], *present = B.getTrue();
-  for (int o = 0; o < 2; ++o) {
-    const TValue *t = loads[o]->operands[0];
-    const int64_t param = std::find(F.params.begin(), F.params.end(), t) - F.params.begin();
+  Value *map[2], *present = mapsMade(p);
+  for (int o = 0; o < 2; ++o)
     map[o] = B.CreatePtrToInt(
-        B.CreateInBoundsGEP(i8(), args, c64(int64_t(rt::tensorMapOffset(F.params.size())) + slots[o] * int64_t(rt::kTensorMapBytes))), i64());
-    Value *flag = B.CreateLoad(i64(), B.CreateInBoundsGEP(i8(), args, c64(param * int64_t(sizeof(rt::KernelArg)) + int64_t(offsetof(rt::KernelArg, i)))));
-    present = B.CreateAnd(present, B.CreateICmpNE(B.CreateAnd(flag, c64(rt::kTensorMapPresent)), c64(0)));
-  }
+        B.CreateInBoundsGEP(i8(), args, c64(int64_t(rt::tensorMapOffset(F.params.size(), persistent)) + slots[o] * int64_t(rt::kTensorMapBytes))), i64());
   // B's map runs along n when n is contiguous (runtime/TensorMaps.h: the first inner axis with
   // stride 1), else along k: the K-major layout. A's along k when k is contiguous, else along m.
   auto [rowB, colB] = boxAxes(*p.loadB->attrAs<std::vector<int64_t>>("box"));
@@ -124,21 +141,34 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   auto full = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(s, c64(8))); };
   auto empty = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(B.CreateAdd(s, c64(S)), c64(8))); };
   const int consumerWarps = threads / 32;
-  ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
-    for (int s = 0; s < S; ++s) {
-      mma::mbarrierInit(B, full(c64(s)), 1);
-      mma::mbarrierInit(B, empty(c64(s)), consumerWarps);
-    }
-    // The barriers' initialization, visible to the other threads and to the copies' complete_tx.
-    mma::ptx(B, "fence.mbarrier_init.release.cluster;");
-  });
-  T.barrier(B); // every thread of the CTA, the producer warpgroup's too
+  auto initBarriers = [&] {
+    ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
+      for (int s = 0; s < S; ++s) {
+        mma::mbarrierInit(B, full(c64(s)), 1);
+        mma::mbarrierInit(B, empty(c64(s)), consumerWarps);
+      }
+      // The barriers' initialization, visible to the other threads and to the copies' complete_tx.
+      mma::ptx(B, "fence.mbarrier_init.release.cluster;");
+    });
+    // Every thread of the CTA, the producer warpgroup's too. A persistent kernel's roles reach
+    // it from two places, which bar.sync (.aligned) does not allow: barrier.sync with the count.
+    if (persistent) mma::namedBarrier(B, 0, threads + 128);
+    else T.barrier(B);
+  };
+  // A persistent kernel's roles each reach this barrier once, at their first program.
+  if (persistent) ifThen(wsFirst, initBarriers);
+  else initBarriers();
+  auto advanceBase = [&] { if (persistent) B.CreateStore(B.CreateAdd(base, n), wsBase); };
 
   // ---- the producer warpgroup ----
-  BasicBlock *producerBB = BasicBlock::Create(C, "ws.producer", fn), *consumerBB = BasicBlock::Create(C, "ws.consumer", fn);
-  B.CreateCondBr(B.CreateICmpUGE(tid, c64(threads)), producerBB, consumerBB);
-  B.SetInsertPoint(producerBB);
-  B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {B.getInt32(kProducerRegisters)});
+  BasicBlock *producerBB = nullptr, *consumerBB = nullptr;
+  if (!persistent) {
+    producerBB = BasicBlock::Create(C, "ws.producer", fn);
+    consumerBB = BasicBlock::Create(C, "ws.consumer", fn);
+    B.CreateCondBr(B.CreateICmpUGE(tid, c64(threads)), producerBB, consumerBB);
+    B.SetInsertPoint(producerBB);
+    B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {B.getInt32(kProducerRegisters)});
+  }
   // Copies of tile j of operand o into stage `stage`: box[inner] / 64 copies of 64 x outer.
   // `transposed`: B K-major, or A M-major (the box's rows inner).
   auto copies = [&](int o, bool transposed, Value *j, Value *stage, Value *bar) {
@@ -158,7 +188,8 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   };
   auto producerLoop = [&](bool mMajorA, bool kMajorB) {
     countedLoop(n, {}, "ws", [&](Value *j, std::vector<Value *>) -> std::vector<Value *> {
-      Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
+      Value *g = B.CreateAdd(base, j);
+      Value *s = B.CreateURem(g, c64(S)), *round = B.CreateUDiv(g, c64(S));
       // A stage is free once the consumers released its previous tile; a fresh barrier's
       // phase of parity 1 counts as complete, so the first round does not wait.
       mma::mbarrierWait(B, empty(s), B.CreateXor(B.CreateAnd(round, c64(1)), c64(1)));
@@ -180,16 +211,23 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
     }
     B.SetInsertPoint(done);
   };
-  ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] { byLayout("ws.produce", producerLoop); });
-  B.CreateRetVoid();
-
-  // ---- the consumer warpgroups ----
-  B.SetInsertPoint(consumerBB);
-  B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
+  if (!persistent || wsRole == WsRole::Producer) {
+    ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] { byLayout("ws.produce", producerLoop); });
+    if (persistent) {
+      advanceBase();
+      return {};
+    }
+    B.CreateRetVoid();
+    // ---- the consumer warpgroups ----
+    B.SetInsertPoint(consumerBB);
+    B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
+  }
   Value *warp = B.CreateLShr(tid, c64(5)), *lane = B.CreateAnd(tid, c64(31));
+  auto release = [&](Value *j) { mma::mbarrierArrive(B, empty(B.CreateURem(B.CreateAdd(base, j), c64(S)))); };
   auto consumerLoop = [&](bool mMajorA, bool kMajorB) {
     std::vector<Value *> out = countedLoop(n, acc0, "ws.mma", [&](Value *j, std::vector<Value *> cur) {
-      Value *s = B.CreateURem(j, c64(S)), *round = B.CreateUDiv(j, c64(S));
+      Value *g = B.CreateAdd(base, j);
+      Value *s = B.CreateURem(g, c64(S)), *round = B.CreateUDiv(g, c64(S));
       mma::mbarrierWait(B, full(s), B.CreateAnd(round, c64(1)));
       Value *aStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateMul(s, c64(p.stageBytesA())));
       Value *bStage = B.CreateInBoundsGEP(i8(), ringS, B.CreateAdd(c64(ringOffset[1]), B.CreateMul(s, c64(p.stageBytesB()))));
@@ -199,17 +237,30 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
       cur = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned " + std::to_string(p.inFlight) + ";", cur, {}, "");
       // Tile j - inFlight's products are done in this warp: its stage may be refilled.
       Value *done = B.CreateSub(j, c64(p.inFlight));
-      ifThen(B.CreateAnd(B.CreateICmpSGE(done, c64(0)), B.CreateICmpEQ(lane, c64(0))),
-             [&] { mma::mbarrierArrive(B, empty(B.CreateURem(done, c64(S)))); });
+      ifThen(B.CreateAnd(B.CreateICmpSGE(done, c64(0)), B.CreateICmpEQ(lane, c64(0))), [&] { release(done); });
       return cur;
     });
-    return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
+    out = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
+    // The last inFlight tiles' stages, for the producer's next program.
+    if (persistent)
+      for (int q = 0; q < p.inFlight; ++q) {
+        Value *d = B.CreateSub(n, c64(p.inFlight - q));
+        ifThen(B.CreateAnd(B.CreateICmpSGE(d, c64(0)), B.CreateICmpEQ(lane, c64(0))), [&] { release(d); });
+      }
+    return out;
   };
+  // A persistent kernel's consumers have a program loop with maps and one without
+  // (lowerPersistent): the cp.async loop's registers would spill in the other's.
+  if (wsMapsPass == 0) {
+    std::vector<Value *> acc = multistage();
+    advanceBase();
+    return acc;
+  }
   // Five ways out of the consumers' branch: a loop with maps per combination of the operands'
   // layouts, and the cp.async loop without maps; the accumulators meet in phis.
   BasicBlock *withMaps = BasicBlock::Create(C, "ws.maps", fn), *without = BasicBlock::Create(C, "ws.nomaps", fn),
              *merged = BasicBlock::Create(C, "ws.merge", fn);
-  B.CreateCondBr(present, withMaps, without);
+  B.CreateCondBr(wsMapsPass == 1 ? B.getTrue() : present, withMaps, without);
   B.SetInsertPoint(withMaps);
   std::vector<std::vector<Value *>> outs;
   std::vector<BasicBlock *> ends;
@@ -223,11 +274,89 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
     B.CreateBr(merged);
   }
   B.SetInsertPoint(without);
+  if (wsMapsPass == 1) {
+    new UnreachableInst(C, without);
+    B.SetInsertPoint(merged);
+    std::vector<Value *> acc = mergeValues(outs, ends);
+    advanceBase();
+    return acc;
+  }
   outs.push_back(multistage());
   ends.push_back(B.GetInsertBlock());
   B.CreateBr(merged);
   B.SetInsertPoint(merged);
-  return mergeValues(outs, ends);
+  std::vector<Value *> acc = mergeValues(outs, ends);
+  advanceBase();
+  return acc;
+}
+
+const TOp *Lowering::persistentLoop() {
+  if (!T.persistentKernels() || ticket || threads % 128 != 0) return nullptr;
+  for (const TOp *o : F.body->ops) {
+    if (o->kind != OpKind::For) continue;
+    std::optional<MmaPlan> p = planMmaLoop(*o, threads / 32, T.tensorCoreArch());
+    if (!p) return nullptr;
+    return warpSpecializable(*F.body, *o, *p, mmaEpilogue(*F.body, *o, *p).second) ? o : nullptr;
+  }
+  return nullptr;
+}
+
+void Lowering::lowerPersistent(const TOp &loop) {
+  T.makePersistent();
+  // The grid of programs, from the launcher; this CTA runs programs cta, cta + ctas, ... of it
+  // in order (x fastest), so that the CTAs running at once take neighbouring programs, as a
+  // grid launched whole would.
+  Value *args = T.kernelArgs(B, fn);
+  const int64_t at = int64_t(rt::persistentGridOffset(F.params.size()));
+  Value *grid[3];
+  for (int a = 0; a < 3; ++a) grid[a] = B.CreateLoad(i64(), B.CreateInBoundsGEP(i8(), args, c64(at + 8 * a)), "grid");
+  Value *total = B.CreateMul(B.CreateMul(grid[0], grid[1]), grid[2]);
+  Value *cta = T.programId(B, fn, 0), *ctas = T.numPrograms(B, fn, 0);
+  Value *mine = B.CreateSelect(B.CreateICmpSGT(total, cta), B.CreateUDiv(B.CreateAdd(B.CreateSub(total, cta), B.CreateSub(ctas, c64(1))), ctas), c64(0));
+  {
+    IRBuilder<> ab(entry, entry->getFirstInsertionPt());
+    wsBase = ab.CreateAlloca(i64(), nullptr, "ws.base.slot");
+  }
+  B.CreateStore(c64(0), wsBase);
+  BasicBlock *producer = BasicBlock::Create(C, "persist.producer", fn), *consumer = BasicBlock::Create(C, "persist.consumer", fn),
+             *done = BasicBlock::Create(C, "persist.done", fn);
+  B.CreateCondBr(B.CreateICmpUGE(tid, c64(threads)), producer, consumer);
+  // Three program loops: the producer's, the consumers' with tensor maps, the consumers' without
+  // (the launcher could not make the maps: cp.async).
+  BasicBlock *withMaps = BasicBlock::Create(C, "persist.maps", fn), *without = BasicBlock::Create(C, "persist.nomaps", fn);
+  B.SetInsertPoint(consumer);
+  // The registers move once, before the first program (setmaxnreg, PTX ISA §9.7.17.1).
+  B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
+  B.CreateCondBr(mapsMade(*planMmaLoop(loop, threads / 32, T.tensorCoreArch())), withMaps, without);
+  B.SetInsertPoint(producer);
+  B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {B.getInt32(kProducerRegisters)});
+  for (int pass = 0; pass < 3; ++pass) {
+    const bool prod = pass == 0;
+    if (pass > 0) B.SetInsertPoint(pass == 1 ? withMaps : without);
+    wsRole = prod ? WsRole::Producer : WsRole::Consumer;
+    wsMapsPass = prod ? -1 : pass == 1 ? 1 : 0;
+    countedLoop(mine, {}, prod ? "persist.p" : "persist.c", [&](Value *j, std::vector<Value *>) -> std::vector<Value *> {
+      Value *v = B.CreateAdd(cta, B.CreateMul(j, ctas));
+      wsFirst = B.CreateICmpEQ(j, c64(0));
+      pidOverride[0] = B.CreateURem(v, grid[0]);
+      pidOverride[1] = B.CreateURem(B.CreateUDiv(v, grid[0]), grid[1]);
+      pidOverride[2] = B.CreateUDiv(v, B.CreateMul(grid[0], grid[1]));
+      for (int a = 0; a < 3; ++a) gridOverride[a] = grid[a];
+      // The thread's index, opaque to LLVM in each program: what derives from it alone (the
+      // epilogue's addresses of 128 accumulators, the copies' offsets) would otherwise be hoisted
+      // out of the program loop and held in registers across the main loop, where they spill.
+      Value *const tidOutside = tid;
+      tid = B.CreateCall(InlineAsm::get(FunctionType::get(i64(), {i64()}, false), "mov.b64 $0, $1;", "=l,l", true), {tid});
+      lowerBlock(*F.body);
+      tid = tidOutside;
+      return {};
+    }, /*keepRolled=*/true);
+    B.CreateBr(done);
+  }
+  wsRole = WsRole::None;
+  wsMapsPass = -1;
+  for (int a = 0; a < 3; ++a) pidOverride[a] = gridOverride[a] = nullptr;
+  B.SetInsertPoint(done);
 }
 
 } // namespace tsr::codegen::lower
