@@ -166,7 +166,10 @@ const KernelLauncher::Entry &KernelLauncher::entry(const sema::FunctionInfo &k, 
     }
     throw LaunchError(where + err.what + " cannot run yet", err.range, err.what);
   }
-  {
+  if (auto b = batch_.find(batch_.empty() ? std::string() : tile::toString(*e->fn)); b != batch_.end()) {
+    e->compiled = b->second;
+    batch_.erase(b);
+  } else {
     rt::profile::Scope span("compile", [&] { return "compile kernel " + k.name; });
     e->compiled = backend_->compile(*e->fn, {});
   }
@@ -402,7 +405,10 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
     }
     if (requests.size() > 1) {
       rt::profile::Scope span("compile", [&] { return "compile " + std::to_string(requests.size()) + " configurations of " + k.name; });
-      backend_->compileAll(requests);
+      std::vector<std::shared_ptr<const BackendProgram>> codes = backend_->compileAll(requests);
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < codes.size(); ++i)
+        if (codes[i]) batch_[tile::toString(*requests[i].fn)] = codes[i];
     }
   }
   for (const at::Config &c : space) {

@@ -100,6 +100,8 @@ private:
   mutable std::mutex mu_;
   mutable tile::Module module_;
   mutable std::map<std::string, std::unique_ptr<Entry>> cache_;
+  // Programs that choose() compiled as one batch, by their Tile IR text, until entry() takes them.
+  mutable std::map<std::string, std::shared_ptr<const BackendProgram>> batch_;
 };
 
 } // namespace tsr::exec
