@@ -355,7 +355,22 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
   // configuration's error through.
   const char *brokenEnv = std::getenv("TSR_AUTOTUNE_TEST_BREAK");
   const std::string broken = brokenEnv ? brokenEnv : "";
-  at::Key key = tuningKey(P_, k, attrs, args, *backend_);
+  // The grid's rank is part of the key: a host launch's, from the first configuration whose grid
+  // can be computed (a kernel_call has its `grid`).
+  std::vector<ir::Attr> keyed = attrs;
+  if (std::none_of(attrs.begin(), attrs.end(), [](const ir::Attr &a) { return a.name == "grid"; })) {
+    size_t rank = 1;
+    for (const at::Config &c : space) {
+      try {
+        rank = gridFor(withConfig(c)).size();
+        break;
+      } catch (...) {
+        // this configuration is skipped below with its reason
+      }
+    }
+    keyed.push_back({"grid", std::vector<Dim>(rank, Dim::unknown())});
+  }
+  at::Key key = tuningKey(P_, k, keyed, args, *backend_);
   if (broken == "key") key.shape.clear();
   const bool report = at::verbose();
   at::Source from = at::Source::First;

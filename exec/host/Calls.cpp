@@ -101,10 +101,9 @@ ValueRef Interpreter::Impl::launchKernel(Call *c, Subscript *sub, const sema::Fu
   };
   try {
     if (k.autotune && k.space.size() > 0) {
-      // The grid's rank is part of a launch's identity; the first configuration's gives it.
-      std::vector<ir::Attr> keyed = attrs;
-      keyed.push_back({"grid", std::vector<Dim>(gridOf(attrs).size(), Dim::unknown())});
-      attrs = kernels->choose(k, keyed, args, [&](const std::vector<ir::Attr> &a) {
+      // (choose() adds the grid's rank, part of a launch's identity, from the first configuration
+      // whose grid can be computed.)
+      attrs = kernels->choose(k, attrs, args, [&](const std::vector<ir::Attr> &a) {
         try {
           return gridOf(a);
         } catch (const RuntimeError &e) {

@@ -6,7 +6,8 @@ whose spaces put a slow configuration (BLOCK=1) first:
            record lands in TSR_CACHE_DIR/autotune; a second process with `--autotune=cached`
            times nothing, compiles nothing (no cache miss) and takes the same; the CPU's default
            mode without a record takes the space's first and times nothing;
-- skip:    a configuration whose lowering fails (BLOCK=2) is skipped with a note; the others win;
+- skip:    a configuration whose lowering fails (BLOCK=2), or whose grid lambda fails (BM=1 in
+           `gridfail`), is skipped with a note; the others win;
 - graph:   a kernel_call in a graph function, whose grid lambda depends on the configuration, is
            tuned with each configuration's grid (the op's grid_space), and its record reused;
 - scratch: a kernel that adds into its output (Out += ...) gives the same result tuned as untuned
@@ -127,6 +128,10 @@ def main():
             check(r1.ok and re.search(r"note: autotune: kernel `row_sum_broken`: configuration BLOCK=2 skipped: .*assert", r1.stderr) and
                   winner(r1.stderr, "row_sum_broken") == "BLOCK=256" and "row_sum_broken err" in r1.stdout,
                   f"a configuration that fails to lower is skipped with a note and another wins ({r1.crash or 'rc ' + str(r1.returncode)})")
+            rg = tsr_run(tsr, cache, "--autotune=full", "--which", "gridfail", "--m", "100", **extra)
+            check(rg.ok and rg.stderr.count("skipped: its grid: integer division by zero") == 2 and
+                  winner(rg.stderr, "block_sum") in ("BM=16 BLOCK=1", "BM=16 BLOCK=256") and re.search(r"gridfail err [0-9.]+e-0[4-9]", rg.stdout),
+                  f"configurations whose grid lambda fails are skipped with a note; another wins ({rg.crash or 'rc ' + str(rg.returncode)})")
             check(r1.ok and all(float(v) < 1e-3 for v in re.findall(r"err ([0-9.e+-]+)", r1.stdout)) and r1.stdout.count("err") == 3,
                   f"tuned launches compute the right sums: {r1.stdout.strip()!r}")
             if broken not in ("off", "skip"):
