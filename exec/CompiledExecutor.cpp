@@ -5,6 +5,7 @@
 #include "ir/tile/TileText.h"
 #include "ir/schedule/Fusion.h"
 #include "ir/schedule/LowerGroups.h"
+#include "runtime/dist/Store.h"
 #include "support/RunModes.h"
 
 #include <algorithm>
@@ -1040,7 +1041,16 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           // on host tensors through the evaluator's rule (docs/distributed.md).
           const View &v = viewOf(op.operands[0]);
           Tensor x = I.materialize(v, v.buf.dtype(), {}, key + "collective/"), out;
-          if (I.backend->runCollective(op, x, out)) {
+          bool ran = false;
+          try {
+            ran = I.backend->runCollective(op, x, out);
+          } catch (const rt::dist::DistError &e) {
+            // The program's error (a part that does not divide, a peer that ended, a time-out),
+            // exit 1 as on the evaluator's Gloo path (ir::runCollective's failProgram), never
+            // the device's exit 3.
+            throw ir::ProgramCheckError(e.what(), {}, whereOf(m, g, op));
+          }
+          if (ran) {
             views[op.result()] = whole(out);
             break;
           }

@@ -17,8 +17,10 @@ bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::O
   const std::string axes = str("axes");
   const d::Group g = d::groupOf(axes);
   if (g.size() == 1) return false;
-  const std::string what = std::string(ir::opSpelling(op.kind)) + " %" + std::to_string(op.result() ? op.result()->id : 0) + " over " +
-                           (axes.empty() ? std::string("every rank") : "mesh axis " + axes);
+  // As the Gloo path labels it (runtime/dist/Dist.cpp opLabel): `all_reduce over mesh axis dp (all_reduce %5)`.
+  const std::string spelled(ir::opSpelling(op.kind));
+  const std::string what = spelled + " over " + (axes.empty() ? std::string("every rank") : "mesh axis " + axes) + " (" + spelled + " %" +
+                           std::to_string(op.result() ? op.result()->id : 0) + ")";
   const int64_t n = int64_t(g.size());
   std::vector<int64_t> shape = x.shape();
   // Parts along `dim` are contiguous blocks when every extent before it is 1.
@@ -41,8 +43,6 @@ bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::O
     break;
   default: return false;
   }
-  if (!d::nccl::available())
-    throw d::DistError(what + ": " + d::nccl::why() + " (TSR_DIST_BACKEND=gloo runs GPU collectives through Gloo on host copies instead)");
   const size_t count = size_t(x.numel());
   auto reduction = [&] {
     auto r = d::reduceOpFromName(str("op"));
@@ -57,11 +57,14 @@ bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::O
                          ") does not divide among the group's " + std::to_string(n) + " ranks");
     if (op.kind == OpKind::ReduceScatter) outShape[size_t(dim)] /= n;
   }
+  // After the shape checks: a part that does not divide is the program's error wherever NCCL is.
+  if (!d::nccl::available())
+    throw d::DistError(what + ": " + d::nccl::why() + " (TSR_DIST_BACKEND=gloo runs GPU collectives through Gloo on host copies instead)");
   out = b.allocate(outShape, x.dtype(), "a collective's result");
   const void *in = b.address(x, false, "a collective's operand");
   void *res = b.address(out, true, "a collective's result");
   const DType dt = x.dtype();
-  d::nccl::onCommStream(device, computeStream, [&](void *comm) {
+  d::nccl::onCommStream(device, computeStream, g, what, [&](void *comm) {
     switch (op.kind) {
     case OpKind::AllReduce: d::nccl::allReduce(g, device, in, res, count, dt, reduction(), comm, what); break;
     case OpKind::DistBroadcast: d::nccl::broadcast(g, device, in, res, count, dt, int(num("src")), comm, what); break;

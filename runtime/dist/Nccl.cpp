@@ -4,10 +4,14 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -55,6 +59,7 @@ struct Api {
   CUresult (*cuEventCreate)(void **, unsigned);
   CUresult (*cuEventRecord)(void *, CUstream);
   CUresult (*cuStreamWaitEvent)(CUstream, void *, unsigned);
+  CUresult (*cuEventQuery)(void *);
 };
 
 struct Lib {
@@ -97,7 +102,8 @@ struct Lib {
     api.cuEventCreate = reinterpret_cast<decltype(api.cuEventCreate)>(dlsym(cu, "cuEventCreate"));
     api.cuEventRecord = reinterpret_cast<decltype(api.cuEventRecord)>(dlsym(cu, "cuEventRecord"));
     api.cuStreamWaitEvent = reinterpret_cast<decltype(api.cuStreamWaitEvent)>(dlsym(cu, "cuStreamWaitEvent"));
-    if (!api.cuStreamQuery || !api.cuCtxSetCurrent || !api.cuDevicePrimaryCtxRetain || !api.cuDeviceGet || !api.cuInit ||
+    api.cuEventQuery = reinterpret_cast<decltype(api.cuEventQuery)>(dlsym(cu, "cuEventQuery"));
+    if (!api.cuEventQuery ||!api.cuStreamQuery || !api.cuCtxSetCurrent || !api.cuDevicePrimaryCtxRetain || !api.cuDeviceGet || !api.cuInit ||
         !api.cuStreamCreate || !api.cuEventCreate || !api.cuEventRecord || !api.cuStreamWaitEvent) {
       why = "libcuda.so.1 lacks the stream and context entry points NCCL's path uses";
       h = nullptr;
@@ -127,6 +133,16 @@ std::mutex &mu() {
   static std::mutex m;
   return m;
 }
+// The communicators the watchdog polls and aborts (its own lock: commFor holds mu() while
+// ncclCommInitRank waits for the peers).
+std::mutex &watchMu() {
+  static std::mutex m;
+  return m;
+}
+std::vector<ncclComm_t> &watched() {
+  static std::vector<ncclComm_t> c;
+  return c;
+}
 std::map<std::vector<int>, ncclComm_t> &comms() {
   static std::map<std::vector<int>, ncclComm_t> c;
   return c;
@@ -150,6 +166,14 @@ ncclComm_t commFor(const Group &g, int device) {
     if (v.size() != sizeof id.internal) throw DistError("the rendezvous: `" + key + "` is not an NCCL unique id");
     std::memcpy(id.internal, v.data(), v.size());
   }
+  // Every rank of the group announces itself and waits for the others (up to the time-out) before
+  // ncclCommInitRank, whose bootstrap would wait for a dead peer without end.
+  {
+    std::vector<std::string> ready;
+    for (int r : g.ranks) ready.push_back(key + "/ready." + std::to_string(r));
+    store().set(ready[size_t(g.index)], {'1'});
+    store().wait(ready, timeout());
+  }
   a.cuInit(0);
   int dev = 0;
   void *ctx = nullptr;
@@ -158,6 +182,10 @@ ncclComm_t commFor(const Group &g, int device) {
   ncclComm_t c = nullptr;
   check(a.ncclCommInitRank(&c, int(g.size()), id, g.index), "ncclCommInitRank", key);
   comms()[g.ranks] = c;
+  {
+    std::lock_guard<std::mutex> w(watchMu());
+    watched().push_back(c);
+  }
   return c;
 }
 
@@ -189,7 +217,119 @@ ncclRedOp_t redOf(ReduceOp op) {
   return kSum;
 }
 
+// The watchdog (PyTorch's ProcessGroupNCCL watchdog, in small): each collective records an event
+// on the communication stream after it and is queued here with its label; a thread polls the
+// oldest one's event (cuEventQuery) and every communicator's asynchronous error
+// (ncclCommGetAsyncError) every 200 us. A collective unfinished `timeout()` after it was queued, or
+// an asynchronous error, aborts every communicator (ncclCommAbort) and ends the process with exit 1
+// and the error (watchdogVerdict's words): the host thread may by then be blocked in a launch or a
+// copy behind the stuck collective, so no exception can reach it. The host never waits for a
+// collective itself: the overlap of onCommStream stays.
+struct Watch {
+  void *event = nullptr;
+  std::string label;
+  std::vector<int> ranks;
+  std::chrono::steady_clock::time_point queued;
+};
+
+struct Watchdog {
+  std::mutex m;
+  std::deque<Watch> q;
+  std::vector<void *> spare; // events whose collective finished, to record again
+  void *ctx = nullptr;       // the device's primary context, made current on the thread
+  bool started = false;
+
+  void run() {
+    const Api &a = api();
+    if (ctx) a.cuCtxSetCurrent(ctx);
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      Watch front;
+      bool done = true;
+      int cu = 0;
+      {
+        std::lock_guard<std::mutex> l(m);
+        while (!q.empty()) {
+          cu = a.cuEventQuery(q.front().event);
+          if (cu != 0) break;
+          spare.push_back(q.front().event);
+          q.pop_front();
+        }
+        if (!q.empty()) { front = q.front(); done = false; }
+      }
+      int err = kSuccess;
+      {
+        std::lock_guard<std::mutex> l(watchMu());
+        for (ncclComm_t c : watched()) {
+          ncclResult_t e = kSuccess;
+          a.ncclCommGetAsyncError(c, &e);
+          if (e != kSuccess && e != kInProgress) { err = e; break; }
+        }
+      }
+      const auto now = std::chrono::steady_clock::now();
+      std::string msg = watchdogVerdict(front.label.empty() ? "a collective" : front.label, world().rank, front.ranks, done, done ? 0 : cu, err,
+                                        err ? a.ncclGetErrorString(err) : "",
+                                        std::chrono::duration_cast<std::chrono::milliseconds>(now - front.queued), timeout());
+      if (msg.empty()) continue;
+      std::fprintf(stderr, "error: %s\n", msg.c_str());
+      std::fflush(stderr);
+      // The abort on its own thread, waited for at most 10 s: an abort that itself hangs (a
+      // proxy thread stuck on the dead peer) must not keep the process alive.
+      auto aborted = std::make_shared<std::atomic<bool>>(false);
+      std::thread([aborted, &a] {
+        std::lock_guard<std::mutex> l(watchMu());
+        for (ncclComm_t c : watched()) a.ncclCommAbort(c);
+        *aborted = true;
+      }).detach();
+      for (int i = 0; i < 1000 && !*aborted; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::_Exit(1);
+    }
+  }
+};
+
+Watchdog &watchdog() {
+  static Watchdog *w = new Watchdog; // never destroyed: its thread runs until the process ends
+  return *w;
+}
+
+// Queues the watch of the collective just enqueued on `comm` (the host thread, its context current).
+void watch(void *comm, const Group &g, const std::string &label) {
+  const Api &a = api();
+  Watchdog &w = watchdog();
+  void *ev = nullptr;
+  {
+    std::lock_guard<std::mutex> l(w.m);
+    if (!w.spare.empty()) { ev = w.spare.back(); w.spare.pop_back(); }
+  }
+  constexpr unsigned kDisableTiming = 2;
+  if (!ev && a.cuEventCreate(&ev, kDisableTiming) != 0) throw DistError("NCCL: cannot make the event that watches " + label);
+  if (a.cuEventRecord(ev, comm) != 0) throw DistError("NCCL: cannot record the event that watches " + label);
+  std::lock_guard<std::mutex> l(w.m);
+  w.q.push_back(Watch{ev, label, g.ranks, std::chrono::steady_clock::now()});
+  if (!w.started) {
+    w.started = true;
+    std::thread([&w] { w.run(); }).detach();
+  }
+}
+
 } // namespace
+
+std::string watchdogVerdict(const std::string &label, int rank, const std::vector<int> &ranks, bool done, int cuResult, int ncclError,
+                            const std::string &ncclErrorString, std::chrono::milliseconds waited, std::chrono::milliseconds limit) {
+  std::string peers;
+  for (int r : ranks) peers += (peers.empty() ? "" : ", ") + std::to_string(r);
+  const std::string head = label + " failed on rank " + std::to_string(rank) + (peers.empty() ? "" : " (group of ranks " + peers + ")") + ": ";
+  const std::string tail = "; the NCCL communicators were aborted (TSR_DIST_TIMEOUT_S sets the limit, " + std::to_string(limit.count() / 1000) + " s)";
+  if (ncclError != 0)
+    return head + "NCCL reports " + ncclErrorString + " (error " + std::to_string(ncclError) + "; a peer rank ended?)" + tail;
+  if (done) return "";
+  if (cuResult != 0 && cuResult != 600) // CUDA_ERROR_NOT_READY
+    return head + "its stream failed (CUresult " + std::to_string(cuResult) + ")" + tail;
+  if (waited > limit)
+    return head + "it did not finish within " + std::to_string(limit.count() / 1000) +
+           " s (a peer rank ended or did not reach this collective)" + tail;
+  return "";
+}
 
 bool available() { return lib().h != nullptr; }
 const std::string &why() { return lib().why; }
@@ -226,7 +366,7 @@ void allToAll(const Group &g, int device, const void *send, void *recv, size_t c
   check(a.ncclGroupEnd(), "all_to_all", what);
 }
 
-void onCommStream(int device, void *computeStream, const std::function<void(void *commStream)> &enqueue) {
+void onCommStream(int device, void *computeStream, const Group &g, const std::string &label, const std::function<void(void *commStream)> &enqueue) {
   const Api &a = api();
   // Per device: the communication stream and two events (CU_EVENT_DISABLE_TIMING = 2), reused:
   // an event recorded again replaces its earlier capture, and the waits were queued before.
@@ -242,6 +382,15 @@ void onCommStream(int device, void *computeStream, const std::function<void(void
   if (a.cuEventRecord(sd.ready, computeStream) != 0 || a.cuStreamWaitEvent(sd.comm, sd.ready, 0) != 0)
     throw DistError("NCCL: cannot order the communication stream of cuda:" + std::to_string(device) + " after its compute");
   enqueue(sd.comm);
+  {
+    Watchdog &w = watchdog();
+    std::lock_guard<std::mutex> l(w.m);
+    if (!w.ctx) {
+      int dev = 0;
+      if (a.cuDeviceGet(&dev, device) == 0) a.cuDevicePrimaryCtxRetain(&w.ctx, dev);
+    }
+  }
+  watch(sd.comm, g, label);
   if (a.cuEventRecord(sd.done, sd.comm) != 0 || a.cuStreamWaitEvent(computeStream, sd.done, 0) != 0)
     throw DistError("NCCL: cannot order the compute of cuda:" + std::to_string(device) + " after its collective");
 }

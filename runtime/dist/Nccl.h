@@ -7,7 +7,9 @@
 
 #include "runtime/dist/Dist.h"
 
+#include <chrono>
 #include <cstddef>
+#include <vector>
 #include <functional>
 #include <string>
 
@@ -32,9 +34,19 @@ void allToAll(const Group &g, int device, const void *send, void *recv, size_t c
 /// Enqueues `enqueue`'s collectives on the communication stream of GPU `device` (its own,
 /// non-blocking, made once), ordered against `computeStream` with events both ways: the
 /// collective starts after the work queued there so far, and work queued there afterwards waits
-/// for it. The host does not wait (Stream::synchronize's time limit covers a collective that never
-/// ends: TSR_CUDA_SYNC_TIMEOUT_S).
-void onCommStream(int device, void *computeStream, const std::function<void(void *commStream)> &enqueue);
+/// for it. The host does not wait: a watchdog thread polls an event recorded after the collective
+/// (cuEventQuery) and the communicators' asynchronous errors (ncclCommGetAsyncError); past
+/// TSR_DIST_TIMEOUT_S after it was queued, or on an asynchronous error, it aborts every
+/// communicator (ncclCommAbort) and ends the process with exit 1 and `error: LABEL failed on
+/// rank R (group of ranks ...): ...` (watchdogVerdict), as the Gloo path's DistError does. `g`
+/// and `label` (`all_reduce over mesh axis dp (all_reduce %5)`) name it there.
+void onCommStream(int device, void *computeStream, const Group &g, const std::string &label, const std::function<void(void *commStream)> &enqueue);
+/// The watchdog's decision on the oldest unfinished collective (pure, so that a test can drive it
+/// with a fake clock): "" to go on waiting, else the error. done: its event completed; cuResult:
+/// cuEventQuery's (600 = not ready); ncclError: a communicator's asynchronous error (0 = none);
+/// waited: since it was queued.
+std::string watchdogVerdict(const std::string &label, int rank, const std::vector<int> &ranks, bool done, int cuResult, int ncclError,
+                            const std::string &ncclErrorString, std::chrono::milliseconds waited, std::chrono::milliseconds limit);
 /// Waits for `stream` under the run's time-out (TSR_DIST_TIMEOUT_S), polling the communicators'
 /// asynchronous errors; on time-out or error aborts them (ncclCommAbort) and throws DistError.
 void wait(void *stream, const std::string &what);
