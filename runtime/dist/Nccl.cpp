@@ -236,6 +236,7 @@ struct Watchdog {
   std::mutex m;
   std::deque<Watch> q;
   std::vector<void *> spare; // events whose collective finished, to record again
+  Watch last;                // the latest queued, which an asynchronous error names when none waits
   void *ctx = nullptr;       // the device's primary context, made current on the thread
   bool started = false;
 
@@ -256,6 +257,7 @@ struct Watchdog {
           q.pop_front();
         }
         if (!q.empty()) { front = q.front(); done = false; }
+        else front = last;
       }
       int err = kSuccess;
       {
@@ -306,6 +308,7 @@ void watch(void *comm, const Group &g, const std::string &label) {
   if (a.cuEventRecord(ev, comm) != 0) throw DistError("NCCL: cannot record the event that watches " + label);
   std::lock_guard<std::mutex> l(w.m);
   w.q.push_back(Watch{ev, label, g.ranks, std::chrono::steady_clock::now()});
+  w.last = w.q.back();
   if (!w.started) {
     w.started = true;
     std::thread([&w] { w.run(); }).detach();
@@ -319,7 +322,7 @@ std::string watchdogVerdict(const std::string &label, int rank, const std::vecto
   std::string peers;
   for (int r : ranks) peers += (peers.empty() ? "" : ", ") + std::to_string(r);
   const std::string head = label + " failed on rank " + std::to_string(rank) + (peers.empty() ? "" : " (group of ranks " + peers + ")") + ": ";
-  const std::string tail = "; the NCCL communicators were aborted (TSR_DIST_TIMEOUT_S sets the limit, " + std::to_string(limit.count() / 1000) + " s)";
+  const std::string tail = "; the NCCL communicators were aborted";
   if (ncclError != 0)
     return head + "NCCL reports " + ncclErrorString + " (error " + std::to_string(ncclError) + "; a peer rank ended?)" + tail;
   if (done) return "";
@@ -327,7 +330,7 @@ std::string watchdogVerdict(const std::string &label, int rank, const std::vecto
     return head + "its stream failed (CUresult " + std::to_string(cuResult) + ")" + tail;
   if (waited > limit)
     return head + "it did not finish within " + std::to_string(limit.count() / 1000) +
-           " s (a peer rank ended or did not reach this collective)" + tail;
+           " s (a peer rank ended or did not reach this collective; TSR_DIST_TIMEOUT_S sets the limit)" + tail;
   return "";
 }
 

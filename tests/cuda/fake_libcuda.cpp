@@ -588,6 +588,24 @@ int cuEventRecord(void *e, void *s) {
   ++counters.eventRecords;
   return kSuccess;
 }
+// NCCL's path (runtime/dist/Nccl.cpp): the compute and communication streams ordered by events
+// (operations run at once here, so a wait is a check), and the watchdog's poll of a collective's
+// event: TSR_FAKE_EVENTS_NEVER_FINISH=1 makes every event stay NOT_READY (a collective that never
+// ends, as when a peer died).
+int cuStreamWaitEvent(void *s, void *e, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!events.count(static_cast<Event *>(e)) || flags != 0) return kInvalidValue;
+  return kSuccess;
+}
+int cuEventQuery(void *e) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (!events.count(static_cast<Event *>(e))) return kInvalidHandle;
+  const char *never = std::getenv("TSR_FAKE_EVENTS_NEVER_FINISH");
+  return never && *never == '1' ? kNotReady : kSuccess;
+}
 int cuEventSynchronize(void *e) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
