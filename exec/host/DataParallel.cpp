@@ -3,6 +3,8 @@
 
 #include "runtime/dist/Dist.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace tsr::host {
@@ -27,6 +29,57 @@ rt::Tensor meanOverRanks(Interpreter::Impl &I, const rt::Tensor &t, const std::s
     mod.graphs.push_back(std::move(made));
   }
   return I.exec.run(mod, *g, {t}).at(0);
+}
+
+// The means over the ranks of several tensors of one dtype with one all-reduce (a bucket, as
+// PyTorch DDP's): a graph that flattens and concatenates them, all-reduces the concatenation and
+// slices it back into their shapes. One graph per axes, dtype and shapes, kept for the process.
+std::vector<rt::Tensor> meanOverRanksBucket(Interpreter::Impl &I, const std::vector<rt::Tensor> &ts, const std::string &axes, int64_t group) {
+  if (ts.size() == 1) return {meanOverRanks(I, ts[0], axes, group)};
+  static ir::Module mod;
+  static std::map<std::string, const ir::Graph *> graphs;
+  std::string key = axes + "|" + std::string(dtypeName(ts[0].dtype()));
+  for (const rt::Tensor &t : ts) key += "|" + rt::formatShape(t.shape());
+  const ir::Graph *&g = graphs[key];
+  if (!g) {
+    auto made = std::make_unique<ir::Graph>("data_parallel_mean_bucket");
+    std::vector<ir::Value *> flat;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      std::vector<Dim> dims;
+      for (int64_t d : ts[i].shape()) dims.push_back(Dim::constant(d));
+      ir::Value *x = made->addParam("x" + std::to_string(i), ir::Type::tensor(dims, ts[i].dtype()));
+      flat.push_back(made->add(ir::OpKind::Reshape, {x}, {{"shape", std::vector<Dim>{Dim::constant(ts[i].numel())}}}));
+    }
+    ir::Value *cat = made->add(ir::OpKind::Concat, flat, {{"axis", int64_t(0)}});
+    ir::Value *avg = made->add(ir::OpKind::AllReduce, {cat}, {{"axes", axes}, {"group", group}, {"op", std::string("mean")}});
+    int64_t off = 0;
+    for (const rt::Tensor &t : ts) {
+      ir::Value *part = made->add(ir::OpKind::Slice, {avg},
+                                  {{"start", std::vector<Dim>{Dim::constant(off)}}, {"stop", std::vector<Dim>{Dim::constant(off + t.numel())}},
+                                   {"step", std::vector<int64_t>{1}}});
+      std::vector<Dim> dims;
+      for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
+      made->outputs.push_back(made->add(ir::OpKind::Reshape, {part}, {{"shape", dims}}));
+      off += t.numel();
+    }
+    g = made.get();
+    mod.graphs.push_back(std::move(made));
+  }
+  return I.exec.run(mod, *g, ts);
+}
+
+// The bucket size: TSR_DP_BUCKET_MB (default 25, PyTorch DDP's bucket_cap_mb); 0: one all-reduce
+// per tensor.
+size_t bucketBytes() {
+  static const size_t b = [] {
+    const char *e = std::getenv("TSR_DP_BUCKET_MB");
+    if (!e || !*e) return size_t(25) << 20;
+    char *end = nullptr;
+    double mb = std::strtod(e, &end);
+    if (*end || mb < 0) return size_t(25) << 20;
+    return size_t(mb * double(1 << 20));
+  }();
+  return b;
 }
 
 } // namespace
@@ -87,15 +140,46 @@ ValueRef callDataParallel(Interpreter::Impl &I, const sema::FunctionInfo &fn, co
     local[i] = shard(local[i], name);
   }
   ValueRef r = call(local);
-  // The mean over the ranks of every float tensor of the result.
+  // The mean over the ranks of every float tensor of the result, in buckets: the tensors in the
+  // result's order (tuples, lists, dicts), consecutive ones of one dtype joined while the bucket
+  // stays within bucketBytes(), one all-reduce per bucket.
+  std::vector<rt::Tensor> leaves;
+  std::function<void(const ValueRef &)> collect = [&](const ValueRef &v) {
+    if (v->k == K::Tensor && isFloat(v->t.dtype())) leaves.push_back(v->t);
+    if (v->k == K::Tuple || v->k == K::List)
+      for (auto &x : v->items) collect(x);
+    if (v->k == K::Dict)
+      for (auto &[k, x] : v->dict) collect(x);
+  };
+  collect(r);
+  std::vector<rt::Tensor> means;
+  means.reserve(leaves.size());
+  const size_t cap = bucketBytes();
+  size_t buckets = 0;
+  try {
+    for (size_t i = 0; i < leaves.size();) {
+      size_t j = i + 1, bytes = size_t(leaves[i].numel()) * size_t(dtypeBits(leaves[i].dtype()) / 8);
+      while (cap > 0 && j < leaves.size() && leaves[j].dtype() == leaves[i].dtype()) {
+        size_t b = size_t(leaves[j].numel()) * size_t(dtypeBits(leaves[j].dtype()) / 8);
+        if (bytes + b > cap) break;
+        bytes += b;
+        ++j;
+      }
+      std::vector<rt::Tensor> bucket(leaves.begin() + long(i), leaves.begin() + long(j));
+      for (rt::Tensor &m : meanOverRanksBucket(I, bucket, axes, n)) means.push_back(std::move(m));
+      ++buckets;
+      i = j;
+    }
+  } catch (const std::exception &e) {
+    I.fail(e.what(), at);
+  }
+  if (const char *rep = std::getenv("TSR_DP_REPORT"); rep && *rep == '1')
+    std::fprintf(stderr, "data_parallel `%s`: %zu tensor(s) in %zu all-reduce(s)\n", fn.name.c_str(), leaves.size(), buckets);
+  size_t next = 0;
   std::function<ValueRef(const ValueRef &)> mean = [&](const ValueRef &v) -> ValueRef {
     if (v->k == K::Tensor && isFloat(v->t.dtype())) {
       Value out = *v;
-      try {
-        out.t = meanOverRanks(I, v->t, axes, n);
-      } catch (const std::exception &e) {
-        I.fail(e.what(), at);
-      }
+      out.t = means.at(next++);
       return mk(out);
     }
     if (v->k == K::Tuple || v->k == K::List) {

@@ -145,6 +145,31 @@ def case_data_parallel(tsr, negative):
           "data_parallel: a batch of 7 rows on 2 ranks:\n" + p.stderr.strip())
 
 
+def case_buckets(tsr, negative):
+    """Data parallelism's gradient buckets (exec/host/DataParallel.cpp): the loss and gradient of
+    data_parallel.tsr averaged in one all-reduce (the default 25 MiB bucket) are the same bits as
+    with one all-reduce per tensor (TSR_DP_BUCKET_MB=0), on both ranks. --negative: the per-tensor
+    run gets 6 rows instead of 8, so the comparison must fail."""
+    got = {}
+    with tempfile.TemporaryDirectory() as t:
+        for mb, want in (("25", "2 tensor(s) in 1 all-reduce(s)"), ("0", "2 tensor(s) in 2 all-reduce(s)")):
+            d = os.path.join(t, mb)
+            os.mkdir(d)
+            rows = "6" if negative and mb == "0" else "8"
+            p = subprocess.run(T(os.path.join(HERE, "data_parallel.tsr"), "--devices", "2", "--out", d, "--rows", rows),
+                               env=env(TSR_DP_BUCKET_MB=mb, TSR_DP_REPORT="1"), capture_output=True, text=True, timeout=300)
+            check(p.returncode == 0 and f"data_parallel `loss_fn`: {want}" in p.stderr,
+                  f"buckets: TSR_DP_BUCKET_MB={mb} averages {want}" + ("" if p.returncode == 0 else "\n" + p.stderr))
+            for r in range(2):
+                for f in ("loss", "grad"):
+                    path = os.path.join(d, f"r{r}_dp_{f}.npy")
+                    got[(mb, r, f)] = open(path, "rb").read() if os.path.exists(path) else None
+    for r in range(2):
+        for f in ("loss", "grad"):
+            a, b = got.get(("25", r, f)), got.get(("0", r, f))
+            check(a is not None and a == b, f"buckets: rank {r} {f} bucketed = per tensor (same bits)")
+
+
 def case_deterministic(tsr):
     """Two 2-rank runs of data_parallel.tsr: the averaged gradients are the same bits in both runs
     and on both ranks (Gloo sums in a fixed order)."""
@@ -299,6 +324,7 @@ def main():
     if a.device:
         EXTRA.extend(["--device", a.device])
     cases = {"collectives": lambda: case_collectives(a.tsr, a.negative), "data_parallel": lambda: case_data_parallel(a.tsr, a.negative),
+             "buckets": lambda: case_buckets(a.tsr, a.negative),
              "killed": lambda: case_killed(a.tsr),
              "deterministic": lambda: case_deterministic(a.tsr), "digits": lambda: case_digits(a.tsr, a.root), "failed": lambda: case_failed(a.tsr), "outer": lambda: case_outer(a.tsr), "bad": lambda: case_bad(a.tsr)}
     for name, fn in cases.items():
