@@ -239,12 +239,19 @@ struct Watchdog {
   Watch last;                // the latest queued, which an asynchronous error names when none waits
   void *ctx = nullptr;       // the device's primary context, made current on the thread
   bool started = false;
+  // At exit (an atexit handler registered when the thread starts, so it runs before the driver's
+  // and NCCL's own teardown and the statics made before it): the thread stops touching them.
+  std::atomic<bool> stopping{false}, stopped{false};
 
   void run() {
     const Api &a = api();
     if (ctx) a.cuCtxSetCurrent(ctx);
     for (;;) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (stopping.load()) {
+        stopped = true;
+        return;
+      }
       Watch front;
       bool done = true;
       int cu = 0;
@@ -312,6 +319,13 @@ void watch(void *comm, const Group &g, const std::string &label) {
   if (!w.started) {
     w.started = true;
     std::thread([&w] { w.run(); }).detach();
+    // A detached thread still polling while the process exits would call into a driver and an
+    // NCCL being torn down (it crashed there, SIGSEGV at every rank's exit): stop it first.
+    std::atexit([] {
+      Watchdog &d = watchdog();
+      d.stopping = true;
+      for (int i = 0; i < 200 && !d.stopped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
   }
 }
 
