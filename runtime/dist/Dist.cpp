@@ -4,6 +4,7 @@
 #include "runtime/dist/Dist.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -279,6 +280,9 @@ Comm &commFor(const Group &g) {
   std::string prefix = "gloo/group";
   for (int r : g.ranks) prefix += "." + std::to_string(r);
   gloo::rendezvous::PrefixStore ps(prefix, gs);
+  // Gloo's tcp pairs write without MSG_NOSIGNAL: a write to a peer that died would end this rank
+  // with SIGPIPE (seen under load: exit -13) instead of the collective's error naming the peer.
+  std::signal(SIGPIPE, SIG_IGN);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(g.index, int(g.size()));
   ctx->setTimeout(timeout());
   try {
