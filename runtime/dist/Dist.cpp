@@ -331,6 +331,19 @@ template <class F> void withType(DType d, F &&f) {
                   " s; TSR_DIST_TIMEOUT_S sets the limit)");
 }
 
+/// Runs `typed` (a generic lambda of a value of the C++ type) for wire dtype `wd`; a failure
+/// other than the program's own (DistError) becomes the collective's error naming its peers.
+template <class F>
+void glooCollective(const char *op, const std::string &axes, const std::string &what, const Group &g, DType wd, F &&typed) {
+  try {
+    withType(wd, typed);
+  } catch (const DistError &) {
+    throw;
+  } catch (const std::exception &e) {
+    rethrow(op, axes, what, g, e);
+  }
+}
+
 } // namespace
 #endif
 
@@ -361,25 +374,19 @@ Tensor allReduce(const Tensor &x, ReduceOp op, const std::string &axes, const st
   DType wd = wireDtype(x.dtype());
   Tensor buf = wd == x.dtype() ? x.clone() : x.cast(wd);
   Comm &c = commFor(g);
-  try {
-    withType(wd, [&](auto t) {
-      using T = decltype(t);
-      gloo::AllreduceOptions o(c.ctx);
-      o.setOutput(buf.data<T>(), size_t(buf.numel()));
-      o.setReduceFunction(reduceFn<T>(op));
-      o.setTag(c.tag++);
-      o.setTimeout(timeout());
-      gloo::allreduce(o);
-      if (op == ReduceOp::Mean) {
-        T *p = buf.data<T>();
-        for (int64_t i = 0; i < buf.numel(); ++i) p[i] = T(p[i] / T(g.size()));
-      }
-    });
-  } catch (const DistError &) {
-    throw;
-  } catch (const std::exception &e) {
-    rethrow("all_reduce", axes, what, g, e);
-  }
+  glooCollective("all_reduce", axes, what, g, wd, [&](auto t) {
+    using T = decltype(t);
+    gloo::AllreduceOptions o(c.ctx);
+    o.setOutput(buf.data<T>(), size_t(buf.numel()));
+    o.setReduceFunction(reduceFn<T>(op));
+    o.setTag(c.tag++);
+    o.setTimeout(timeout());
+    gloo::allreduce(o);
+    if (op == ReduceOp::Mean) {
+      T *p = buf.data<T>();
+      for (int64_t i = 0; i < buf.numel(); ++i) p[i] = T(p[i] / T(g.size()));
+    }
+  });
   return wd == x.dtype() ? buf : buf.cast(x.dtype());
 #else
   (void)op; (void)what;
@@ -398,21 +405,15 @@ Tensor allGather(const Tensor &x, const std::string &axes, int64_t dim, const st
   os.insert(os.begin(), int64_t(g.size()));
   Tensor all = Tensor::empty(os, wd);
   Comm &c = commFor(g);
-  try {
-    withType(wd, [&](auto t) {
-      using T = decltype(t);
-      gloo::AllgatherOptions o(c.ctx);
-      o.setInput(const_cast<T *>(in.data<T>()), size_t(in.numel()));
-      o.setOutput(all.data<T>(), size_t(all.numel()));
-      o.setTag(c.tag++);
-      o.setTimeout(timeout());
-      gloo::allgather(o);
-    });
-  } catch (const DistError &) {
-    throw;
-  } catch (const std::exception &e) {
-    rethrow("all_gather", axes, what, g, e);
-  }
+  glooCollective("all_gather", axes, what, g, wd, [&](auto t) {
+    using T = decltype(t);
+    gloo::AllgatherOptions o(c.ctx);
+    o.setInput(const_cast<T *>(in.data<T>()), size_t(in.numel()));
+    o.setOutput(all.data<T>(), size_t(all.numel()));
+    o.setTag(c.tag++);
+    o.setTimeout(timeout());
+    gloo::allgather(o);
+  });
   std::vector<Tensor> parts;
   for (Tensor &p : splitAlong(all, 0, int64_t(g.size()))) parts.push_back(p.reshape(x.shape()));
   Tensor out = concatAlong(parts, dim);
@@ -445,21 +446,15 @@ Tensor broadcast(const Tensor &x, int64_t src, const std::string &axes, const st
   DType wd = wireDtype(x.dtype());
   Tensor buf = wd == x.dtype() ? x.clone() : x.cast(wd);
   Comm &c = commFor(g);
-  try {
-    withType(wd, [&](auto t) {
-      using T = decltype(t);
-      gloo::BroadcastOptions o(c.ctx);
-      o.setOutput(buf.data<T>(), size_t(buf.numel()));
-      o.setRoot(int(src));
-      o.setTag(c.tag++);
-      o.setTimeout(timeout());
-      gloo::broadcast(o);
-    });
-  } catch (const DistError &) {
-    throw;
-  } catch (const std::exception &e) {
-    rethrow("broadcast", axes, what, g, e);
-  }
+  glooCollective("broadcast", axes, what, g, wd, [&](auto t) {
+    using T = decltype(t);
+    gloo::BroadcastOptions o(c.ctx);
+    o.setOutput(buf.data<T>(), size_t(buf.numel()));
+    o.setRoot(int(src));
+    o.setTag(c.tag++);
+    o.setTimeout(timeout());
+    gloo::broadcast(o);
+  });
   return wd == x.dtype() ? buf : buf.cast(x.dtype());
 #else
   (void)what;
@@ -494,21 +489,15 @@ Tensor allToAll(const Tensor &x, int64_t splitDim, int64_t concatDim, const std:
   for (auto &p : parts) flat.push_back(p.reshape({1, p.numel()}));
   Tensor send = concatAlong(flat, 0), recv = Tensor::empty(send.shape(), wd);
   Comm &c = commFor(g);
-  try {
-    withType(wd, [&](auto t) {
-      using T = decltype(t);
-      gloo::AlltoallOptions o(c.ctx);
-      o.setInput(send.data<T>(), size_t(send.numel()));
-      o.setOutput(recv.data<T>(), size_t(recv.numel()));
-      o.setTag(c.tag++);
-      o.setTimeout(timeout());
-      gloo::alltoall(o);
-    });
-  } catch (const DistError &) {
-    throw;
-  } catch (const std::exception &e) {
-    rethrow("all_to_all", axes, what, g, e);
-  }
+  glooCollective("all_to_all", axes, what, g, wd, [&](auto t) {
+    using T = decltype(t);
+    gloo::AlltoallOptions o(c.ctx);
+    o.setInput(send.data<T>(), size_t(send.numel()));
+    o.setOutput(recv.data<T>(), size_t(recv.numel()));
+    o.setTag(c.tag++);
+    o.setTimeout(timeout());
+    gloo::alltoall(o);
+  });
   std::vector<Tensor> got;
   for (Tensor &p : splitAlong(recv, 0, n)) got.push_back(p.reshape(ps));
   Tensor out = concatAlong(got, concatDim);
