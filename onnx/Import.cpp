@@ -220,6 +220,10 @@ std::vector<Val> Importer::convertNode(const onnx::NodeProto &np, int64_t opset)
     n.in.push_back(it->second);
     n.in.back().name = name;
   }
+  for (auto &x : n.in)
+    if (x.str && !takesStrings(np.op_type()))
+      throw Unsupported("the operator " + np.op_type() + " does not take string tensors (Tessera has no string dtype: strings "
+                        "exist only at import time, for StringNormalizer, Identity, Cast and CastLike)");
   n.numOutputs = size_t(np.output_size());
   for (auto &a : np.attribute())
     if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS)
@@ -445,6 +449,19 @@ std::variant<ImportedModel, ImportError> importModelBytes(const std::string &byt
       if (initializers.count(vi.name())) continue;
       const size_t at = position++;
       err.modelInputs.push_back(vi.name());
+      if (vi.type().has_tensor_type() && vi.type().tensor_type().elem_type() == onnx::TensorProto::STRING) {
+        auto it = options.knownStrings.find(vi.name());
+        if (it == options.knownStrings.end()) {
+          I.needKnown.insert(vi.name());
+          throw Unsupported("the input `" + vi.name() + "` is a tensor of strings: Tessera has no string dtype, so a string "
+                            "input must be given when the model is imported (its value is computed with at import time)");
+        }
+        Val x;
+        x.str = std::make_shared<const StringTensor>(it->second);
+        x.name = vi.name();
+        I.env[vi.name()] = std::move(x);
+        continue;
+      }
       if (auto it = options.knownInputs.find(vi.name()); it != options.knownInputs.end()) {
         Val x = Importer::ofKnown(it->second);
         x.name = vi.name();
@@ -465,8 +482,13 @@ std::variant<ImportedModel, ImportError> importModelBytes(const std::string &byt
       auto it = I.env.find(vi.name());
       if (it == I.env.end()) throw BadModel("the output `" + vi.name() + "` is not computed by any node");
       if (it->second.seq) throw Unsupported("the output `" + vi.name() + "` is a sequence (a graph's outputs must be tensors)");
-      g->outputs.push_back(I.v(it->second));
       out.outputNames.push_back(vi.name());
+      if (it->second.str) {
+        out.stringOutputs.push_back(*it->second.str);
+        continue;
+      }
+      out.stringOutputs.push_back(std::nullopt);
+      g->outputs.push_back(I.v(it->second));
     }
   } catch (const Unsupported &e) {
     err.needKnown.assign(I.needKnown.begin(), I.needKnown.end());

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -37,12 +38,24 @@ namespace tsr::onnxio {
 constexpr int64_t kMaxOpset = 17;
 constexpr int64_t kMinOpset = 7;
 
+/// A tensor of strings (ONNX's STRING element type). Tessera has no string dtype: string tensors
+/// exist only while a model is imported (ops/Strings.cpp), given as known inputs and computed at
+/// import time, like sequences.
+struct StringTensor {
+  std::vector<int64_t> shape;
+  std::vector<std::string> data; // row-major
+};
+
 struct ImportedModel {
   ir::Graph *graph = nullptr;          // owned by the module passed to importModel
   size_t numInputs = 0;                // graph->params[0, numInputs) are the model's inputs
   std::vector<std::string> inputNames; // the model's names of those inputs
   std::vector<size_t> inputIndices;    // and their positions among the model's non-initializer inputs
   std::vector<std::string> outputNames;
+  /// Per output (as outputNames): a string output, known at import time, which is not among the
+  /// graph's outputs (Graph IR has no string dtype); graph->outputs are the other outputs, in order.
+  /// Only with ImportOptions::knownStrings.
+  std::vector<std::optional<StringTensor>> stringOutputs;
   /// The values of graph->params[numInputs, ...), in order, and their names in the model.
   std::vector<rt::Tensor> constants;
   std::vector<std::string> constantNames;
@@ -75,6 +88,9 @@ struct ImportOptions {
   /// graph, and the rules see their values, as they see initializers'. This specializes a model
   /// whose inputs give shapes (Reshape's shape, Slice's starts, ...) to those values.
   std::map<std::string, rt::Tensor> knownInputs;
+  /// String inputs given at import time (the only form a string input can take); a model that has
+  /// a string input not given here is refused, naming it in ImportError::needKnown.
+  std::map<std::string, StringTensor> knownStrings;
 };
 
 /// Reads the model at `path` and adds its graph to `module`.
@@ -93,5 +109,7 @@ struct TensorReadError {
   bool unsupported = false;
 };
 std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path);
+/// The same for a tensor of strings; a TensorReadError when the file holds another element type.
+std::variant<StringTensor, TensorReadError> readStringTensorFile(const std::string &path);
 
 } // namespace tsr::onnxio

@@ -36,7 +36,9 @@ struct Val {
   std::string name; // the ONNX name (for parameters made of known tensors)
   /// A sequence (ops/Sequence.cpp): its elements, known in number at import; then v and k are empty.
   std::shared_ptr<const std::vector<Val>> seq;
-  bool present() const { return v || k || seq; }
+  /// A tensor of strings (ops/Strings.cpp), always known at import; then v and k are empty.
+  std::shared_ptr<const StringTensor> str;
+  bool present() const { return v || k || seq || str; }
 };
 
 class Importer;
@@ -96,6 +98,14 @@ public:
   static std::vector<int64_t> staticShape(ir::Value *x, const char *what);
   static size_t axis(int64_t a, size_t rank);
 
+  /// Builds a scan op (ir/Scan.h) whose body is `step(carries, x slices)` -> (next carries, ys),
+  /// written with this builder's ops as any rule: values of the enclosing graph that the step uses
+  /// become the scan's consts. Returns the final carries, then the stacked ys. Tensors known at
+  /// import must be made IR values (v()) before, outside the step.
+  using Step = std::function<std::vector<ir::Value *>(const std::vector<ir::Value *> &carries, const std::vector<ir::Value *> &xs)>;
+  std::vector<ir::Value *> scan(const std::vector<ir::Value *> &inits, const std::vector<ir::Value *> &xs, Dim length, bool reverse,
+                                const Step &step);
+
   // ---- import driving (Import.cpp) ----
   void setLoc(ir::Loc l) { loc_ = l; }
   ir::Graph *graph() { return g_; }
@@ -140,6 +150,12 @@ DType dtypeOfElem(int32_t elemType);
 /// A TensorProto's data as a tensor (external data relative to `baseDir`); throws Unsupported or
 /// BadModel.
 rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir);
+
+/// Whether the operator's rule takes tensors of strings (ops/Strings.cpp); every other rule is
+/// refused a string input before it runs.
+bool takesStrings(const std::string &opType);
+/// Cast of a tensor of strings to a numeric dtype: each string read as a number (ops/Strings.cpp).
+Val castStrings(const StringTensor &x, DType to);
 
 /// ai.onnx.preview.training's Gradient (ops/Training.cpp).
 std::vector<Val> ruleGradient(Importer &I, Node &n);

@@ -5,6 +5,7 @@
 #include "onnx/Import.h"
 #include "sema/ExternalModels.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -58,6 +59,10 @@ private:
     auto r = importModel(path, e->module, options);
     if (auto *err = std::get_if<ImportError>(&r)) {
       e->error = *err;
+    } else if (std::any_of(std::get<ImportedModel>(r).stringOutputs.begin(), std::get<ImportedModel>(r).stringOutputs.end(),
+                           [](auto &s) { return s.has_value(); })) {
+      // Only an import given string inputs computes string outputs, and a program gives none.
+      e->error = ImportError{path, "", "", std::get<ImportedModel>(r).opset, "a string output has no Tessera dtype", true, {}, {}};
     } else {
       e->model = std::get<ImportedModel>(std::move(r));
       e->graph.graph = e->model->graph;

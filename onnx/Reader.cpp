@@ -143,4 +143,29 @@ std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path
   }
 }
 
+std::variant<StringTensor, TensorReadError> readStringTensorFile(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    return TensorReadError{"`" + path + "` is not a regular file"};
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return TensorReadError{"cannot open `" + path + "`"};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  onnx::TensorProto t;
+  if (!t.ParseFromString(ss.str())) return TensorReadError{"`" + path + "` is not a serialized ONNX TensorProto"};
+  if (t.data_type() != onnx::TensorProto::STRING) return TensorReadError{"`" + path + "` is not a tensor of strings"};
+  StringTensor out;
+  int64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0) return TensorReadError{"`" + path + "` has a negative dim"};
+    out.shape.push_back(d);
+    if (d && n > (int64_t(1) << 40) / d) return TensorReadError{"`" + path + "` is too large"};
+    n *= d;
+  }
+  if (t.string_data_size() != n)
+    return TensorReadError{"`" + path + "` holds " + std::to_string(t.string_data_size()) + " strings for " + std::to_string(n) + " elements"};
+  out.data.assign(t.string_data().begin(), t.string_data().end());
+  return out;
+}
+
 } // namespace tsr::onnxio

@@ -278,9 +278,14 @@ std::vector<Val> ruleMean(Importer &I, Node &n) {
 std::vector<Val> ruleCast(Importer &I, Node &n) {
   auto *to = n.attr("to");
   if (!to) throw BadModel("Cast needs the attribute `to`");
+  if (n.has(0) && n.in[0].str) return {castStrings(*n.in[0].str, dtypeOfElem(int32_t(to->i())))};
   return one(I.cast(in0(I, n), dtypeOfElem(int32_t(to->i()))));
 }
-std::vector<Val> ruleCastLike(Importer &I, Node &n) { return one(I.cast(in0(I, n), Importer::dtype(in1(I, n)))); }
+std::vector<Val> ruleCastLike(Importer &I, Node &n) {
+  if (n.has(1) && n.in[1].str) throw Unsupported("a cast to strings is not supported (Tessera has no string dtype)");
+  if (n.has(0) && n.in[0].str) return {castStrings(*n.in[0].str, Importer::dtype(in1(I, n)))};
+  return one(I.cast(in0(I, n), Importer::dtype(in1(I, n))));
+}
 std::vector<Val> ruleDropout(Importer &I, Node &n) {
   // Inference: the identity, and a mask of ones. Training mode draws random numbers: refused.
   if (n.opset >= 12 && n.has(2) && n.in[2].k && n.in[2].k->toI64(0) != 0)

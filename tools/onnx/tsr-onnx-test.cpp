@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace fs = std::filesystem;
 using namespace tsr;
@@ -51,6 +52,14 @@ std::string compare(const rt::Tensor &got, const rt::Tensor &want) {
   return "";
 }
 
+/// Strings compare exactly, as integers do.
+std::string compareStrings(const onnxio::StringTensor &got, const onnxio::StringTensor &want) {
+  if (got.shape != want.shape) return "shape " + shapeStr(got.shape) + ", expected " + shapeStr(want.shape);
+  for (size_t i = 0; i < want.data.size() && i < got.data.size(); ++i)
+    if (got.data[i] != want.data[i]) return "element " + std::to_string(i) + " is \"" + got.data[i] + "\", expected \"" + want.data[i] + "\"";
+  return "";
+}
+
 /// Runs the imported model on one data set; empty when every output is within tolerance,
 /// otherwise the verdict ("FAIL" or "UNSUPPORTED") and why.
 std::pair<std::string, std::string> runSet(const ir::Module &module, const onnxio::ImportedModel &m, const fs::path &set,
@@ -64,11 +73,22 @@ std::pair<std::string, std::string> runSet(const ir::Module &module, const onnxi
   } catch (const std::exception &e) {
     return {"FAIL", set.filename().string() + ": " + e.what()};
   }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    auto t = onnxio::readTensorFile((set / ("output_" + std::to_string(i) + ".pb")).string());
+  size_t next = 0; // the graph's outputs are the model's outputs that are not strings
+  for (size_t i = 0; i < m.outputNames.size(); ++i) {
+    const std::string file = (set / ("output_" + std::to_string(i) + ".pb")).string();
+    const std::string where = set.filename().string() + ": output " + std::to_string(i) + " (" + m.outputNames[i] + "): ";
+    if (m.stringOutputs[i]) {
+      auto t = onnxio::readStringTensorFile(file);
+      if (auto *e = std::get_if<onnxio::TensorReadError>(&t)) return {"FAIL", where + e->message};
+      std::string diff = compareStrings(*m.stringOutputs[i], std::get<onnxio::StringTensor>(t));
+      if (!diff.empty()) return {"FAIL", where + diff};
+      continue;
+    }
+    if (next >= outputs.size()) return {"FAIL", where + "the graph has fewer outputs than the model"};
+    auto t = onnxio::readTensorFile(file);
     if (auto *e = std::get_if<onnxio::TensorReadError>(&t)) return {e->unsupported ? "UNSUPPORTED" : "FAIL", e->message};
-    std::string diff = compare(outputs[i], std::get<rt::Tensor>(t));
-    if (!diff.empty()) return {"FAIL", set.filename().string() + ": output " + std::to_string(i) + " (" + m.outputNames[i] + "): " + diff};
+    std::string diff = compare(outputs[next++], std::get<rt::Tensor>(t));
+    if (!diff.empty()) return {"FAIL", where + diff};
   }
   return {};
 }
@@ -93,11 +113,26 @@ int run(const fs::path &dir) {
   }
   for (auto &set : sets) {
     std::vector<rt::Tensor> modelInputs;
+    // A tensor of strings can only be given at import time (onnx/ops/Strings.cpp): its slot in
+    // modelInputs stays an empty tensor, and the importer names it among the inputs to specialize on.
+    std::vector<std::optional<onnxio::StringTensor>> stringInputs;
     for (size_t i = 0; fs::exists(set / ("input_" + std::to_string(i) + ".pb")); ++i) {
-      auto t = onnxio::readTensorFile((set / ("input_" + std::to_string(i) + ".pb")).string());
-      if (auto *e = std::get_if<onnxio::TensorReadError>(&t)) return report(e->unsupported ? "UNSUPPORTED" : "FAIL", name, e->message);
+      const std::string file = (set / ("input_" + std::to_string(i) + ".pb")).string();
+      auto t = onnxio::readTensorFile(file);
+      if (auto *e = std::get_if<onnxio::TensorReadError>(&t)) {
+        auto s = e->unsupported ? onnxio::readStringTensorFile(file) : std::variant<onnxio::StringTensor, onnxio::TensorReadError>(*e);
+        if (std::holds_alternative<onnxio::TensorReadError>(s)) return report(e->unsupported ? "UNSUPPORTED" : "FAIL", name, e->message);
+        modelInputs.emplace_back();
+        stringInputs.push_back(std::get<onnxio::StringTensor>(std::move(s)));
+        continue;
+      }
       modelInputs.push_back(std::get<rt::Tensor>(t));
+      stringInputs.emplace_back();
     }
+    auto give = [&](onnxio::ImportOptions &options, const std::vector<std::string> &names, size_t i) {
+      if (stringInputs[i]) options.knownStrings[names[i]] = *stringInputs[i];
+      else options.knownInputs[names[i]] = modelInputs[i];
+    };
     std::pair<std::string, std::string> verdict;
     if (specialize.empty()) {
       auto &m = std::get<onnxio::ImportedModel>(imported);
@@ -107,7 +142,7 @@ int run(const fs::path &dir) {
       const auto &names = std::get<onnxio::ImportError>(imported).modelInputs;
       onnxio::ImportOptions options;
       for (size_t i = 0; i < names.size() && i < modelInputs.size(); ++i)
-        if (std::find(specialize.begin(), specialize.end(), names[i]) != specialize.end()) options.knownInputs[names[i]] = modelInputs[i];
+        if (std::find(specialize.begin(), specialize.end(), names[i]) != specialize.end()) give(options, names, i);
       // Each import stops at the first rule that needs a value: repeat while it names new ones.
       ir::Module specialized;
       auto again = onnxio::importModel(model, specialized, options);
@@ -117,8 +152,8 @@ int run(const fs::path &dir) {
         bool more = false;
         for (auto &want : e->needKnown)
           for (size_t i = 0; i < names.size() && i < modelInputs.size(); ++i)
-            if (names[i] == want && !options.knownInputs.count(want)) {
-              options.knownInputs[want] = modelInputs[i];
+            if (names[i] == want && !options.knownInputs.count(want) && !options.knownStrings.count(want)) {
+              give(options, names, i);
               specialize.push_back(want);
               more = true;
             }
