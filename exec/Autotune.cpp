@@ -5,7 +5,9 @@
 #include "support/BuildId.h"
 #include "support/RunModes.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <iomanip>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -280,6 +282,26 @@ std::vector<Carried> used() {
   std::vector<Carried> out;
   for (auto &[t, c] : usedList) out.push_back(c);
   return out;
+}
+
+double medianMs(StepBackend &backend, const std::function<void()> &launch) {
+  launch(); // warm-up
+  std::vector<double> times;
+  double total = 0;
+  while (times.size() < 10) {
+    const double t = backend.timeMs(launch);
+    times.push_back(t);
+    total += t;
+    if ((times.size() >= 3 && total >= 100) || (times.size() == 1 && t >= 250)) break;
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+std::string formatMs(double ms) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(ms < 1 ? 4 : ms < 100 ? 3 : 1) << ms << " ms";
+  return os.str();
 }
 
 void addCarried(const Carried &c) {

@@ -34,6 +34,7 @@
 #include "sema/Program.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -127,5 +128,12 @@ std::vector<Carried> used();
 void addCarried(const Carried &c);
 /// "cpu" or "cuda" for a backend name.
 std::string targetKind(const std::string &backendName);
+
+/// The median milliseconds of `launch` on `backend` (StepBackend::timeMs), after one untimed
+/// warm-up run: at least 3 timed runs (1 for a run of a quarter of a second or more), at most 10,
+/// until about 100 ms have been timed. Throws what `launch` throws.
+double medianMs(StepBackend &backend, const std::function<void()> &launch);
+/// "9.123 ms" (4 decimals below 1 ms, 1 from 100 ms on).
+std::string formatMs(double ms);
 
 } // namespace tsr::exec::autotune

@@ -1,4 +1,6 @@
 #include "exec/CompiledExecutor.h"
+#include "exec/Autotune.h"
+#include "exec/MatMulTuning.h"
 #include "ir/Scan.h"
 
 #include "ir/Text.h"
@@ -17,6 +19,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -278,13 +281,76 @@ struct CompiledExecutor::Impl {
             [this, &st, stage, rs] { return sched::lowerReduceStage(st, stage, rs.last, rs.iter, rs.axis, "reduce", tiles()); },
             work};
   }
+  // `given`: a candidate's tiles in place of the heuristic's (exec/MatMulTuning.h).
   ProgramRequest matmulProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
-                               int64_t work) {
-    return {key + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)),
-            [this, &op, d, adt, bdt] {
-              return sched::lowerMatMul(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K}, "matmul", tiles());
+                               int64_t work, const std::optional<sched::MatMulTiles> &given = std::nullopt) {
+    return {key + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)) +
+                (given ? "t" + autotune::tilesText(*given) : std::string()),
+            [this, &op, d, adt, bdt, given] {
+              return sched::lowerMatMul(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K}, "matmul", tiles(), given);
             },
             work};
+  }
+
+  // The program each matmul step runs, by the heuristic's request key: the tiles that
+  // autotune::chooseMatMulTiles took at the step's first call with these sizes.
+  std::unordered_map<std::string, Compiled> matmuls;
+
+  // The program of a matmul step into `out` (its view of the result, shaped `full`) from the
+  // KernelArgs `inputs` (a and b); under --autotune=full a first call may time the candidates
+  // into a scratch output shaped `R`.
+  const Compiled &matmul(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt, int64_t work,
+                         const View &out, const std::vector<rt::KernelArg> &inputs, const Shape &R) {
+    ProgramRequest heuristic = matmulProgram(op, key, d, adt, bdt, work);
+    if (auto it = matmuls.find(heuristic.key); it != matmuls.end()) return it->second;
+    const ir::Type &rt = op.result()->type;
+    const std::vector<sched::MatMulTiles> cands =
+        sched::matmulTileCandidates(d.batch.size(), adt, bdt, rt, {d.M, d.N, d.K}, tiles());
+    auto request = [&](size_t i) { return i == 0 ? heuristic : matmulProgram(op, key, d, adt, bdt, work, cands[i]); };
+    const autotune::MatMulProblem problem{d.M, d.N, d.K, numelOf(d.batch), adt, bdt, rt.dtype, rt.policies};
+    auto compileAll = [&] {
+      std::vector<sched::Kernel> kernels;
+      std::vector<std::string> keys;
+      for (size_t i = 0; i < cands.size(); ++i) {
+        ProgramRequest r = request(i);
+        if (programs.count(r.key)) continue;
+        try {
+          kernels.push_back(r.lower());
+          checkLowered(kernels.back());
+          keys.push_back(r.key);
+        } catch (...) {
+          if (kernels.size() > keys.size()) kernels.pop_back(); // reported when the candidate is prepared
+        }
+      }
+      std::vector<CompileRequest> batch;
+      for (const sched::Kernel &k : kernels) batch.push_back({k.fn.get(), CompileHints{work}});
+      if (batch.size() < 2) return;
+      rt::profile::Scope span("compile", [&] { return "compile " + std::to_string(batch.size()) + " tile candidates of " + site; });
+      const auto codes = backend->compileAll(batch);
+      for (size_t i = 0; i < codes.size(); ++i)
+        if (codes[i]) programs.emplace(keys[i], Compiled{codes[i], kernels[i].grid, kernels[i].fn->name});
+    };
+    auto prepare = [&](size_t i) -> autotune::Launch {
+      const Compiled &c = program(request(i));
+      Tensor scratch = allocate(R, rt.dtype);
+      View sv = out;
+      sv.buf = scratch;
+      std::vector<rt::KernelArg> args{arg(sv, true)};
+      args.insert(args.end(), inputs.begin(), inputs.end());
+      const auto grid = gridOf(c.grid, d.full);
+      StepBackend *b = backend.get();
+      const LaunchSite where{c.name, site};
+      return [b, &c, args, grid, scratch, where] {
+        if (grid[0] > 0 && grid[1] > 0 && grid[2] > 0) launchProfiled(*b, *c.code, args, grid, where);
+      };
+    };
+    const size_t chosen = cands.size() > 1 ? autotune::chooseMatMulTiles(*backend, problem, cands, compileAll, prepare) : 0;
+    Compiled c = program(request(chosen));
+    // TSR_AUTOTUNE_TEST_BREAK=grid (a negative control of tests/autotune/matmul_tiles.py only):
+    // the chosen program runs over the heuristic's grid.
+    if (const char *b = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); b && std::string(b) == "grid" && chosen != 0)
+      c.grid = program(heuristic).grid;
+    return matmuls.emplace(heuristic.key, std::move(c)).first->second;
   }
   ProgramRequest copyProgram(const std::string &keyPrefix, size_t rank, DType from, DType to, const Policies &pol,
                              const Shape &shape) {
@@ -875,8 +941,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         Shape ash = batch, bsh = batch;
         ash.push_back(d.M); ash.push_back(d.K);
         bsh.push_back(d.K); bsh.push_back(d.N);
-        std::vector<rt::KernelArg> args{I.arg(ov, true), I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
-        const Compiled &c = I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work));
+        const std::vector<rt::KernelArg> inputs{I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
+        const Compiled &c = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
+        std::vector<rt::KernelArg> args{I.arg(ov, true)};
+        args.insert(args.end(), inputs.begin(), inputs.end());
         I.launch(c, args, full);
         views[res] = whole(out);
         break;

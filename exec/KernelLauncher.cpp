@@ -324,12 +324,6 @@ autotune::Key tuningKey(const sema::Program &P, const sema::FunctionInfo &k, con
   return key;
 }
 
-std::string formatMs(double ms) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(ms < 1 ? 4 : ms < 100 ? 3 : 1) << ms << " ms";
-  return os.str();
-}
-
 } // namespace
 
 std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
@@ -437,19 +431,7 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
       std::vector<rt::Tensor> scratch = args;
       for (size_t w : written)
         if (w < scratch.size() && broken != "scratch") scratch[w] = args[w].clone();
-      launch(k, a, scratch, grid); // warm-up
-      std::vector<double> times;
-      double total = 0;
-      // At least 3 repetitions (one for a launch above a quarter of a second), at most 10, until
-      // about 100 ms have been timed.
-      while (times.size() < 10) {
-        const double t = backend_->timeMs([&] { launch(k, a, scratch, grid); });
-        times.push_back(t);
-        total += t;
-        if ((times.size() >= 3 && total >= 100) || (times.size() == 1 && t >= 250)) break;
-      }
-      std::sort(times.begin(), times.end());
-      median = times[times.size() / 2];
+      median = at::medianMs(*backend_, [&] { launch(k, a, scratch, grid); });
     } catch (const std::exception &e) {
       if (broken == "skip") throw;
       failed = oneLine(e.what());
@@ -461,7 +443,7 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
       rec.skipped.push_back({text, failed});
       continue;
     }
-    if (report) std::cerr << "autotune:   " << text << ": " << formatMs(median) << "\n";
+    if (report) std::cerr << "autotune:   " << text << ": " << at::formatMs(median) << "\n";
     rec.timesMs.push_back({text, median});
     if (median < best) {
       best = median;
@@ -476,7 +458,7 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
   }
   at::store(key, rec);
   if (report)
-    std::cerr << "autotune: " << key.describe() << ": winner " << at::configText(rec.winner) << " (" << formatMs(best) << ", "
+    std::cerr << "autotune: " << key.describe() << ": winner " << at::configText(rec.winner) << " (" << at::formatMs(best) << ", "
               << rec.timesMs.size() << " timed, " << rec.skipped.size() << " skipped)\n";
   return withConfig(rec.winner);
 }

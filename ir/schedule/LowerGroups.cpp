@@ -683,26 +683,76 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   });
 }
 
-Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
-                   const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target) {
-  // On a GPU, a product's tiles may take more shared memory than other programs' (its operand
-  // ring is what keeps the tensor cores fed, codegen/llvm/MmaPlan.h), and a tile of 128 x 128 or
-  // more is split over 8 warps (two warpgroups for wgmma; 64 x 64 accumulators per warp for
-  // mma.sync at 128 x 256).
-  // Only bf16 and f16 operands take the tensor cores; other products keep the v0 tiles.
-  const bool tensorCores = target.gpuTarget() && (a == DType::BF16 || a == DType::F16) && a == b;
-  TileTarget mt = target;
-  if (tensorCores) mt.sharedBytes = std::max<int64_t>(mt.sharedBytes, kMatMulSharedBytes);
-  // The batch's size, where the result's type has it (0: symbolic, taken as many).
+namespace {
+
+// What a matrix product's tiles are chosen for: whether it takes the tensor cores, the target
+// with its shared-memory budget, and its batch's size.
+struct MatMulSetting {
+  bool tensorCores = false;
+  TileTarget target;
   int64_t batch = 1;
+};
+
+MatMulSetting matmulSetting(size_t batchRank, DType a, DType b, const Type &result, const TileTarget &target) {
+  MatMulSetting s;
+  // On a GPU, a product's tiles may take more shared memory than other programs' (its operand
+  // ring is what keeps the tensor cores fed, codegen/llvm/MmaPlan.h). Only bf16 and f16 operands
+  // take the tensor cores; other products keep the v0 tiles.
+  s.tensorCores = target.gpuTarget() && (a == DType::BF16 || a == DType::F16) && a == b;
+  s.target = target;
+  if (s.tensorCores) s.target.sharedBytes = std::max<int64_t>(s.target.sharedBytes, kMatMulSharedBytes);
+  // The batch's size, where the result's type has it (0: symbolic, taken as many).
   for (size_t i = 0; i < batchRank && i < result.dims.size(); ++i) {
     const auto d = result.dims[i].constantValue();
-    batch = d ? batch * *d : 0;
-    if (!batch) break;
+    s.batch = d ? s.batch * *d : 0;
+    if (!s.batch) break;
   }
-  return fitShared(mt, matmulTiles(mnk, mt, tensorCores, batch), [&](const std::vector<int64_t> &t) {
-    TileTarget kt = mt;
-    if (tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
+  return s;
+}
+
+int64_t pow2Ceil(int64_t x) {
+  int64_t p = 1;
+  while (p < x && p < (int64_t(1) << 40)) p *= 2;
+  return p;
+}
+
+} // namespace
+
+std::vector<MatMulTiles> matmulTileCandidates(size_t batchRank, DType a, DType b, const Type &result,
+                                              const std::array<int64_t, 3> &mnk, const TileTarget &target) {
+  const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
+  const std::vector<int64_t> h = matmulTiles(mnk, s.target, s.tensorCores, s.batch);
+  std::vector<MatMulTiles> out{{h[0], h[1], h[2]}};
+  // TSR_MATMUL_TILES fixes the tiles for measuring: nothing to choose.
+  if ((s.tensorCores || !target.gpuTarget()) && std::getenv("TSR_MATMUL_TILES")) return out;
+  // The sets worth timing (docs/gpu.md "Autotuning"). CPU: the heuristic's 128x64x128 is best at
+  // 1024^3 on a 16-core host, 64x64x64 at 4096^3 (docs/performance.md); 256x64x64 and
+  // 128x128x128 were each the fastest of some shape on one core. GPU tensor cores: the wave rule
+  // of matmulTiles picks between 128x256 and 128x128 by an estimate that timing replaces.
+  std::vector<MatMulTiles> fixed;
+  if (!target.gpuTarget()) fixed = {{128, 64, 128}, {64, 64, 64}, {256, 64, 64}, {128, 128, 128}};
+  else if (s.tensorCores && h[0] == 128 && h[2] == 64 && h[1] >= 128) fixed = {{128, 256, 64}, {128, 128, 64}};
+  for (const MatMulTiles &c : fixed) {
+    // A tile wider than the product (its extent rounded up to a power of two) and than the
+    // heuristic's computes padding only.
+    bool fits = true;
+    for (size_t i = 0; i < 3; ++i) fits = fits && c[i] <= std::max(h[i], pow2Ceil(mnk[i]));
+    if (fits && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
+Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
+                   const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target,
+                   const std::optional<MatMulTiles> &tiles) {
+  const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
+  std::vector<int64_t> first = tiles ? std::vector<int64_t>{(*tiles)[0], (*tiles)[1], (*tiles)[2]}
+                                     : matmulTiles(mnk, s.target, s.tensorCores, s.batch);
+  return fitShared(s.target, first, [&](const std::vector<int64_t> &t) {
+    // A tensor-core tile of 128 x 128 or more is split over 8 warps (two warpgroups for wgmma;
+    // 64 x 64 accumulators per warp for mma.sync at 128 x 256).
+    TileTarget kt = s.target;
+    if (s.tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
     return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2]);
   });
 }

@@ -57,6 +57,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,9 @@ struct GridAxis {
   std::vector<int> axes;
   int64_t block = 1;
 };
+
+/// A matrix product's tiles {BM, BN, BK}.
+using MatMulTiles = std::array<int64_t, 3>;
 
 struct Kernel {
   std::unique_ptr<tile::Function> fn;
@@ -152,8 +156,21 @@ Kernel lowerRow(const Step &st, const std::vector<int64_t> &shape, const std::st
 /// are passed as [1, K] and [K, 1] views), result dtype and policies of `result`; `mnk` (the
 /// concrete sizes, in the order M, N, K) chooses the tiles. Parameters: the output
 /// [batch.., M, N], A, B. Errors as lowerElementwise's.
+/// `tiles` ({BM, BN, BK}, each >= 1) replaces the heuristic's first tiles (on a GPU the search
+/// for the shared-memory budget still halves them).
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
-                   const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target = {});
+                   const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target = {},
+                   const std::optional<MatMulTiles> &tiles = std::nullopt);
+
+/// The tiles worth timing for the matmul that lowerMatMul lowers with the same arguments, the
+/// heuristic's first (what lowerMatMul takes without `tiles`), without repeats; one entry when
+/// there is nothing to choose (a GPU product off the tensor cores, a tensor-core product below
+/// 128-row tiles, TSR_MATMUL_TILES set). The CPU's set: 128x64x128, 64x64x64, 256x64x64,
+/// 128x128x128; the tensor cores': 128x256x64, 128x128x64; each only where no extent is larger
+/// than the product's (rounded up to a power of two) and the heuristic's. The executor times
+/// them (exec/MatMulTuning.h); this file only lists them.
+std::vector<MatMulTiles> matmulTileCandidates(size_t batchRank, DType a, DType b, const Type &result,
+                                              const std::array<int64_t, 3> &mnk, const TileTarget &target = {});
 
 /// A copy of a rank-`rank` view of dtype `from` into a tensor of dtype `to` (a cast with
 /// `policies`' rounding when they differ): reshapes of non-contiguous views and outputs that are
