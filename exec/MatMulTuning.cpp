@@ -20,7 +20,7 @@ namespace {
 
 Config configOf(const sched::MatMulTiles &t) { return {{"BM", t[0]}, {"BN", t[1]}, {"BK", t[2]}}; }
 
-Key keyOf(const StepBackend &backend, const MatMulProblem &p, const std::vector<sched::MatMulTiles> &candidates) {
+Key keyOf(const std::string &target, const MatMulProblem &p, const std::vector<sched::MatMulTiles> &candidates) {
   Key k;
   k.kernel = "matmul";
   std::string list = "matmul tiles 1";
@@ -32,7 +32,7 @@ Key keyOf(const StepBackend &backend, const MatMulProblem &p, const std::vector<
   k.dtypes = std::string(dtypeName(p.a)) + " " + std::string(dtypeName(p.b)) + " " + std::string(dtypeName(p.out));
   std::string pol = p.policies.str();
   k.fixed = pol.empty() ? pol : pol.substr(1);
-  k.target = backend.tuningTarget();
+  k.target = target;
   return k;
 }
 
@@ -42,7 +42,24 @@ std::string oneLine(std::string s) {
   return s.size() > 300 ? s.substr(0, 300) + "..." : s;
 }
 
+std::vector<Config> spaceOf(const std::vector<sched::MatMulTiles> &candidates) {
+  std::vector<Config> space;
+  for (const sched::MatMulTiles &t : candidates) space.push_back(configOf(t));
+  return space;
+}
+
 } // namespace
+
+std::optional<size_t> recordedMatMulTiles(const std::string &target, const MatMulProblem &p,
+                                          const std::vector<sched::MatMulTiles> &candidates) {
+  if (candidates.size() <= 1) return std::nullopt;
+  const std::vector<Config> space = spaceOf(candidates);
+  std::optional<Config> c = lookup(keyOf(target, p, candidates), space, nullptr);
+  if (!c) return std::nullopt;
+  for (size_t i = 0; i < space.size(); ++i)
+    if (space[i] == *c) return i;
+  return std::nullopt;
+}
 
 size_t chooseMatMulTiles(StepBackend &backend, const MatMulProblem &p, const std::vector<sched::MatMulTiles> &candidates,
                          const std::function<void()> &compileAll, const std::function<Launch(size_t)> &prepare) {
@@ -50,12 +67,11 @@ size_t chooseMatMulTiles(StepBackend &backend, const MatMulProblem &p, const std
   const Mode m = mode(backend);
   if (m == Mode::Off) return 0;
   // TSR_AUTOTUNE_TEST_BREAK (the negative controls of tests/autotune/matmul_tiles.py only): `key`
-  // leaves the sizes out of the key, `threshold` times the CPU's products of any size.
+  // leaves the sizes out of the key, `threshold` times products of any size.
   const char *brokenEnv = std::getenv("TSR_AUTOTUNE_TEST_BREAK");
   const std::string broken = brokenEnv ? brokenEnv : "";
-  std::vector<Config> space;
-  for (const sched::MatMulTiles &t : candidates) space.push_back(configOf(t));
-  Key key = keyOf(backend, p, candidates);
+  const std::vector<Config> space = spaceOf(candidates);
+  Key key = keyOf(backend.tuningTarget(), p, candidates);
   if (broken == "key") key.shape.clear();
   const bool report = verbose();
   auto indexOf = [&](const Config &c) {
@@ -79,9 +95,9 @@ size_t chooseMatMulTiles(StepBackend &backend, const MatMulProblem &p, const std
   }
   const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K) * double(std::max<int64_t>(p.batch, 1));
   if (flops == 0) return 0; // an empty product: nothing to time
-  if (targetKind(backend.name()) == "cpu" && flops < kCpuTuneFlops && broken != "threshold") {
+  if (flops < kTuneFlops && broken != "threshold") {
     if (report)
-      std::cerr << "autotune: " << key.describe() << ": the heuristic's " << configText(space[0]) << " (the CPU times products of 2^30 flops and more)\n";
+      std::cerr << "autotune: " << key.describe() << ": the heuristic's " << configText(space[0]) << " (products of 2^30 flops and more are timed)\n";
     return 0;
   }
   if (report) std::cerr << "autotune: " << key.describe() << ": timing " << space.size() << " configurations\n";

@@ -9,9 +9,10 @@
 // - full: as cached, and on a miss every candidate is compiled (one batch, on every core where the
 //   backend can) and timed on the device into a scratch output (one warm-up launch, then 3 to 10
 //   until about 100 ms, their median); the fastest is recorded and runs. A candidate that fails to
-//   lower, compile or launch is skipped with a note. On the CPU only products of at least
-//   kCpuTuneFlops are timed: below that, compiling three more programs through LLVM costs more
-//   than the product could gain in a run; smaller ones take the heuristic's tiles.
+//   lower, compile or launch is skipped with a note. Only products of at least kTuneFlops are
+//   timed; smaller ones take the heuristic's tiles: on the CPU, compiling three more programs
+//   through LLVM costs more than such a product could gain in a run, and on a GPU one takes
+//   microseconds whatever its tiles, against a PTX compilation per candidate.
 //
 // The key (autotune::Key): kernel "matmul", a hash of the candidate list (another list is another
 // tuning), the sizes "M=.. N=.. K=.. batch=..", the operand and result dtypes, the result's
@@ -26,15 +27,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace tsr::exec::autotune {
 
-/// The CPU times a product under `full` only from this many flops (2 * M * N * K * batch): 2^30,
-/// a 512 x 1024 x 1024 product, about 5 ms on the 2-core build machine, where the three extra
+/// A product is timed under `full` only from this many flops (2 * M * N * K * batch): 2^30, a
+/// 512 x 1024 x 1024 product, about 8 ms on the 2-core build machine, where the three extra
 /// programs take about a second to compile.
-constexpr double kCpuTuneFlops = 1073741824.0;
+constexpr double kTuneFlops = 1073741824.0;
 
 /// A product as its key names it.
 struct MatMulProblem {
@@ -56,6 +58,13 @@ using Launch = std::function<void()>;
 /// under TSR_AUTOTUNE_VERBOSE=1.
 size_t chooseMatMulTiles(StepBackend &backend, const MatMulProblem &p, const std::vector<ir::schedule::MatMulTiles> &candidates,
                          const std::function<void()> &compileAll, const std::function<Launch(size_t)> &prepare);
+
+/// The index into `candidates` of the tiles recorded for `p` on the tuning target `target`
+/// (StepBackend::tuningTarget) in this process or the persistent cache, looked up without timing
+/// (what a bundle writer adds the program of); nullopt without a record. A record found joins
+/// the choices a bundle carries (autotune::used).
+std::optional<size_t> recordedMatMulTiles(const std::string &target, const MatMulProblem &p,
+                                          const std::vector<ir::schedule::MatMulTiles> &candidates);
 
 /// "BM=128 BN=64 BK=128".
 std::string tilesText(const ir::schedule::MatMulTiles &t);

@@ -3,6 +3,7 @@
 #include "exec/bundle/BundleWriter.h"
 
 #include "exec/Autotune.h"
+#include "exec/MatMulTuning.h"
 
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/nvptx/PtxKernel.h"
@@ -328,6 +329,7 @@ public:
         l.tiles = sp.kernel.tiles;
         add(std::move(sp.kernel.fn), std::move(l));
       }
+      if (st.kind == sched::StepKind::MatMul && std::string(name_) == "cpu") addRecordedMatMul(g, i, st, shapeOf);
     }
     // A scan's body runs as a graph of its own (ir/Scan.h): its programs too, at the same sizes.
     // TSR_BUNDLE_TEST_SKIP_SCAN_BODIES=1 leaves them out: the negative control of bundle_scan.
@@ -374,6 +376,43 @@ private:
       l.tiles = k.tiles;
       if (tile::verify(*k.fn).empty()) add(std::move(k.fn), std::move(l));
     }
+  }
+
+  // A matmul step's program with the tiles recorded for its sizes on this host's CPU (an earlier
+  // `tsr run --autotune=full`, exec/MatMulTuning.h), beside the heuristic's: the record joins the
+  // manifest's `autotune` (autotune::used), so the bundle's run takes it without timing. A GPU's
+  // records name its arch and model, which the writer does not know: they are not carried.
+  void addRecordedMatMul(const ir::Graph &g, size_t i, const sched::Step &st,
+                         const std::function<std::vector<int64_t>(const ir::Value *)> &shapeOf) {
+    const ir::Op &op = *st.anchor;
+    std::vector<int64_t> a = shapeOf(op.operands.at(0)), b = shapeOf(op.operands.at(1));
+    const std::vector<int64_t> R = shapeOf(op.result());
+    if (a.empty() || b.empty()) return;
+    const bool av = a.size() == 1, bv = b.size() == 1;
+    if (av) a.insert(a.begin(), 1);
+    if (bv) b.push_back(1);
+    const size_t vectors = (av ? 0 : 1) + (bv ? 0 : 1);
+    if (R.size() < vectors) return;
+    const size_t batchRank = R.size() - vectors;
+    int64_t batch = 1;
+    for (size_t d = 0; d < batchRank; ++d) batch *= R[d];
+    const std::array<int64_t, 3> mnk{a[a.size() - 2], b.back(), a.back()};
+    const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
+    const ir::Type &rt = op.result()->type;
+    const std::vector<sched::MatMulTiles> cands = sched::matmulTileCandidates(batchRank, adt, bdt, rt, mnk, target_);
+    const exec::autotune::MatMulProblem p{mnk[0], mnk[1], mnk[2], batch, adt, bdt, rt.dtype, rt.policies};
+    static const std::string cpuTarget = exec::cpuBackend()->tuningTarget();
+    const std::optional<size_t> chosen = exec::autotune::recordedMatMulTiles(cpuTarget, p, cands);
+    if (!chosen || *chosen == 0) return;
+    sched::Kernel k = sched::lowerMatMul(op, batchRank, adt, bdt, rt, mnk, "matmul", target_, cands[*chosen]);
+    if (!tile::verify(*k.fn).empty()) return;
+    Lowered l;
+    l.graph = g.name;
+    l.step = i;
+    l.kind = std::string(sched::stepKindName(st.kind));
+    l.part = "tuned";
+    l.tiles = k.tiles;
+    add(std::move(k.fn), std::move(l));
   }
 
   // TSR_BUNDLE_TEST_SKIP_0D_VIEWS=1 leaves the 0-d view copies out, so that a traced bundle lacks

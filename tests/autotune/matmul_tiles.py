@@ -2,7 +2,7 @@
 """Autotuning of graph code's matrix products on the CPU (exec/MatMulTuning.h), with
 matmul_tiles.tsr, one @jit product of f32 [M, K] @ [K, N]:
 
-- tune:      `--autotune=full` on a 512 x 1024 x 1024 product (2^30 flops, the CPU's threshold)
+- tune:      `--autotune=full` on a 512 x 1024 x 1024 product (2^30 flops, the threshold)
              times the schedule's 4 tile candidates and records a winner in
              TSR_CACHE_DIR/autotune; its output equals the `--autotune=off` run's (the
              heuristic's tiles);
@@ -11,14 +11,19 @@ matmul_tiles.tsr, one @jit product of f32 [M, K] @ [K, N]:
 - values:    a record whose winner is made 64x64x64 (not the heuristic's 128x64x128) is taken
              and gives the heuristic's values bit for bit;
 - key:       another shape (1024 x 512 x 1024) finds no record and is tuned anew;
-- threshold: a product below 2^30 flops (256^3) is not timed under full on the CPU.
+- threshold: a product below 2^30 flops (256^3) is not timed under full;
+- bundle:    a bundle traced after tuning (the record's winner made 64x64x64) carries the winner
+             in its manifest's `autotune` and its program: the runner without a compiler
+             (tsr-run-bundle), with an empty cache, takes it without timing and prints the same.
 
-usage: matmul_tiles.py TSR [--break=off|nocache|grid|key|threshold]
+usage: matmul_tiles.py TSR TSRC RUNNER [--break=off|nocache|grid|key|threshold|bundle]
 --break runs the section the break concerns with the feature broken (the negative controls):
 off: the first run uses --autotune=off; nocache: the second run uses --no-cache; grid, key,
-threshold: TSR_AUTOTUNE_TEST_BREAK (grid: the chosen program runs over the heuristic's grid).
+threshold: TSR_AUTOTUNE_TEST_BREAK (grid: the chosen program runs over the heuristic's grid);
+bundle: the bundle is made without the cache (TSR_NO_CACHE=1).
 Ends with `N passed, N failed`.
 """
+import json
 import os
 import re
 import sys
@@ -53,8 +58,8 @@ def winner(stderr, shape):
 
 
 def main():
-    tsr = os.path.abspath(sys.argv[1])
-    broken = next((a.split("=", 1)[1] for a in sys.argv[2:] if a.startswith("--break=")), None)
+    tsr, tsrc, runner = (os.path.abspath(a) for a in sys.argv[1:4])
+    broken = next((a.split("=", 1)[1] for a in sys.argv[4:] if a.startswith("--break=")), None)
     passed = failed = 0
 
     def check(ok, what):
@@ -107,9 +112,28 @@ def main():
         with tempfile.TemporaryDirectory() as cache:
             extra = {"TSR_AUTOTUNE_TEST_BREAK": "threshold"} if broken == "threshold" else {}
             s = tsr_run(tsr, cache, "--autotune=full", "--m", "256", "--n", "256", "--k", "256", **extra)
-            check(s.ok and "timing" not in s.stderr and "the CPU times products of 2^30 flops and more" in s.stderr and
+            check(s.ok and "timing" not in s.stderr and "products of 2^30 flops and more are timed" in s.stderr and
                   not records(cache),
-                  "a product below 2^30 flops is not timed on the CPU under full")
+                  "a product below 2^30 flops is not timed under full")
+    if section("bundle"):
+        with tempfile.TemporaryDirectory() as work:
+            cache = os.path.join(work, "cache")
+            r1 = tsr_run(tsr, cache, "--autotune=full")
+            for path in records(cache):
+                rewrite_payload(path, lambda p: re.sub(rb"winner BM=\d+ BN=\d+ BK=\d+", b"winner BM=64 BN=64 BK=64", p))
+            bundle = os.path.join(work, "mm.bundle")
+            extra = {"TSR_NO_CACHE": "1"} if broken == "bundle" else {}
+            mk = run([tsrc, PROGRAM, "-o", bundle, "--target", "cpu", "--trace", ""], env=env_for(cache, **extra), timeout=600)
+            data = open(bundle, "rb").read() if os.path.exists(bundle) else b""
+            m = re.search(rb'"autotune": \[.*?\n \]', data, re.S)
+            carried = json.loads(m.group(0)[len(b'"autotune": '):]) if m else []
+            check(r1.ok and mk.ok and any(c["kernel"] == "matmul" and c["shape"] == shape and c["config"] == [["BM", 64], ["BN", 64], ["BK", 64]]
+                                          for c in carried),
+                  f"the bundle's manifest carries the product's winner 64x64x64: {carried} {mk.crash or mk.stderr[-300:]}")
+            r2 = run([runner, bundle], env=env_for(os.path.join(work, "fresh")), timeout=600, cwd=work)
+            check(r2.ok and re.search(rf"matmul {shape} .*BM=64 BN=64 BK=64 \(from the bundle\), nothing timed", r2.stderr) and
+                  r2.stdout == plain.stdout,
+                  f"the runner without a compiler takes the bundle's winner without timing ({r2.crash or r2.stderr[-300:]})")
     return summary(passed, failed, minimum=1)
 
 
