@@ -2,6 +2,7 @@
 """The CPU benchmark: Tessera's compiled path against PyTorch on this CPU, as ratios.
 
     cpu_ops.py TSR [--reps N] [--rounds N] [--threads N] [--big N] [--big-rounds N] [--train 0|1]
+               [--tuned 0|1] [--torch 0|1]
 
 Runs tools/bench/cpu_ops.tsr with `tsr run` (GEMM f32 1024^3, nn.layer_norm, nn.rms_norm and
 nn.softmax over [4096, 1024] f32, each a @jit graph compiled through fusion -> Tile IR -> LLVM;
@@ -21,6 +22,13 @@ result: sum(y^2) of layer_norm is about rows*size and sum(softmax) is rows whate
 the training step's is its first loss (about log 10 = 2.30 on both sides); the GEMM's depends on the data, which the two sides draw from different generators (Tessera's
 Philox, torch's), so only its magnitude compares (the compiled GEMM's correctness is the
 compiled_vs_reference test's).
+
+Tessera's run takes the heuristic's matmul tiles (`--autotune=off`). --tuned 1 runs its GEMMs
+again in another process under `--autotune=full` (exec/MatMulTuning.h: the warm-up call times the
+tile candidates of each product, or takes a winner recorded in the persistent cache by an earlier
+run) and adds the rows `gemm (tuned)`, the tuned time over the untuned one, and the tuning's report
+(each candidate's median time and the winner).
+--torch 0 skips PyTorch (a machine whose torch links the reference BLAS has no GEMM baseline).
 
 Needs torch: runs itself again under /usr/bin/python3 (or TSR_TORCH_PYTHON) when the current
 interpreter lacks it.
@@ -63,28 +71,49 @@ def best_of(fn, reps, rounds):
     return best
 
 
+def run_tessera(tsr, root, reps, rounds, big, big_rounds, train, autotune, norms=1):
+    """{name: (seconds, checksum)} of one `tsr run` of cpu_ops.tsr, and its stderr."""
+    env = dict(os.environ, TESSERA_PATH=os.path.join(root, "examples"), TSR_AUTOTUNE_VERBOSE="1")
+    r = subprocess.run([tsr, "run", os.path.join(HERE, "cpu_ops.tsr"), "--device", "cpu", f"--autotune={autotune}",
+                        "--reps", str(reps), "--rounds", str(rounds), "--big", str(big), "--big_rounds", str(big_rounds),
+                        "--train", str(train), "--norms", str(norms),
+                        "--data", os.path.join(root, "examples", "data", "digits.csv.gz")],
+                       capture_output=True, text=True, env=env, cwd=root)
+    if r.returncode != 0:
+        sys.exit("tsr run failed:\n" + r.stderr)
+    out = {}
+    for line in r.stdout.splitlines():
+        name, secs, check = line.split()
+        out[name] = (float(secs), float(check))
+    return out, r.stderr
+
+
 def main():
-    _ensure_torch()
-    import torch
-    import torch.nn.functional as F
+    with_torch = arg("--torch", 1)
+    if with_torch:
+        _ensure_torch()
+        import torch
+        import torch.nn.functional as F
 
     tsr = sys.argv[1]
     reps, rounds, threads = arg("--reps", 10), arg("--rounds", 3), arg("--threads", len(os.sched_getaffinity(0)))
     big, big_rounds, train = arg("--big", 4096), arg("--big-rounds", 2), arg("--train", 1)
+    tuned = arg("--tuned", 0)
     size, rows = 1024, 4096
 
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
-    env = dict(os.environ, TESSERA_PATH=os.path.join(root, "examples"))
-    r = subprocess.run([tsr, "run", os.path.join(HERE, "cpu_ops.tsr"), "--device", "cpu", "--reps", str(reps),
-                        "--rounds", str(rounds), "--big", str(big), "--big_rounds", str(big_rounds),
-                        "--train", str(train), "--data", os.path.join(root, "examples", "data", "digits.csv.gz")],
-                       capture_output=True, text=True, env=env, cwd=root)
-    if r.returncode != 0:
-        sys.exit("tsr run failed:\n" + r.stderr)
-    tess = {}
-    for line in r.stdout.splitlines():
-        name, secs, check = line.split()
-        tess[name] = (float(secs), float(check))
+    tess, _ = run_tessera(tsr, root, reps, rounds, big, big_rounds, train, "off")
+    winners = []
+    if tuned:
+        t2, stderr = run_tessera(tsr, root, reps, rounds, big, big_rounds, 0, "full", norms=0)
+        for name in ("gemm", "gemm_big"):
+            if name in t2:
+                tess[name + "_tuned"] = t2[name]
+        winners = [line[len("autotune: "):] for line in stderr.splitlines()
+                   if line.startswith("autotune: matmul") or line.startswith("autotune:   BM=")]
+    if not with_torch:
+        report(tess, {}, size, rows, big, reps, rounds, winners, "threads: Tessera's launches on every usable core; no PyTorch (--torch 0)")
+        return
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -122,6 +151,17 @@ def main():
         opt = dv.make_optimizer(model, 1e-3)
         first = dv.train_step(model, opt, xt[:64], yt[:64])
         torch_t["train_step"] = (best_of(lambda: dv.train_step(model, opt, xt[:64], yt[:64]), reps, rounds), first)
+    for name in ("gemm", "gemm_big"):
+        torch_t[name + "_tuned"] = torch_t.get(name)
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    blas = blas.group(1) if blas else "unknown"
+    report(tess, torch_t, size, rows, big, reps, rounds, winners,
+           f"threads: {threads} (torch {torch.__version__}, BLAS_INFO={blas}"
+           f"{': the reference BLAS, no GEMM baseline' if blas == 'generic' else ''})")
+
+
+def report(tess, torch_t, size, rows, big, reps, rounds, winners, header):
+    """The Markdown table; `torch_t` empty: Tessera's figures alone."""
     work = {  # (amount, unit): flops for gemm, bytes moved (read x, write y) for the others
         "gemm": (2.0 * size ** 3, "GFLOP/s"),
         "layer_norm": (2.0 * 4 * rows * size, "GB/s"),
@@ -132,24 +172,34 @@ def main():
     }
     for name in ["layer_norm", "softmax", "rms_norm"]:
         work[name + "_steps"] = work[name]
-    blas = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
-    blas = blas.group(1) if blas else "unknown"
-    print(f"threads: {threads} (torch {torch.__version__}, BLAS_INFO={blas}"
-          f"{': the reference BLAS, no GEMM baseline' if blas == 'generic' else ''}), reps {reps}, "
-          f"best of {rounds} rounds; load average {os.getloadavg()[0]:.1f}, {len(os.sched_getaffinity(0))} cores usable")
+    for name in ("gemm", "gemm_big"):
+        work[name + "_tuned"] = work[name]
+    print(f"{header}, reps {reps}, best of {rounds} rounds; load average {os.getloadavg()[0]:.1f}, "
+          f"{len(os.sched_getaffinity(0))} cores usable")
     print()
     print("| op | Tessera | PyTorch | ratio (Tessera / PyTorch) | checksums (Tessera, PyTorch) |")
     print("|---|---|---|---|---|")
-    for name in ["gemm", "gemm_big", "train_step", "layer_norm", "layer_norm_steps", "rms_norm", "rms_norm_steps", "softmax", "softmax_steps"]:
+    for name in ["gemm", "gemm_tuned", "gemm_big", "gemm_big_tuned", "train_step", "layer_norm", "layer_norm_steps", "rms_norm",
+                 "rms_norm_steps", "softmax", "softmax_steps"]:
         if name not in tess:
             continue
         ts, tc = tess[name]
-        ps, pc = torch_t[name]
         amount, unit = work[name]
-        if name == "gemm_big":
-            name = f"gemm {big}^3"
-        print(f"| {name} | {ts * 1e3:.2f} ms ({amount / ts / 1e9:.1f} {unit}) | {ps * 1e3:.2f} ms ({amount / ps / 1e9:.1f} {unit}) "
-              f"| {ts / ps:.2f} | {tc:.4e}, {pc:.4e} |")
+        label = name.replace("gemm_big", f"gemm {big}^3").replace("_tuned", " (tuned)")
+        if name in torch_t and torch_t[name]:
+            ps, pc = torch_t[name]
+            print(f"| {label} | {ts * 1e3:.2f} ms ({amount / ts / 1e9:.1f} {unit}) | {ps * 1e3:.2f} ms ({amount / ps / 1e9:.1f} {unit}) "
+                  f"| {ts / ps:.2f} | {tc:.4e}, {pc:.4e} |")
+        else:
+            print(f"| {label} | {ts * 1e3:.2f} ms ({amount / ts / 1e9:.1f} {unit}) | - | - | {tc:.4e}, - |")
+    for name in ("gemm", "gemm_big"):
+        if name + "_tuned" in tess and name in tess:
+            label = name.replace("gemm_big", f"gemm {big}^3")
+            print(f"\n{label}: tuned / untuned time {tess[name + '_tuned'][0] / tess[name][0]:.2f}", end="")
+    if winners:
+        print("\n\nthe tuned run's report (TSR_AUTOTUNE_VERBOSE=1):\n" + "\n".join("    " + w for w in winners))
+    else:
+        print()
 
 
 if __name__ == "__main__":
