@@ -7,8 +7,10 @@
 #include "ir/lower/Lowering.h"
 
 #include "ir/ExternalModels.h"
+#include "ir/Scan.h"
 #include "sema/ExternalModels.h"
 
+#include <memory>
 #include <unordered_map>
 
 namespace tsr::ir::lowering {
@@ -30,6 +32,56 @@ Value *capturedParam(Graph &g, const ModelGraph &mg, size_t i) {
   for (Value *p : g.params)
     if (p->name == name) return p;
   return g.addParam(name, mg.graph->params[mg.numInputs + i]->type);
+}
+
+std::vector<Attr> substituted(std::vector<Attr> attrs, const std::map<std::string, Dim> &sizes) {
+  for (Attr &a : attrs)
+    if (auto *dims = std::get_if<std::vector<Dim>>(&a.value))
+      for (Dim &d : *dims) d = d.substitute(sizes);
+  return attrs;
+}
+
+Type substituted(Type t, const std::map<std::string, Dim> &sizes) {
+  for (Dim &d : t.dims) d = d.substitute(sizes);
+  return t;
+}
+
+// A region op's body at the caller's sizes: its parameters' types and its ops' shape attributes
+// substituted, its ops added again (shape inference types them), nested scans likewise.
+std::shared_ptr<Graph> bodyAt(const Graph &src, const std::map<std::string, Dim> &sizes, Loc loc);
+
+// One op of a model's graph (or of a body) added to `g` with `operands`, at the caller's sizes.
+Value *addAt(Graph &g, const Op &o, std::vector<Value *> operands, const std::map<std::string, Dim> &sizes, Loc loc,
+             std::vector<Value *> *results) {
+  if (o.kind != OpKind::Scan) {
+    if (o.results.size() != 1) throw IRError{"an imported op with " + std::to_string(o.results.size()) + " results"};
+    Value *r = g.add(o.kind, std::move(operands), substituted(o.attrs, sizes), loc);
+    results->push_back(r);
+    return r;
+  }
+  auto s = scanShape(o);
+  if (!s || !o.body) throw IRError{"an imported scan without its counts or body"};
+  std::vector<Value *> consts(operands.begin(), operands.begin() + long(s->consts));
+  std::vector<Value *> inits(operands.begin() + long(s->consts), operands.begin() + long(s->consts + s->carries));
+  std::vector<Value *> xs(operands.begin() + long(s->consts + s->carries), operands.end());
+  Op *scan = addScan(g, bodyAt(*o.body, sizes, loc), consts, inits, xs, s->length.substitute(sizes), s->reverse, loc, s->checkpoint);
+  *results = scan->results;
+  return nullptr;
+}
+
+std::shared_ptr<Graph> bodyAt(const Graph &src, const std::map<std::string, Dim> &sizes, Loc loc) {
+  auto g = std::make_shared<Graph>(src.name);
+  std::unordered_map<const Value *, Value *> map;
+  for (const Value *p : src.params) map[p] = g->addParam(p->name, substituted(p->type, sizes));
+  for (const Op *o : src.ops) {
+    std::vector<Value *> operands, results;
+    for (const Value *x : o->operands) operands.push_back(map.at(x));
+    addAt(*g, *o, std::move(operands), sizes, loc, &results);
+    for (size_t i = 0; i < results.size() && i < o->results.size(); ++i) map[o->results[i]] = results[i];
+  }
+  for (const Value *o : src.outputs) g->outputs.push_back(map.at(o));
+  g->renumber();
+  return g;
 }
 
 } // namespace
@@ -105,13 +157,20 @@ LVRef Lowering::callExternal(const FunctionInfo &fn, const std::map<std::string,
   for (const Op *o : src.ops) {
     std::vector<Value *> operands;
     for (const Value *x : o->operands) operands.push_back(map.at(x));
-    std::vector<Attr> attrs = o->attrs;
-    for (Attr &a : attrs)
-      if (auto *dims = std::get_if<std::vector<Dim>>(&a.value))
-        for (Dim &d : *dims) d = d.substitute(sizes);
-    Value *r = op(o->kind, std::move(operands), std::move(attrs), at);
-    if (o->results.size() != 1) throw CompileError{"internal: an imported op with " + std::to_string(o->results.size()) + " results", at};
-    map[o->results[0]] = r;
+    if (o->kind != OpKind::Scan) {
+      Value *r = op(o->kind, std::move(operands), substituted(o->attrs, sizes), at);
+      if (o->results.size() != 1) throw CompileError{"internal: an imported op with " + std::to_string(o->results.size()) + " results", at};
+      map[o->results[0]] = r;
+      continue;
+    }
+    // A region op (the importer's RNN, GRU, LSTM): its body is copied at the caller's sizes.
+    std::vector<Value *> results;
+    try {
+      addAt(g_, *o, std::move(operands), sizes, loc(at), &results);
+    } catch (const IRError &e) {
+      throw CompileError{"internal: an imported scan at the caller's sizes: " + e.message, at};
+    }
+    for (size_t i = 0; i < results.size() && i < o->results.size(); ++i) map[o->results[i]] = results[i];
   }
   std::vector<LVRef> outs;
   for (const Value *o : src.outputs) outs.push_back(tensor(map.at(o)));

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Recurrent layers exported from PyTorch by torch.onnx.export, imported by onnx.load (ctest
+onnx_torch_rnn; issue 19's RNN, GRU and LSTM operators, which the importer lowers to Graph IR's
+scan region op).
+
+  torch_rnn.py TSR [--negative]
+
+The model: nn.RNN (tanh) -> a bidirectional nn.GRU (PyTorch exports it with
+linear_before_reset = 1) -> a 2-layer nn.LSTM -> linear, batch-first, so the ONNX graph has RNN,
+GRU and LSTM nodes (forward and bidirectional). A generated program loads it with
+`onnx.load(..., split_params=True)` and computes the output and value_and_grad of sum(y * r) with
+respect to the input and to every parameter; the output and the gradients of the input and of the
+first layer's input weight (both through every recurrence, both directions) and of the linear
+weight must match PyTorch's and torch.autograd's (relative error 1e-5 in f32). The import must use scan ops (`tsrc --emit=graph`),
+one per direction and layer: 1 + 2 + 2 = 5.
+
+--negative is the control: PyTorch's GRU gets a different recurrent weight after the export, so
+the model Tessera runs is not the one PyTorch evaluates: all four comparisons must fail.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from testlib import skip, summary  # noqa: E402
+from torch_python import reexec_with_torch  # noqa: E402
+
+reexec_with_torch("onnx_torch_rnn")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+try:
+    import onnx  # noqa: F401,E402
+except ImportError as e:
+    skip("onnx_torch_rnn", f"the onnx Python package is missing ({e}; Debian: python3-onnx)")
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(4, 5, batch_first=True)
+        self.gru = nn.GRU(5, 6, bidirectional=True, batch_first=True)
+        self.lstm = nn.LSTM(12, 7, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(7, 3)
+
+    def forward(self, x):
+        x, _ = self.rnn(x)
+        x, _ = self.gru(x)
+        x, _ = self.lstm(x)
+        return self.fc(x)
+
+
+PROGRAM = '''def main():
+    apply, params = onnx.load("rnn.onnx", split_params=True)
+    d = load("in.npz")
+    x = d["x"]
+    r = d["r"]
+    loss, grads = value_and_grad(lambda p, a: sum(apply(p, a) * r), argnums=(0, 1))(params, x)
+    res = {"y": apply(params, x), "g.x": grads[1]}
+    for name, g in grads[0].items():
+        res["g." + name] = g
+    save("out.npz", res)
+    print(f"torch_rnn program: loss {item(loss):.6f}")
+'''
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)) if a.shape == b.shape else float("inf")
+
+
+def main():
+    tsr = os.path.abspath(sys.argv[1])
+    negative = "--negative" in sys.argv
+    torch.manual_seed(19)
+    model = Recurrent().eval()
+    x = torch.randn(2, 6, 4)
+    r = torch.randn(2, 6, 3)
+    failures, passed = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.onnx.export(model, x, os.path.join(tmp, "rnn.onnx"), opset_version=14, input_names=["x"], output_names=["y"])
+        exported = onnx.load(os.path.join(tmp, "rnn.onnx")).graph
+        ops = sorted({n.op_type for n in exported.node})
+        # PyTorch's exporter renames the weights: the linear layer's is the MatMul's (transposed),
+        # the RNN's input weight is its node's W ([1, hidden, input], as PyTorch's weight_ih_l0).
+        fc_w = next(n.input[1] for n in exported.node if n.op_type == "MatMul")
+        rnn_w = next(n.input[1] for n in exported.node if n.op_type == "RNN")
+        for op in ("RNN", "GRU", "LSTM"):
+            if op not in ops:
+                failures.append(f"the exported model has no {op} node (it has {ops})")
+        graph = subprocess.run([os.path.join(os.path.dirname(tsr), "..", "tsrc", "tsrc"), "rnn.onnx", "--emit=graph"],
+                               cwd=tmp, capture_output=True, text=True, timeout=300)
+        scans = graph.stdout.count("= scan ")
+        if scans != 5:
+            failures.append(f"the imported graph has {scans} scan ops, not 5:\n{graph.stdout[-2000:]}{graph.stderr}")
+        if negative:
+            with torch.no_grad():
+                model.gru.weight_hh_l0_reverse.mul_(1.2)
+        xs = x.clone().requires_grad_()
+        y = model(xs)
+        (y * r).sum().backward()
+        np.savez(os.path.join(tmp, "in.npz"), x=x.numpy(), r=r.numpy())
+        with open(os.path.join(tmp, "rnn.tsr"), "w") as f:
+            f.write(PROGRAM)
+        p = subprocess.run([tsr, "run", "rnn.tsr", "--device", "cpu"], cwd=tmp, capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            print(f"FAIL: tsr run rnn.tsr: exit {p.returncode}\n{p.stdout}{p.stderr}")
+            return 1
+        print(p.stdout, end="")
+        ours = dict(np.load(os.path.join(tmp, "out.npz")))
+    pairs = [("output", ours["y"], y.detach()), ("grad x", ours["g.x"], xs.grad),
+             ("grad fc.weight", ours["g." + fc_w].T, model.fc.weight.grad),
+             ("grad rnn.weight_ih_l0", ours["g." + rnn_w][0], model.rnn.weight_ih_l0.grad)]
+    for name, a, b in pairs:
+        e = rel(a, b)
+        ok = e <= 1e-5
+        passed += ok
+        if not ok:
+            failures.append(f"{name} differs: relative error {e:.3e} > 1e-05")
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: relative error {e:.2e}")
+    for f in failures:
+        print("FAIL: " + f)
+    return summary(passed, len(failures), minimum=len(pairs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
