@@ -1,4 +1,5 @@
 #include "exec/CompiledExecutor.h"
+#include "exec/GraphReplay.h"
 #include "exec/Autotune.h"
 #include "exec/MatMulTuning.h"
 #include "ir/Scan.h"
@@ -217,6 +218,15 @@ struct CompiledExecutor::Impl {
   std::atomic<uint64_t> launches{0};
   CompiledExecutor::Stats stats;
   const bool forceInterpret = forceInterpretForTests();
+  // CUDA-graph replay (exec/GraphReplay.h), made at the first call that wants it. `walking`: a
+  // walk GraphReplay asked for is under way (its nested call must not replay again).
+  // In its warm-up and capture walks, index checks count into device memory and the counters are
+  // kept in `deferredChecks` to the walk's end (so both walks allocate alike); the warm-up reads
+  // each at once, a capture leaves them to GraphReplay, which reads them after each replay.
+  std::unique_ptr<GraphReplay> replay;
+  bool walking = false;
+  GraphReplay::Walk walkMode = GraphReplay::Walk::Plain;
+  std::vector<Tensor> *deferredChecks = nullptr;
   // Work (element-ops) each step has run interpreted so far, by its program key.
   std::unordered_map<std::string, int64_t> interpretedWork;
 
@@ -241,12 +251,14 @@ struct CompiledExecutor::Impl {
     size_t ops = 0; // the graph's op count when planned: a graph rewritten since is planned again
     sched::Schedule plan;
     std::string key;
+    std::string notCapturable; // whyNotCapturable (GraphReplay.h)
   };
   std::unordered_map<uint64_t, GraphPlan> plans;
   const GraphPlan &planOf(const ir::Module &m, const ir::Graph &g) {
     auto it = plans.find(g.serial);
     if (it != plans.end() && it->second.ops == g.ops.size()) return it->second;
     GraphPlan p{g.ops.size(), sched::planFusion(g), std::to_string(ir::structureHash(g, m)) + "/"};
+    p.notCapturable = whyNotCapturable(p.plan);
     return plans.insert_or_assign(g.serial, std::move(p)).first->second;
   }
 
@@ -533,6 +545,12 @@ uint64_t CompiledExecutor::launches() const { return impl_->launches.load(); }
 
 CompiledExecutor::Stats CompiledExecutor::stats() const {
   Stats s = impl_->stats;
+  if (impl_->replay) {
+    s.graphCaptures = impl_->replay->stats().captures;
+    s.graphReplays = impl_->replay->stats().replays;
+    s.graphKernels = impl_->replay->stats().capturedKernels;
+    s.graphSlotCopies = impl_->replay->stats().slotCopies;
+  }
   s.launches = impl_->launches.load();
   return s;
 }
@@ -646,6 +664,28 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     }
     return s;
   };
+
+  // A call of a plan of device work alone may be captured once and replayed (GraphReplay.h).
+  if (!I.walking && I.compilesEveryStep() && graphReplayWanted(*I.backend)) {
+    if (!I.replay) I.replay = std::make_unique<GraphReplay>(*I.backend);
+    std::string signature = graphKey;
+    for (const auto &[name, size] : sizes) signature += name + "=" + std::to_string(size) + ",";
+    for (const Tensor &t : inputs) signature += shapeKey(t.shape()) + std::string(dtypeName(t.dtype()));
+    auto walk = [&](const std::vector<Tensor> &in, GraphReplay::Walk mode, std::vector<Tensor> *deferred) {
+      const uint64_t before = I.launches;
+      I.walking = true;
+      I.walkMode = mode;
+      I.deferredChecks = deferred;
+      struct Reset {
+        Impl &I;
+        ~Reset() { I.walking = false, I.walkMode = GraphReplay::Walk::Plain, I.deferredChecks = nullptr; }
+      } reset{I};
+      std::vector<Tensor> out = run(m, g, in, given);
+      if (mode == GraphReplay::Walk::Capture) I.launches = before; // recorded into the graph, not launched
+      return out;
+    };
+    return I.replay->call(signature, g.name, planned.notCapturable, inputs, walk);
+  }
 
   if (I.compileAhead && I.compilesEveryStep()) {
     std::string signature = graphKey;
@@ -874,12 +914,16 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
                               " on axis " + std::to_string(d)};
         }
         Tensor out = I.allocate(S, op.result()->type.dtype);
-        Tensor bad = Tensor::zeros({1}, DType::I64);
+        const bool onDevice = I.walkMode != GraphReplay::Walk::Plain;
+        Tensor bad = onDevice ? I.allocate({1}, DType::I64) : Tensor::zeros({1}, DType::I64);
+        // (a device counter is zeroed by a fill, which a capture records with the launch)
+        if (onDevice) I.backend->zeroBytes(I.backend->address(bad, true, "index checks"), sizeof(int64_t));
         std::vector<rt::KernelArg> args{I.arg(whole(out), true), I.arg(x), I.arg(idx),
                                         argOf(whole(bad), I.backend->address(bad, true, "index checks"))};
         const Compiled &c = I.program(I.gatherProgram(op, key, S, work));
         I.launch(c, args, S);
-        if (static_cast<const Tensor &>(bad).data<int64_t>()[0] != 0) {
+        if (I.deferredChecks) I.deferredChecks->push_back(bad);
+        if (I.walkMode != GraphReplay::Walk::Capture && static_cast<const Tensor &>(bad).data<int64_t>()[0] != 0) {
           interpret(op, {&op}, {op.operands[0], op.operands[1]}, st.outputs, key);
           throw OpFailure{"an index is out of range (counted by the compiled step; the evaluator found none)"};
         }

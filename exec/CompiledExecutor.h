@@ -58,6 +58,9 @@ public:
     uint64_t scanSteps = 0;         // scan ops run: each runs its body's own plan once per step (compiled as any graph)
     uint64_t compiledAhead = 0;     // programs compiled in a batch before a graph's first run
     uint64_t compiledLazily = 0;    // programs compiled when a step reached them (copies of views included)
+    // CUDA graphs (exec/GraphReplay.h): plans captured, calls replayed, the kernels the captures
+    // recorded (not in `launches`), inputs copied into static slots before replays.
+    uint64_t graphCaptures = 0, graphReplays = 0, graphKernels = 0, graphSlotCopies = 0;
   };
   Stats stats() const;
   /// Number of kernel launches since construction (stats().launches).

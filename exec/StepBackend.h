@@ -20,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -61,6 +62,20 @@ struct CompileRequest {
 class NoCodeError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+/// A captured device graph, instantiated (StepBackend::endCapture); only its backend reads it.
+struct DeviceGraph {
+  virtual ~DeviceGraph() = default;
+  /// The launches the capture recorded.
+  virtual size_t kernels() const = 0;
+};
+
+/// Device memory that one captured plan owns (StepBackend::newArena): while a backend allocates
+/// from it, blocks freed go back to it rather than to the device's allocator, so the same blocks
+/// serve the plan at every replay and no other tensor ever gets them while it lives.
+struct GraphArena {
+  virtual ~GraphArena() = default;
 };
 
 class StepBackend {
@@ -111,6 +126,28 @@ public:
   /// False (the default): the executor runs the op on host tensors (Gloo; ir::runCollective).
   virtual bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) { return false; }
   virtual std::string tuningTarget() const { return name(); }
+
+  /// Device graphs (exec/GraphReplay.h: CUDA graphs). canCapture: whether this backend can
+  /// capture its work now (false, the default, with `why` in words). newArena: memory for a
+  /// captured plan; useArena routes allocate() into it (null: the device's allocator again), and
+  /// with `sealed` an allocation it cannot serve from its freed blocks throws instead of asking
+  /// the driver (a capture must not call cuMemAlloc). beginCapture / endCapture record the
+  /// launches, copies and fills queued between them into a graph instead of running them;
+  /// abortCapture drops a capture that failed; replay queues one run of a graph (`site` names it
+  /// in errors). copyBytes / zeroBytes: device memory at addresses of address(), queued in order
+  /// with launches.
+  virtual bool canCapture(std::string *why) {
+    if (why) *why = "the " + name() + " backend has no device graphs";
+    return false;
+  }
+  virtual std::shared_ptr<GraphArena> newArena() { return nullptr; }
+  virtual void useArena(GraphArena *arena, bool sealed) {}
+  virtual void beginCapture() { throw std::runtime_error(name() + " cannot capture device graphs"); }
+  virtual std::shared_ptr<DeviceGraph> endCapture() { throw std::runtime_error(name() + " cannot capture device graphs"); }
+  virtual void abortCapture() noexcept {}
+  virtual void replay(const DeviceGraph &g, const LaunchSite &site) { throw std::runtime_error(name() + " cannot replay device graphs"); }
+  virtual void copyBytes(char *dst, const char *src, size_t bytes) { std::memmove(dst, src, bytes); }
+  virtual void zeroBytes(char *dst, size_t bytes) { std::memset(dst, 0, bytes); }
   /// Milliseconds the device takes for the work `work` queues on this backend (the autotuner's
   /// timing). By default a steady clock around `work`: launches that return when their grid has
   /// run (the host CPU). A GPU records events on its stream around it and waits for the second.

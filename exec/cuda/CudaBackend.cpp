@@ -4,6 +4,7 @@
 #include "ir/tile/TileText.h"
 #include "runtime/GridLauncher.h"
 #include "runtime/cuda/CudaDriver.h"
+#include "runtime/cuda/CudaGraph.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
 #include "runtime/cuda/TensorMap.h"
@@ -17,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tsr::exec {
 namespace {
@@ -29,18 +31,28 @@ static_assert(sizeof(rt::KernelArg) == 152, "the KernelArg layout is the NVPTX k
 // `*current`: the device's own stream, or a borrowed one (setCudaStream) while an embedder asks
 // for it. Blocks are allocated for the stream current at the time, so the allocator reuses a
 // block only on the stream whose work last used it.
+struct Arena;
+
 struct Device final : rt::DeviceMemory {
   cuda::Context &ctx;
   cuda::Stream own;
   cuda::Stream *current;
   std::unique_ptr<cuda::Stream> borrowed; // the lent stream while one is set
   cuda::DeviceAllocator &alloc;
+  // CUDA graphs (GraphReplay.h): while `arena` is set, allocations come from it; `owner` maps
+  // every block of a live arena to it (null once the arena is gone: the block then goes to the
+  // allocator when its last tensor releases it).
+  std::mutex arenaMu;
+  Arena *arena = nullptr;
+  bool sealed = false;
+  std::unordered_map<uint64_t, Arena *> owner;
 
   explicit Device(cuda::Context &c) : ctx(c), own(c), current(&own), alloc(cuda::DeviceAllocator::forDevice(c.ordinal())) {}
   cuda::Stream &stream() { return *current; }
   std::string name() const override { return "cuda:" + std::to_string(ctx.ordinal()); }
-  uint64_t allocate(size_t bytes, const char *forWhat) override { return alloc.allocate(bytes, forWhat, stream().handle()); }
-  void release(uint64_t p) noexcept override {
+  uint64_t allocate(size_t bytes, const char *forWhat) override;
+  void release(uint64_t p) noexcept override;
+  void freeBlock(uint64_t p) noexcept {
     try {
       alloc.free(p);
     } catch (...) {
@@ -53,6 +65,76 @@ struct Device final : rt::DeviceMemory {
     stream().synchronize();
   }
   void copyOnDevice(uint64_t dst, uint64_t src, size_t bytes) override { stream().copyOnDevice(dst, src, bytes); }
+};
+
+// A captured plan's memory (StepBackend::newArena): blocks from the device's allocator, kept
+// while the plan lives and handed out again only to the plan's own walks. Its walks allocate and
+// free in the same order each time, so the capture (sealed) finds every block the warm-up left.
+struct Arena final : GraphArena {
+  Device &dev;
+  std::multimap<size_t, uint64_t> freeBlocks; // class size -> block
+  std::unordered_map<uint64_t, size_t> blocks; // every block, with its class size
+  explicit Arena(Device &d) : dev(d) {}
+  ~Arena() override {
+    std::lock_guard<std::mutex> lock(dev.arenaMu);
+    if (dev.arena == this) dev.arena = nullptr;
+    std::unordered_set<uint64_t> idle;
+    for (const auto &[size, p] : freeBlocks) idle.insert(p);
+    for (const auto &[p, size] : blocks) {
+      if (idle.count(p)) {
+        dev.owner.erase(p);
+        dev.freeBlock(p); // into the allocator's cache for this stream: ordered after the replays
+      } else {
+        dev.owner[p] = nullptr; // still held by a tensor
+      }
+    }
+  }
+  // Under dev.arenaMu.
+  uint64_t take(size_t bytes, const char *forWhat, bool sealedNow) {
+    const size_t cls = cuda::DeviceAllocator::classSize(bytes);
+    auto it = freeBlocks.lower_bound(cls);
+    if (it != freeBlocks.end() && it->first <= 2 * cls) {
+      const uint64_t p = it->second;
+      freeBlocks.erase(it);
+      return p;
+    }
+    if (sealedNow)
+      throw std::runtime_error("an allocation of " + std::to_string(bytes) + " bytes" + (forWhat ? std::string(" for ") + forWhat : "") +
+                               " that the warm-up run did not make (a capture may not call cuMemAlloc)");
+    const uint64_t p = dev.alloc.allocate(cls, forWhat, dev.stream().handle());
+    blocks[p] = cls;
+    dev.owner[p] = this;
+    return p;
+  }
+};
+
+uint64_t Device::allocate(size_t bytes, const char *forWhat) {
+  {
+    std::lock_guard<std::mutex> lock(arenaMu);
+    if (arena) return arena->take(bytes, forWhat, sealed);
+  }
+  return alloc.allocate(bytes, forWhat, stream().handle());
+}
+
+void Device::release(uint64_t p) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(arenaMu);
+    auto it = owner.find(p);
+    if (it != owner.end()) {
+      if (Arena *a = it->second) {
+        a->freeBlocks.emplace(a->blocks[p], p);
+        return;
+      }
+      owner.erase(it);
+    }
+  }
+  freeBlock(p);
+}
+
+// An instantiated CUDA graph of the device's stream.
+struct CudaGraph final : DeviceGraph {
+  std::unique_ptr<cuda::GraphExec> exec;
+  size_t kernels() const override { return exec->kernels(); }
 };
 
 std::mutex devicesMutex;
@@ -127,6 +209,40 @@ public:
     if (write) t.markDeviceWritten(dev_);
     return reinterpret_cast<char *>(p);
   }
+  // CUDA graphs (exec/GraphReplay.h) on the device's own stream.
+  bool canCapture(std::string *why) override {
+    if (!cuda::graphsAvailable(why)) return false;
+    if (dev_.current != &dev_.own) {
+      if (why) *why = "the work goes on a stream an embedder lends";
+      return false;
+    }
+    if (dev_.own.blocking()) {
+      if (why) *why = "TSR_CUDA_LAUNCH_BLOCKING=1 synchronizes after every launch";
+      return false;
+    }
+    return true;
+  }
+  std::shared_ptr<GraphArena> newArena() override { return std::make_shared<Arena>(dev_); }
+  void useArena(GraphArena *arena, bool sealed) override {
+    std::lock_guard<std::mutex> lock(dev_.arenaMu);
+    dev_.arena = static_cast<Arena *>(arena);
+    dev_.sealed = sealed;
+  }
+  void beginCapture() override { dev_.stream().beginCapture(); }
+  std::shared_ptr<DeviceGraph> endCapture() override {
+    auto g = std::make_shared<CudaGraph>();
+    g->exec = dev_.stream().endCapture();
+    return g;
+  }
+  void abortCapture() noexcept override { dev_.stream().abortCapture(); }
+  void replay(const DeviceGraph &g, const LaunchSite &site) override {
+    dev_.stream().launchGraph(*static_cast<const CudaGraph &>(g).exec, cuda::LaunchSite{site.kernel, site.source});
+  }
+  void copyBytes(char *dst, const char *src, size_t bytes) override {
+    dev_.stream().copyOnDevice(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes);
+  }
+  void zeroBytes(char *dst, size_t bytes) override { dev_.stream().fill(reinterpret_cast<uintptr_t>(dst), 0, bytes); }
+
   // Collectives between ranks' GPUs through NCCL on a stream of their own (NcclSteps.h).
   bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) override {
     return ncclCollective(*this, dev_.ctx.ordinal(), dev_.stream().handle(), op, x, out);

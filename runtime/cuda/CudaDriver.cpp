@@ -258,6 +258,8 @@ Driver::Driver() {
   if (!available_) why_ = "the NVIDIA driver lists GPUs but none could be opened";
 }
 
+void *Driver::optionalSymbol(const char *name) const { return lib_ ? dlsym(lib_, name) : nullptr; }
+
 void Driver::requireAvailable() const {
   if (!available_) throw GpuError(GpuError::kNoDriver, "TSR_NO_GPU", "no GPU: " + why_);
 }
@@ -742,6 +744,7 @@ void Stream::prepareShared(Function &fn, const LaunchDims &dims, LaunchSite site
 
 void Stream::record(const Function &fn, const LaunchDims &dims, LaunchSite site) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (capturing_) { ++captured_; return; } // recorded into the graph, not run
   LaunchRecord &slot = ring_[launches_ % ring_.size()];
   slot.sequence = ++launches_;
   // assign() reuses the slot's capacity: no allocation per launch once the ring is warm.
@@ -763,7 +766,7 @@ void Stream::afterLaunch(int r, const Function &fn, const LaunchDims &dims, Laun
   std::string_view name = site.kernelName.empty() ? std::string_view(fn.name()) : site.kernelName;
   if (r != 0) fail(r, "launching " + kernelText(name, site.sourceLocation) + ", " + dimsText(dims) + " (cuLaunchKernel)");
   record(fn, dims, site);
-  if (blocking_) synchronize();
+  if (blocking_ && !capturing_) synchronize();
 }
 
 void Stream::launch(Function &fn, const LaunchDims &dims, void **kernelParams, LaunchSite site) {

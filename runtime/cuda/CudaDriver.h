@@ -113,6 +113,9 @@ public:
   const std::vector<DeviceInfo> &devices() const { return devices_; }
   /// Where the library was looked for (TSR_LIBCUDA or libcuda.so.1).
   const std::string &libraryName() const { return libName_; }
+  /// dlsym of an optional entry point (the CUDA graph functions, CudaGraph.cpp), or null when the
+  /// library is not loaded or lacks it.
+  void *optionalSymbol(const char *name) const;
 
   /// cuDeviceGetAttribute(attr, device `ordinal`) for attributes DeviceInfo lacks (values of
   /// cuda.h's CUdevice_attribute). Throws GpuError.
@@ -380,6 +383,21 @@ public:
   /// default 300 s, read once per process.
   static double defaultTimeoutSeconds();
 
+  /// CUDA graphs (runtime/cuda/CudaGraph.h; defined in CudaGraph.cpp). beginCapture starts
+  /// recording this stream's work into a graph instead of running it (cuStreamBeginCapture_v2,
+  /// thread-local mode: this thread may not make calls that are unsafe during a capture, such as
+  /// cuMemAlloc or a synchronize, and they fail instead); endCapture ends it and instantiates the
+  /// graph; abortCapture ends it and drops what was recorded. launchGraph queues one replay. While
+  /// capturing, launches are counted as captured and kept out of the launch history (they have
+  /// not run); a replay enters the history as one launch named by `site`.
+  void beginCapture();
+  std::unique_ptr<class GraphExec> endCapture();
+  void abortCapture() noexcept;
+  bool capturing() const { return capturing_; }
+  /// Whether TSR_CUDA_LAUNCH_BLOCKING synchronizes after each launch (which a capture cannot).
+  bool blocking() const { return blocking_; }
+  void launchGraph(const class GraphExec &g, LaunchSite site);
+
   /// The kept launches, newest first, and how many launches the stream has made.
   std::vector<LaunchRecord> recentLaunches() const;
   uint64_t launchCount() const;
@@ -426,6 +444,8 @@ private:
   uint64_t launches_ = 0;   // launches made
   uint64_t finished_ = 0;   // launches known finished (the count at the last good synchronize)
   bool blocking_ = false;   // TSR_CUDA_LAUNCH_BLOCKING
+  bool capturing_ = false;  // between beginCapture and endCapture/abortCapture
+  size_t captured_ = 0;     // launches recorded by the capture under way
   bool owned_ = true;       // false: a borrowed stream, not destroyed here
 };
 

@@ -17,6 +17,12 @@ struct FakeCudaCounters {
   int streamSyncs, streamQueries, ctxSyncs;
   int asyncCopies, memsets;
   int eventsCreated, eventRecords;
+  // CUDA graphs: captures begun and ended with a graph, captures invalidated by a call a capture
+  // does not allow (cuMemAlloc, a synchronize, a host copy), those calls refused, launches recorded
+  // into a capture (not run), graphs instantiated and destroyed, graph launches and the kernels
+  // they ran.
+  int captureBegins, captureEnds, captureInvalidated, unsafeDuringCapture, capturedLaunches;
+  int graphsInstantiated, graphExecsDestroyed, graphLaunches, graphKernels;
 };
 
 struct FakeCudaLaunch {
@@ -40,6 +46,12 @@ struct FakeCudaTensorMap {
 };
 
 FakeCudaCounters *fakecuda_counters();
+/// FAKECUDA_SIMULATE=1: a launch of a kernel whose parameter block is a KernelArg array
+/// (runtime/KernelArg.h) "computes" its first argument: from its data pointer to the end of that
+/// allocation, the bytes of a hash of the kernel's name, its scalar arguments and the first 8
+/// bytes of every other tensor argument. Not the kernel's arithmetic, but a function of exactly
+/// what it reads, so two runs that launch the same kernels on the same data in the same order
+/// (a replayed graph and the uncaptured walk) give the same bytes, and a stale input does not.
 FakeCudaLaunch *fakecuda_last_launch();
 FakeCudaTensorMap *fakecuda_last_tensor_map();
 }

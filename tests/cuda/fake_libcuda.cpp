@@ -15,7 +15,15 @@
 //     context fail with CUDA_ERROR_ILLEGAL_ADDRESS, sticky as on a GPU; one containing "hang"
 //     never finishes (cuStreamQuery says NOT_READY; cuStreamSynchronize aborts the process,
 //     because the caller would hang there on a GPU);
-//   - events time a simulated device clock on which each launch takes at least 5 us.
+//   - events time a simulated device clock on which each launch takes at least 5 us;
+//   - CUDA graphs: a stream's launches, device copies and fills between cuStreamBeginCapture_v2
+//     and cuStreamEndCapture are recorded instead of run, and cuGraphLaunch runs them in order; a
+//     call that a capture does not allow (cuMemAlloc/cuMemFree, a synchronize or query, a copy
+//     from or to the host, an event) made while the calling thread captures fails with
+//     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, whose end then fails with
+//     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (built with FAKECUDA_NO_GRAPHS the graph entry points
+//     are absent, as in an old driver);
+//   - FAKECUDA_SIMULATE=1 makes kernels write a hash of their inputs (FakeCuda.h).
 // The legacy unversioned symbols that cuda.h maps to _v2 names (cuMemAlloc, cuStreamDestroy, ...)
 // exist as in the real library, but abort: resolving one of them is a bug in the runtime.
 #include "FakeCuda.h"
@@ -37,7 +45,8 @@ namespace {
 
 constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kInvalidDevice = 101,
               kInvalidImage = 200, kInvalidContext = 201, kNoBinary = 209, kInvalidPtx = 218, kInvalidHandle = 400,
-              kNotFound = 500, kNotReady = 600, kIllegalAddress = 700;
+              kNotFound = 500, kNotReady = 600, kIllegalAddress = 700, kCaptureUnsupported = 900,
+              kCaptureInvalidated = 901;
 
 struct Dev {
   const char *name;
@@ -66,9 +75,28 @@ struct Module {
   Ctx *ctx;
   std::vector<Func *> funcs;
 };
+// A recorded operation of a capture: a launch (its function, dims and parameter bytes), a device
+// copy or a fill.
+struct Node {
+  enum Kind { Launch, Copy, Fill } kind = Launch;
+  struct Func *fn = nullptr;
+  unsigned grid[3] = {}, block[3] = {}, shared = 0;
+  int viaExtra = 0;
+  std::vector<unsigned char> params;
+  unsigned long long dst = 0, src = 0;
+  size_t n = 0;
+  unsigned char value = 0;
+};
+
 struct Stream {
   Ctx *ctx;
   bool hung = false;
+  bool capturing = false, invalidated = false;
+  std::vector<Node> captured;
+};
+struct Graph {
+  Ctx *ctx;
+  std::vector<Node> nodes;
 };
 
 struct Event {
@@ -94,6 +122,20 @@ std::mutex mu;
 std::set<Stream *> streams;
 std::set<void *> hostAllocs;
 FakeCudaCounters counters;
+std::set<Graph *> graphs, execs;
+// The stream this thread captures (thread-local capture mode: only this thread's unsafe calls fail).
+thread_local Stream *capturingHere = nullptr;
+
+// A call that a capture does not allow, made while this thread captures: refused, and the
+// capture is invalidated (as the driver does).
+int unsafeDuringCapture() {
+  if (!capturingHere) return kSuccess;
+  capturingHere->invalidated = true;
+  ++counters.unsafeDuringCapture;
+  return kCaptureUnsupported;
+}
+
+bool capturing(void *s) { return s && static_cast<Stream *>(s)->capturing; }
 FakeCudaLaunch lastLaunch;
 FakeCudaTensorMap lastTensorMap;
 
@@ -186,6 +228,8 @@ const char *errorName(int r) {
   case 500: return "CUDA_ERROR_NOT_FOUND";
   case 600: return "CUDA_ERROR_NOT_READY";
   case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+  case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+  case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
   default: return nullptr;
   }
 }
@@ -205,6 +249,8 @@ const char *errorString(int r) {
   case 500: return "named symbol not found";
   case 600: return "device not ready";
   case 700: return "an illegal memory access was encountered";
+  case 900: return "operation not permitted when stream is capturing";
+  case 901: return "operation failed due to a previous error during capture";
   default: return nullptr;
   }
 }
@@ -289,6 +335,7 @@ int cuCtxSetCurrent(void *ctx) {
 int cuCtxSynchronize() {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   for (Stream *s : streams)
     if (s->ctx == current && s->hung) die("cuCtxSynchronize with a kernel that never finishes: the caller would hang");
   ++counters.ctxSyncs;
@@ -366,6 +413,7 @@ int cuModuleGetFunction(void **fn, void *module, const char *name) {
 int cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   if (bytes == 0) return kInvalidValue;
   if (current->used + bytes > kDeviceBytes) return kOutOfMemory;
   void *m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -379,6 +427,7 @@ int cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
 int cuMemFree_v2(unsigned long long p) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   auto it = current->allocs.find(uintptr_t(p));
   if (it == current->allocs.end()) return kInvalidValue;
   current->used -= it->second;
@@ -413,6 +462,7 @@ int cuMemFreeHost(void *p) {
 int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *s) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   if (int r = checkStream(s)) return r;
   if (!inDevice(dst, n)) return kInvalidValue;
   std::memcpy(reinterpret_cast<void *>(dst), src, n);
@@ -422,6 +472,7 @@ int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void
 int cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void *s) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   if (int r = checkStream(s)) return r;
   if (!inDevice(src, n)) return kInvalidValue;
   std::memcpy(dst, reinterpret_cast<const void *>(src), n);
@@ -433,6 +484,12 @@ int cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t 
   if (int r = enter()) return r;
   if (int r = checkStream(s)) return r;
   if (!inDevice(dst, n) || !inDevice(src, n)) return kInvalidValue;
+  if (capturing(s)) {
+    Node c;
+    c.kind = Node::Copy, c.dst = dst, c.src = src, c.n = n;
+    static_cast<Stream *>(s)->captured.push_back(std::move(c));
+    return kSuccess;
+  }
   std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), n);
   ++counters.asyncCopies;
   return kSuccess;
@@ -442,6 +499,12 @@ int cuMemsetD8Async(unsigned long long dst, unsigned char v, size_t n, void *s) 
   if (int r = enter()) return r;
   if (int r = checkStream(s)) return r;
   if (!inDevice(dst, n)) return kInvalidValue;
+  if (capturing(s)) {
+    Node f;
+    f.kind = Node::Fill, f.dst = dst, f.n = n, f.value = v;
+    static_cast<Stream *>(s)->captured.push_back(std::move(f));
+    return kSuccess;
+  }
   std::memset(reinterpret_cast<void *>(dst), v, n);
   ++counters.memsets;
   return kSuccess;
@@ -467,6 +530,7 @@ int cuStreamDestroy_v2(void *s) {
 int cuStreamSynchronize(void *s) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   if (int r = checkStream(s)) return r;
   if (s && static_cast<Stream *>(s)->hung) die("cuStreamSynchronize on a stream that never finishes: the caller would hang");
   ++counters.streamSyncs;
@@ -475,6 +539,7 @@ int cuStreamSynchronize(void *s) {
 int cuStreamQuery(void *s) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   if (int r = checkStream(s)) return r;
   ++counters.streamQueries;
   return s && static_cast<Stream *>(s)->hung ? kNotReady : kSuccess;
@@ -520,6 +585,61 @@ int cuFuncSetAttribute(void *fn, int attr, int value) {
   ++counters.setSharedCalls;
   return kSuccess;
 }
+} // extern "C"
+
+namespace {
+
+// FAKECUDA_SIMULATE (FakeCuda.h): the "result" of a launch of a KernelArg kernel.
+void simulate(const Func &f, const unsigned char *params) {
+  static const bool on = [] {
+    const char *e = std::getenv("FAKECUDA_SIMULATE");
+    return e && std::string(e) == "1";
+  }();
+  constexpr size_t kArg = 152; // sizeof(rt::KernelArg): data at 0, i at 136, f at 144
+  if (!on || f.paramBytes < kArg || f.paramBytes % 8) return;
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+  };
+  for (char c : f.name) mix(uint64_t(uint8_t(c)));
+  const size_t args = f.paramBytes / kArg;
+  for (size_t a = 1; a < args; ++a) {
+    uint64_t data, i;
+    std::memcpy(&data, params + a * kArg, 8);
+    std::memcpy(&i, params + a * kArg + 136, 8);
+    mix(i);
+    if (data && inDevice(data, 8)) {
+      uint64_t v;
+      std::memcpy(&v, reinterpret_cast<const void *>(data), 8);
+      mix(v);
+    }
+  }
+  uint64_t out;
+  std::memcpy(&out, params, 8);
+  if (!out || !inDevice(out, 1)) return;
+  auto it = --current->allocs.upper_bound(uintptr_t(out));
+  auto *p = reinterpret_cast<unsigned char *>(out);
+  auto *end = reinterpret_cast<unsigned char *>(it->first + it->second);
+  for (size_t k = 0; p + k < end; ++k) p[k] = uint8_t(h >> (8 * (k % 8)));
+}
+
+// A launch that runs now (directly or as a graph's node): the last launch, the clock, the
+// simulated result and the faults its name asks for.
+void runKernel(const Func &f, const FakeCudaLaunch &l, void *s) {
+  lastLaunch = l;
+  deviceNs = deviceClock() + kKernelNs;
+  simulate(f, l.params);
+  if (f.name.find("fault") != std::string::npos) current->pending = kIllegalAddress;
+  if (f.name.find("hang") != std::string::npos) {
+    if (!s) die("a never-ending kernel on the NULL stream");
+    static_cast<Stream *>(s)->hung = true;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
 int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *s, void **kernelParams, void **extra) {
   std::lock_guard<std::mutex> lock(mu);
@@ -553,14 +673,18 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     if (!kernelParams || !kernelParams[0]) return kInvalidValue;
     std::memcpy(l.params, kernelParams[0], f->paramBytes);  // one parameter: the tests' kernels
   }
-  lastLaunch = l;
-  ++counters.launches;
-  deviceNs = deviceClock() + kKernelNs;
-  if (f->name.find("fault") != std::string::npos) current->pending = kIllegalAddress;
-  if (f->name.find("hang") != std::string::npos) {
-    if (!s) die("a never-ending kernel on the NULL stream");
-    static_cast<Stream *>(s)->hung = true;
+  if (capturing(s)) {
+    Node k;
+    k.kind = Node::Launch, k.fn = f, k.shared = shared, k.viaExtra = l.viaExtra;
+    std::memcpy(k.grid, l.grid, sizeof k.grid);
+    std::memcpy(k.block, l.block, sizeof k.block);
+    k.params.assign(l.params, l.params + f->paramBytes);
+    static_cast<Stream *>(s)->captured.push_back(std::move(k));
+    ++counters.capturedLaunches;
+    return kSuccess;
   }
+  runKernel(*f, l, s);
+  ++counters.launches;
   return kSuccess;
 }
 
@@ -580,6 +704,7 @@ int cuEventCreate(void **e, unsigned flags) {
 int cuEventRecord(void *e, void *s) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;
+  if (int r = unsafeDuringCapture()) return r;
   if (int r = checkStream(s)) return r;
   auto *ev = static_cast<Event *>(e);
   if (!events.count(ev) || ev->ctx != current) return kInvalidHandle;
@@ -628,6 +753,106 @@ int cuEventDestroy_v2(void *e) {
   delete ev;
   return kSuccess;
 }
+
+// ---- CUDA graphs (thread-local capture mode only: the runtime's) ----
+#ifndef FAKECUDA_NO_GRAPHS
+int cuStreamBeginCapture_v2(void *s, int mode) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!s || mode != 1 || capturingHere || capturing(s)) return kInvalidValue; // not the legacy stream; one capture
+  auto *st = static_cast<Stream *>(s);
+  st->capturing = true;
+  st->invalidated = false;
+  st->captured.clear();
+  capturingHere = st;
+  ++counters.captureBegins;
+  return kSuccess;
+}
+int cuStreamEndCapture(void *s, void **graph) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = checkStream(s)) return r;
+  auto *st = static_cast<Stream *>(s);
+  if (!st || !st->capturing || capturingHere != st) return kInvalidValue;
+  st->capturing = false;
+  capturingHere = nullptr;
+  *graph = nullptr;
+  if (st->invalidated) {
+    ++counters.captureInvalidated;
+    st->captured.clear();
+    return kCaptureInvalidated;
+  }
+  auto *g = new Graph{st->ctx, std::move(st->captured)};
+  st->captured.clear();
+  graphs.insert(g);
+  *graph = g;
+  ++counters.captureEnds;
+  return kSuccess;
+}
+int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  auto *g = static_cast<Graph *>(graph);
+  if (!graphs.count(g) || flags != 0) return kInvalidValue;
+  auto *e = new Graph{g->ctx, g->nodes};
+  execs.insert(e);
+  *exec = e;
+  ++counters.graphsInstantiated;
+  return kSuccess;
+}
+int cuGraphDestroy(void *graph) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto *g = static_cast<Graph *>(graph);
+  if (!graphs.erase(g)) return kInvalidHandle;
+  delete g;
+  return kSuccess;
+}
+int cuGraphExecDestroy(void *exec) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto *e = static_cast<Graph *>(exec);
+  if (!execs.erase(e)) return kInvalidHandle;
+  delete e;
+  ++counters.graphExecsDestroyed;
+  return kSuccess;
+}
+int cuGraphLaunch(void *exec, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (int r = unsafeDuringCapture()) return r;
+  auto *e = static_cast<Graph *>(exec);
+  if (!execs.count(e) || e->ctx != current) return kInvalidHandle;
+  for (const Node &n : e->nodes) {
+    switch (n.kind) {
+    case Node::Launch: {
+      FakeCudaLaunch l{};
+      std::snprintf(l.name, sizeof l.name, "%s", n.fn->name.c_str());
+      std::memcpy(l.grid, n.grid, sizeof l.grid);
+      std::memcpy(l.block, n.block, sizeof l.block);
+      l.shared = n.shared;
+      l.stream = s;
+      l.viaExtra = n.viaExtra;
+      l.paramBytes = n.params.size();
+      std::memcpy(l.params, n.params.data(), n.params.size());
+      runKernel(*n.fn, l, s);
+      ++counters.graphKernels;
+      break;
+    }
+    case Node::Copy:
+      // The graph keeps raw addresses: memory freed since the capture is a fault, as on a GPU.
+      if (!inDevice(n.dst, n.n) || !inDevice(n.src, n.n)) current->pending = kIllegalAddress;
+      else std::memmove(reinterpret_cast<void *>(n.dst), reinterpret_cast<const void *>(n.src), n.n);
+      break;
+    case Node::Fill:
+      if (!inDevice(n.dst, n.n)) current->pending = kIllegalAddress;
+      else std::memset(reinterpret_cast<void *>(n.dst), n.value, n.n);
+      break;
+    }
+  }
+  ++counters.graphLaunches;
+  return kSuccess;
+}
+#endif
 
 // ---- The legacy symbols cuda.h maps to _v2 names: present in libcuda, wrong to call ----
 #define TSR_FAKE_LEGACY(name) \

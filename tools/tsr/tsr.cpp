@@ -8,6 +8,7 @@
 #include "lsp/Server.h"
 #include "exec/Autotune.h"
 #include "exec/CompiledExecutor.h"
+#include "exec/GraphReplay.h"
 #include "exec/bundle/RunBundle.h"
 #include "exec/cpu/CpuBackend.h"
 #include "exec/cuda/NvptxCompiler.h"
@@ -206,11 +207,13 @@ int main(int argc, char **argv) {
       std::cerr << "tsr run: usage: tsr run FILE.tsr [--entry NAME] [MAIN FLAGS...]\n";
       return 2;
     }
-    // --debug, --deterministic: the modes of support/RunModes.h, for sources and bundles alike,
+    // --debug, --deterministic (and --cuda-graphs): the modes of support/RunModes.h, for sources and bundles alike,
     // set before anything compiles.
     for (size_t i = 1; i < rest.size();) {
       if (rest[i] == "--debug") tsr::runModes().debug = true;
       else if (rest[i] == "--deterministic") tsr::runModes().deterministic = true;
+      // --cuda-graphs: capture repeated graph calls as CUDA graphs (exec/GraphReplay.h), as TSR_CUDA_GRAPHS=1.
+      else if (rest[i] == "--cuda-graphs") tsr::exec::setCudaGraphsRequested(true);
       else { ++i; continue; }
       rest.erase(rest.begin() + std::ptrdiff_t(i));
     }

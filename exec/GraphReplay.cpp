@@ -1,0 +1,267 @@
+#include "exec/GraphReplay.h"
+
+#include "ir/IR.h"
+#include "ir/schedule/LowerGroups.h"
+#include "runtime/Profile.h"
+#include "support/RunModes.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+
+namespace tsr::exec {
+
+using rt::Tensor;
+namespace sched = ir::schedule;
+
+namespace {
+
+std::atomic<bool> requested{false};
+std::string broken; // breakGraphReplayForTests
+
+bool envOn(const char *name) {
+  const char *v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+
+// TSR_CUDA_GRAPHS_VERBOSE=1: a line per capture, recapture and refused signature (what the lead
+// of a benchmark reads to see which graphs replay).
+bool verbose() {
+  static const bool v = envOn("TSR_CUDA_GRAPHS_VERBOSE");
+  return v;
+}
+
+size_t bytesOf(const Tensor &t) { return size_t(t.numel()) * t.itemsize(); }
+
+} // namespace
+
+std::string whyNotCapturable(const sched::Schedule &plan) {
+  bool launches = false;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const sched::Step &st = plan.steps[i];
+    const std::string at = "step " + std::to_string(i) + " (" + std::string(sched::stepKindName(st.kind)) + " " +
+                           std::string(ir::opSpelling(st.anchor->kind)) + ")";
+    switch (st.kind) {
+    case sched::StepKind::Library:
+      return at + " runs on the host";
+    case sched::StepKind::Elementwise:
+    case sched::StepKind::Reduce:
+      // Integer division and modulo count their zero divisors, which the host reads after the launch.
+      if (!sched::checkedOps(st.cone).empty()) return at + " has run-time checks read back after its launch";
+      launches = true;
+      break;
+    case sched::StepKind::View:
+      break;
+    default:
+      launches = true;
+    }
+  }
+  return launches ? "" : "no step launches a kernel";
+}
+
+void setCudaGraphsRequested(bool on) { requested = on; }
+void breakGraphReplayForTests(const std::string &what) { broken = what; }
+
+bool graphReplayWanted(StepBackend &backend) {
+  static const bool env = envOn("TSR_CUDA_GRAPHS");
+  if (!env && !requested) return false;
+  if (rt::profile::mode() || runModes().debug) return false;
+  std::string why;
+  if (backend.canCapture(&why)) return true;
+  static std::atomic<bool> noted{false};
+  if (!noted.exchange(true)) std::cerr << "tsr: CUDA graphs are off: " << why << "; graph calls launch their kernels one by one\n";
+  return false;
+}
+
+// One signature's history and, once captured, its graph. Members are destroyed in reverse order:
+// the graph first, then the tensors (their blocks return to the arena), then the arena (its
+// blocks return to the device's allocator).
+struct GraphReplay::Entry {
+  std::shared_ptr<GraphArena> arena;
+  int calls = 0;                  // calls seen since the last capture was dropped
+  int captures = 0;
+  uint64_t lastUse = 0;
+  std::string refused;            // why this signature runs uncaptured (then for good)
+  std::vector<uint64_t> lastAddrs; // the inputs' device addresses at the previous call
+  std::vector<bool> varying;      // inputs copied into a slot (their address changed between calls)
+  // Captured:
+  std::vector<Tensor> slots;      // per input: its static slot (varying inputs), else empty
+  std::vector<uint64_t> addrs;    // per input: the address the graph reads
+  std::vector<Tensor> outs;       // the static outputs
+  std::vector<Tensor> deferred;   // index checks' counters, read after each replay
+  std::shared_ptr<DeviceGraph> graph;
+
+  void drop() {
+    graph.reset();
+    deferred.clear();
+    outs.clear();
+    slots.clear();
+    addrs.clear();
+    arena.reset();
+  }
+};
+
+GraphReplay::~GraphReplay() = default;
+
+uint64_t GraphReplay::addressOf(const Tensor &t) {
+  if (t.numel() == 0) return 0;
+  return uint64_t(reinterpret_cast<uintptr_t>(backend_.address(t, false, "an input of a CUDA graph")));
+}
+
+std::vector<Tensor> GraphReplay::copyOut(const std::vector<Tensor> &from) {
+  std::vector<Tensor> out;
+  out.reserve(from.size());
+  for (const Tensor &s : from) {
+    Tensor t = backend_.allocate(s.shape(), s.dtype(), "an output of a CUDA graph");
+    if (bytesOf(s) > 0)
+      backend_.copyBytes(backend_.address(t, true, "an output of a CUDA graph"), backend_.address(s, false, "an output of a CUDA graph"),
+                         bytesOf(s));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void GraphReplay::evict() {
+  size_t captured = 0;
+  for (auto &[k, e] : entries_) captured += e->graph != nullptr;
+  while (captured > kMaxCapturedPlans) {
+    Entry *oldest = nullptr;
+    for (auto &[k, e] : entries_)
+      if (e->graph && (!oldest || e->lastUse < oldest->lastUse)) oldest = e.get();
+    oldest->drop();
+    oldest->calls = 0;
+    --captured;
+  }
+}
+
+std::vector<Tensor> GraphReplay::call(const std::string &signature, const std::string &name, const std::string &notCapturable,
+                                      const std::vector<Tensor> &inputs, const WalkFn &walk) {
+  std::shared_ptr<Entry> &slot = entries_[broken == "signature" ? name : signature];
+  if (!slot) {
+    slot = std::make_shared<Entry>();
+    slot->refused = notCapturable;
+    if (!notCapturable.empty() && verbose()) std::cerr << "cuda graphs: @" << name << " is not captured: " << notCapturable << "\n";
+  }
+  Entry &e = *slot;
+  e.lastUse = ++clock_;
+  if (!e.refused.empty()) {
+    ++stats_.refusedCalls;
+    return walk(inputs, Walk::Plain, nullptr);
+  }
+  std::vector<uint64_t> addrs;
+  addrs.reserve(inputs.size());
+  for (const Tensor &t : inputs) addrs.push_back(addressOf(t));
+  if (e.graph) {
+    bool fits = true;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!e.varying[i] && addrs[i] != e.addrs[i] && broken != "moved") {
+        e.varying[i] = true; // it moved: copied in from now on
+        fits = false;
+      }
+    if (fits) return replay(e, name, inputs, addrs, walk);
+    e.drop();
+    if (verbose()) std::cerr << "cuda graphs: @" << name << ": an input read in place has moved; capturing again\n";
+    return capture(e, name, inputs, addrs, walk);
+  }
+  if (e.varying.size() != inputs.size()) e.varying.assign(inputs.size(), false);
+  if (++e.calls < kCaptureOnCall) {
+    if (!e.lastAddrs.empty())
+      for (size_t i = 0; i < inputs.size(); ++i) e.varying[i] = e.varying[i] || addrs[i] != e.lastAddrs[i];
+    e.lastAddrs = addrs;
+    return walk(inputs, Walk::Plain, nullptr);
+  }
+  for (size_t i = 0; i < inputs.size() && !e.lastAddrs.empty(); ++i) e.varying[i] = e.varying[i] || addrs[i] != e.lastAddrs[i];
+  return capture(e, name, inputs, addrs, walk);
+}
+
+std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, const std::vector<Tensor> &inputs,
+                                         const std::vector<uint64_t> &addrs, const WalkFn &walk) {
+  if (++e.captures > kMaxCaptures) {
+    e.refused = "its inputs kept moving (" + std::to_string(kMaxCaptures) + " captures)";
+    if (verbose()) std::cerr << "cuda graphs: @" << name << " is no longer captured: " << e.refused << "\n";
+    return walk(inputs, Walk::Plain, nullptr);
+  }
+  // The warm-up: the call as usual, its allocations in the arena, then every block freed again.
+  e.arena = backend_.newArena();
+  const bool noWarmup = broken == "warmup";
+  std::vector<Tensor> result;
+  if (!noWarmup) {
+    std::vector<Tensor> warm, warmChecks;
+    backend_.useArena(e.arena.get(), false);
+    try {
+      warm = walk(inputs, Walk::Warm, &warmChecks);
+    } catch (...) {
+      backend_.useArena(nullptr, false);
+      e.drop();
+      throw; // the program's own error, as an uncaptured call reports it
+    }
+    backend_.useArena(nullptr, false);
+    result = copyOut(warm);
+  }
+
+  // The slots, outside the arena: the device's allocator, for the plan's life.
+  std::vector<Tensor> in = inputs;
+  e.slots.assign(inputs.size(), Tensor());
+  e.addrs = addrs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!e.varying[i] || inputs[i].numel() == 0) continue;
+    e.slots[i] = backend_.allocate(inputs[i].shape(), inputs[i].dtype(), "a static input of a CUDA graph");
+    e.addrs[i] = uint64_t(reinterpret_cast<uintptr_t>(backend_.address(e.slots[i], true, "a static input of a CUDA graph")));
+    in[i] = e.slots[i];
+  }
+
+  backend_.useArena(e.arena.get(), !noWarmup);
+  try {
+    backend_.beginCapture();
+    try {
+      e.outs = walk(in, Walk::Capture, &e.deferred);
+    } catch (...) {
+      backend_.abortCapture();
+      throw;
+    }
+    e.graph = backend_.endCapture();
+  } catch (const std::exception &x) {
+    backend_.useArena(nullptr, false);
+    e.drop();
+    e.refused = std::string("its capture failed: ") + x.what();
+    if (verbose()) std::cerr << "cuda graphs: @" << name << " is not captured: " << e.refused << "\n";
+    return noWarmup ? walk(inputs, Walk::Plain, nullptr) : result;
+  }
+  backend_.useArena(nullptr, false);
+  ++stats_.captures;
+  stats_.capturedKernels += e.graph->kernels();
+  size_t copied = 0;
+  for (bool v : e.varying) copied += v;
+  if (verbose())
+    std::cerr << "cuda graphs: @" << name << " captured: " << e.graph->kernels() << " kernels, " << copied << " of "
+              << inputs.size() << " inputs copied in, " << e.outs.size() << " outputs copied out, " << e.deferred.size()
+              << " index checks\n";
+  evict();
+  return noWarmup ? walk(inputs, Walk::Plain, nullptr) : result;
+}
+
+std::vector<Tensor> GraphReplay::replay(Entry &e, const std::string &name, const std::vector<Tensor> &inputs,
+                                        const std::vector<uint64_t> &addrs, const WalkFn &walk) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!e.varying[i] || addrs[i] == e.addrs[i] || inputs[i].numel() == 0 || broken == "copy-in") continue;
+    backend_.copyBytes(reinterpret_cast<char *>(uintptr_t(e.addrs[i])), reinterpret_cast<const char *>(uintptr_t(addrs[i])),
+                       bytesOf(inputs[i]));
+    ++stats_.slotCopies;
+  }
+  backend_.replay(*e.graph, LaunchSite{"CUDA graph of @" + name, "graph @" + name});
+  ++stats_.replays;
+  for (const Tensor &c : e.deferred) {
+    // The replay wrote it: mark the device copy current, so that reading it copies it back.
+    backend_.address(c, true, "index checks");
+    if (static_cast<const Tensor &>(c).data<int64_t>()[0] != 0) return walk(inputs, Walk::Plain, nullptr);
+  }
+  if (broken == "copy-out") {
+    for (const Tensor &t : e.outs) backend_.address(t, true, "an output of a CUDA graph"); // the replay wrote them
+    return e.outs;
+  }
+  return copyOut(e.outs);
+}
+
+} // namespace tsr::exec

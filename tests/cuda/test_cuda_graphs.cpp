@@ -1,0 +1,341 @@
+// CUDA-graph replay of graph calls (exec/GraphReplay.h) against the fake driver
+// (fake_libcuda.cpp through TSR_LIBCUDA), with the real PTX compiler and no persistent cache.
+// FAKECUDA_SIMULATE=1 makes each fake kernel write a hash of what it reads into its output
+// (FakeCuda.h), so "the same values" means the same kernels ran on the same data in the same
+// order. Each check has a negative control: GraphReplay broken on purpose
+// (breakGraphReplayForTests), or graphs off, under which the check must fail.
+//   - capture on the 3rd call of a signature; later calls launch the graph and no kernel;
+//   - values equal an executor without graphs, with an input that changes at every call (copied
+//     into its static slot) and one that stays (read in place);
+//   - a returned tensor is not overwritten by the next replay;
+//   - another shape is a call of its own (runs uncaptured until its own 3rd call);
+//   - an input read in place that moves is noticed: captured again, values still equal;
+//   - the capture makes no call a capture forbids (cuMemAlloc...), even with the allocator's cache
+//     emptied first; the driver check itself is shown to catch cuMemAlloc in a capture;
+//   - a plan with a host step (argmax) is never captured;
+//   - with a driver without the graph entry points (--nographs) nothing is captured and values
+//     still equal.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include "FakeCuda.h"
+#include "exec/CompiledExecutor.h"
+#include "exec/GraphReplay.h"
+#include "exec/cuda/NvptxCompiler.h"
+#include "ir/Text.h"
+#include "runtime/cuda/CudaDriver.h"
+#include "runtime/cuda/CudaGraph.h"
+#include "runtime/cuda/DeviceAllocator.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace tsr;
+using rt::Tensor;
+
+namespace {
+
+bool noGraphsDriver = false;
+
+FakeCudaCounters &fake() {
+  void *h = dlopen(rt::cuda::Driver::get().libraryName().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h != nullptr);
+  auto fn = reinterpret_cast<FakeCudaCounters *(*)()>(dlsym(h, "fakecuda_counters"));
+  REQUIRE(bool(fn));
+  return *fn();
+}
+
+// A decoding-like step: a row gathered by index, added to x, multiplied by w, exponentiated and
+// summed; and one with a host step (argmax).
+const char *kGraphs = R"(graph @step(%w: tensor<"D", "D", f32>, %x: tensor<"B", "D", f32>, %t: tensor<"V", "D", f32>, %i: tensor<"B", i32>) -> (tensor<"B", "D", f32>, tensor<"B", f32>) {
+  %4 = take %t, %i {axis = 0} : tensor<"B", "D", f32>
+  %5 = add %x, %4 : tensor<"B", "D", f32>
+  %6 = matmul %5, %w : tensor<"B", "D", f32>
+  %7 = exp %6 : tensor<"B", "D", f32>
+  %8 = reduce_sum %7 {axes = [1], keepdims = false} : tensor<"B", f32>
+  return %7, %8
+}
+
+graph @pick(%x: tensor<"B", "D", f32>) -> (tensor<"B", i64>) {
+  %1 = mul %x, %x : tensor<"B", "D", f32>
+  %2 = argmax %1 {axes = [1], keepdims = false} : tensor<"B", i64>
+  return %2
+}
+)";
+
+struct Fixture {
+  std::unique_ptr<ir::Module> module = ir::parseModuleText(kGraphs);
+  std::shared_ptr<exec::CudaBackend> backend = exec::cudaBackend("cuda:0");
+  const ir::Graph &graph(const std::string &name) {
+    for (const auto &g : module->graphs)
+      if (g->name == name) return *g;
+    FAIL("no graph " << name);
+    return *module->graphs[0];
+  }
+  // Without graphs: the reference every call is compared with.
+  exec::CompiledExecutor plain{backend};
+};
+
+Tensor filled(std::vector<int64_t> shape, DType dt, double seed) {
+  Tensor t = Tensor::zeros(shape, dt);
+  for (int64_t i = 0; i < t.numel(); ++i) t.fromF64(i, dt == DType::I32 ? double(int64_t(seed + i) % 5) : seed + 0.25 * double(i));
+  return t;
+}
+
+bool sameBytes(const Tensor &a, const Tensor &b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// The outputs of `g` on `in` from an executor without graphs (the reference).
+std::vector<Tensor> reference(Fixture &f, const ir::Graph &g, const std::vector<Tensor> &in) {
+  exec::setCudaGraphsRequested(false);
+  auto out = f.plain.run(*f.module, g, in);
+  exec::setCudaGraphsRequested(true);
+  return out;
+}
+
+struct Run {
+  int captures = 0, graphLaunches = 0, kernelLaunches = 0, unsafe = 0, invalidated = 0;
+  bool valuesEqual = true, heldIntact = true, replayedCallsLaunchedNoKernel = true;
+  exec::CompiledExecutor::Stats stats;
+};
+
+// Calls @step `calls` times with x changing at every call and w, t, i the same tensors; from call
+// `moveAt` on, w is a new tensor (another address, other values). B = `b`.
+Run runSteps(Fixture &f, int calls, int64_t b = 2, int moveAt = -1, bool emptyCacheFirst = false) {
+  const ir::Graph &g = f.graph("step");
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  Tensor w = filled({8, 8}, DType::F32, 0.01), t = filled({5, 8}, DType::F32, 0.5), i = filled({b}, DType::I32, 1);
+  FakeCudaCounters &c = fake();
+  const FakeCudaCounters before = c;
+  Run r;
+  std::vector<Tensor> held, heldRef;
+  // Every x and w stays alive, so that each is at an address of its own (a freed one could be
+  // handed to the next, which would then be read in place).
+  std::vector<Tensor> keep;
+  for (int k = 1; k <= calls; ++k) {
+    if (k == moveAt) keep.push_back(w), w = filled({8, 8}, DType::F32, 0.02);
+    if (emptyCacheFirst && k == exec::kCaptureOnCall) rt::cuda::DeviceAllocator::forDevice(0).releaseCached();
+    Tensor x = filled({b, 8}, DType::F32, 0.1 * k);
+    keep.push_back(x);
+    const int launchesBefore = c.launches, graphBefore = c.graphLaunches;
+    std::vector<Tensor> out = ex.run(*f.module, g, {w, x, t, i});
+    if (c.graphLaunches > graphBefore && c.launches != launchesBefore) r.replayedCallsLaunchedNoKernel = false;
+    std::vector<Tensor> ref = reference(f, g, {w, x, t, i});
+    for (size_t o = 0; o < out.size(); ++o) r.valuesEqual = r.valuesEqual && sameBytes(out[o], ref[o]);
+    if (k == calls - 1) held = out, heldRef = ref;
+  }
+  // The next-to-last call's outputs, held through the last call (a replay where graphs replay).
+  for (size_t o = 0; o < held.size(); ++o) r.heldIntact = r.heldIntact && sameBytes(held[o], heldRef[o]);
+  r.captures = c.captureEnds - before.captureEnds;
+  r.graphLaunches = c.graphLaunches - before.graphLaunches;
+  r.kernelLaunches = c.launches - before.launches;
+  r.unsafe = c.unsafeDuringCapture - before.unsafeDuringCapture;
+  r.invalidated = c.captureInvalidated - before.captureInvalidated;
+  r.stats = ex.stats();
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("graphs: captured on the 3rd call, then replayed with one graph launch and no kernel launch") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  Run r = runSteps(f, 6);
+  CHECK(r.captures == 1);
+  CHECK(r.stats.graphCaptures == 1);
+  CHECK(r.stats.graphReplays == 3); // calls 4, 5, 6
+  CHECK(r.graphLaunches == 3);
+  CHECK(r.stats.graphKernels > 0);
+  CHECK(r.replayedCallsLaunchedNoKernel);
+  CHECK(r.valuesEqual);
+  CHECK(r.heldIntact);
+  CHECK(r.unsafe == 0);
+  CHECK(r.stats.graphSlotCopies == 3); // x, at each replay
+  MESSAGE("captured " << r.stats.graphKernels << " kernels; 6 calls made " << r.kernelLaunches << " kernel launches and "
+                      << r.graphLaunches << " graph launches");
+}
+
+TEST_CASE("negative control: without graphs every call launches its kernels and nothing replays") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::setCudaGraphsRequested(false);
+  exec::CompiledExecutor ex(f.backend);
+  FakeCudaCounters &c = fake();
+  const int before = c.graphLaunches, launches = c.launches;
+  Tensor w = filled({8, 8}, DType::F32, 0.01), t = filled({5, 8}, DType::F32, 0.5), i = filled({2}, DType::I32, 1);
+  for (int k = 1; k <= 5; ++k) ex.run(*f.module, f.graph("step"), {w, filled({2, 8}, DType::F32, 0.1 * k), t, i});
+  CHECK(c.graphLaunches == before); // what the first case's graph launches check rejects
+  CHECK(c.launches - launches >= 5 * 4);
+  CHECK(ex.stats().graphReplays == 0);
+}
+
+TEST_CASE("negative control: replays that skip the static inputs' copies give stale values") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("copy-in");
+  Run r = runSteps(f, 5);
+  exec::breakGraphReplayForTests("");
+  CHECK(r.stats.graphReplays == 2);
+  CHECK_FALSE(r.valuesEqual);
+}
+
+TEST_CASE("negative control: replays that return their static outputs overwrite what the caller holds") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("copy-out");
+  Run r = runSteps(f, 5);
+  exec::breakGraphReplayForTests("");
+  CHECK(r.stats.graphReplays == 2);
+  CHECK_FALSE(r.heldIntact);
+}
+
+TEST_CASE("graphs: another shape is a call of its own, uncaptured until its own 3rd call") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  const ir::Graph &g = f.graph("step");
+  Tensor w = filled({8, 8}, DType::F32, 0.01), t = filled({5, 8}, DType::F32, 0.5);
+  FakeCudaCounters &c = fake();
+  bool equal = true;
+  auto call = [&](int64_t b, double seed) {
+    std::vector<Tensor> in{w, filled({b, 8}, DType::F32, seed), t, filled({b}, DType::I32, 2)};
+    auto out = ex.run(*f.module, g, in);
+    auto ref = reference(f, g, in);
+    for (size_t o = 0; o < out.size(); ++o) equal = equal && sameBytes(out[o], ref[o]);
+  };
+  for (int k = 0; k < 4; ++k) call(2, 0.1 * k); // captured at 3, replayed at 4
+  const int graphs = c.graphLaunches;
+  call(3, 0.7); // B = 3: a new signature's first call
+  CHECK(c.graphLaunches == graphs);
+  call(2, 0.9); // B = 2 again: replays
+  CHECK(c.graphLaunches == graphs + 1);
+  CHECK(equal);
+  CHECK(ex.stats().graphCaptures == 1);
+}
+
+TEST_CASE("negative control: a capture keyed by the graph alone replays B = 2's graph for B = 3") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("signature");
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  const ir::Graph &g = f.graph("step");
+  Tensor w = filled({8, 8}, DType::F32, 0.01), t = filled({5, 8}, DType::F32, 0.5);
+  bool equal = true;
+  for (int k = 0; k < 4; ++k) {
+    const int64_t b = k < 3 ? 2 : 3;
+    std::vector<Tensor> in{w, filled({b, 8}, DType::F32, 0.1 * k), t, filled({b}, DType::I32, 2)};
+    auto out = ex.run(*f.module, g, in);
+    auto ref = reference(f, g, in);
+    for (size_t o = 0; o < out.size(); ++o) equal = equal && sameBytes(out[o], ref[o]);
+  }
+  exec::breakGraphReplayForTests("");
+  CHECK_FALSE(equal);
+}
+
+TEST_CASE("graphs: an input read in place that moves is captured again, with equal values") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  Run r = runSteps(f, 7, 2, /*moveAt=*/5);
+  CHECK(r.stats.graphCaptures == 2); // call 3, and call 5 (w moved)
+  CHECK(r.valuesEqual);
+  CHECK(r.stats.graphReplays == 3); // calls 4, 6 and 7 (5 is the recapture)
+}
+
+TEST_CASE("negative control: an in-place input that moves, unnoticed, gives stale values") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("moved");
+  Run r = runSteps(f, 6, 2, /*moveAt=*/5);
+  exec::breakGraphReplayForTests("");
+  CHECK_FALSE(r.valuesEqual);
+}
+
+TEST_CASE("graphs: the capture calls no cuMemAlloc, even with the allocator's cache emptied before it") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  Run r = runSteps(f, 4, 2, -1, /*emptyCacheFirst=*/true);
+  CHECK(r.captures == 1);
+  CHECK(r.unsafe == 0);
+  CHECK(r.invalidated == 0);
+  CHECK(r.valuesEqual);
+}
+
+TEST_CASE("negative control: without the warm-up in its arena, the capture calls cuMemAlloc and fails") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("warmup");
+  Run r = runSteps(f, 4, 2, -1, /*emptyCacheFirst=*/true);
+  exec::breakGraphReplayForTests("");
+  CHECK(r.unsafe > 0);
+  CHECK(r.captures == 0);
+  CHECK(r.valuesEqual); // the call falls back to plain launches
+}
+
+TEST_CASE("the fake driver refuses cuMemAlloc and a synchronize during a capture, and invalidates it") {
+  if (noGraphsDriver) return;
+  auto &ctx = rt::cuda::Context::get(0);
+  rt::cuda::Stream s(ctx);
+  s.beginCapture();
+  CHECK_THROWS_WITH_AS(ctx.tryAlloc(1024), doctest::Contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"), rt::cuda::GpuError);
+  CHECK_THROWS_WITH_AS(s.endCapture(), doctest::Contains("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"), rt::cuda::GpuError);
+  CHECK_FALSE(s.capturing());
+  s.synchronize(); // usable again
+}
+
+TEST_CASE("graphs: a plan with a host step (argmax) is never captured") {
+  if (noGraphsDriver) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  const int before = fake().captureBegins;
+  for (int k = 0; k < 5; ++k) {
+    std::vector<Tensor> in{filled({2, 8}, DType::F32, 0.1 * k)};
+    auto out = ex.run(*f.module, f.graph("pick"), in);
+    CHECK(sameBytes(out[0], reference(f, f.graph("pick"), in)[0]));
+  }
+  CHECK(fake().captureBegins == before);
+  CHECK(exec::whyNotCapturable(ir::schedule::planFusion(f.graph("pick"))).find("runs on the host") != std::string::npos);
+  CHECK(exec::whyNotCapturable(ir::schedule::planFusion(f.graph("step"))) == "");
+}
+
+TEST_CASE("a driver without the graph entry points: plain launches, the same values") {
+  if (!noGraphsDriver) return;
+  std::string why;
+  CHECK_FALSE(rt::cuda::graphsAvailable(&why));
+  CHECK(why.find("lacks cuStreamBeginCapture_v2") != std::string::npos);
+  Fixture f;
+  std::string canWhy;
+  CHECK_FALSE(f.backend->canCapture(&canWhy));
+  Run r = runSteps(f, 5);
+  CHECK(r.stats.graphCaptures == 0);
+  CHECK(r.graphLaunches == 0);
+  CHECK(r.valuesEqual);
+}
+
+int main(int argc, char **argv) {
+  std::vector<char *> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--nographs") noGraphsDriver = true;
+    else args.push_back(argv[i]);
+  }
+#if defined(TSR_FAKE_LIBCUDA) && defined(TSR_FAKE_LIBCUDA_NOGRAPHS)
+  setenv("TSR_LIBCUDA", noGraphsDriver ? TSR_FAKE_LIBCUDA_NOGRAPHS : TSR_FAKE_LIBCUDA, 1);
+#endif
+  setenv("TSR_NO_CACHE", "1", 1);      // every program compiled here, none read back
+  setenv("FAKECUDA_SIMULATE", "1", 1); // kernels write a hash of what they read (FakeCuda.h)
+  doctest::Context ctx(int(args.size()), args.data());
+  return ctx.run();
+}
