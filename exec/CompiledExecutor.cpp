@@ -1,4 +1,5 @@
 #include "exec/CompiledExecutor.h"
+#include "exec/DeviceComposites.h"
 #include "exec/GraphReplay.h"
 #include "exec/Autotune.h"
 #include "exec/MatMulTuning.h"
@@ -227,6 +228,8 @@ struct CompiledExecutor::Impl {
   bool walking = false;
   GraphReplay::Walk walkMode = GraphReplay::Walk::Plain;
   std::vector<Tensor> *deferredChecks = nullptr;
+  // Library ops as graphs of device ops in those walks (DeviceComposites.h), by step and shapes.
+  std::unordered_map<std::string, std::unique_ptr<ir::Graph>> composites;
   // Work (element-ops) each step has run interpreted so far, by its program key.
   std::unordered_map<std::string, int64_t> interpretedWork;
 
@@ -1146,6 +1149,31 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           for (size_t c = 0; c < s->carries; ++c) views[op.results[c]] = whole(state[s->consts + c]);
           for (size_t y = 0; y < ys.size(); ++y) views[op.results[s->carries + y]] = whole(ys[y]);
           break;
+        }
+        if (I.walkMode != GraphReplay::Walk::Plain && hasDeviceComposite(op)) {
+          // In CUDA-graph walks, argmax and check_le run as graphs of device ops, so that the
+          // plan has no host step (DeviceComposites.h); a failed check_le runs the evaluator's
+          // rule below, which raises its message.
+          std::vector<Shape> shapes;
+          std::vector<Tensor> args;
+          std::string ck = key + "composite";
+          for (size_t i = 0; i < op.operands.size(); ++i) {
+            const View &w = viewOf(op.operands[i]);
+            shapes.push_back(w.shape);
+            args.push_back(I.materialize(w, w.buf.dtype(), {}, key + "composite" + std::to_string(i) + "/"));
+            ck += shapeKey(w.shape);
+          }
+          std::unique_ptr<ir::Graph> &sub = I.composites[ck];
+          if (!sub) sub = deviceComposite(op, shapes);
+          if (sub) {
+            const std::vector<Tensor> out = run(m, *sub, args, {});
+            const bool check = op.kind == OpKind::CheckLe;
+            if (check && I.deferredChecks) I.deferredChecks->push_back(out[0]);
+            if (!check || I.walkMode == GraphReplay::Walk::Capture || static_cast<const Tensor &>(out[0]).data<int64_t>()[0] == 0) {
+              views[op.result()] = check ? viewOf(op.operands[0]) : whole(out[0]);
+              break;
+            }
+          }
         }
         ++I.stats.librarySteps;
         if (ir::isCollective(op.kind) && op.operands.size() == 1) {

@@ -1,5 +1,6 @@
 #include "exec/GraphReplay.h"
 
+#include "exec/DeviceComposites.h"
 #include "ir/IR.h"
 #include "ir/schedule/LowerGroups.h"
 #include "runtime/Profile.h"
@@ -45,7 +46,10 @@ std::string whyNotCapturable(const sched::Schedule &plan) {
                            std::string(ir::opSpelling(st.anchor->kind)) + ")";
     switch (st.kind) {
     case sched::StepKind::Library:
-      return at + " runs on the host";
+      // argmax and check_le run as device ops in GraphReplay's walks (DeviceComposites.h).
+      if (!hasDeviceComposite(*st.anchor)) return at + " runs on the host";
+      launches = true;
+      break;
     case sched::StepKind::Elementwise:
     case sched::StepKind::Reduce:
       // Integer division and modulo count their zero divisors, which the host reads after the launch.
