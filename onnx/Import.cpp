@@ -82,7 +82,8 @@ ir::Value *Importer::tensor(rt::Tensor t, const std::string &name) {
   }
   std::vector<Dim> dims;
   for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
-  ir::Value *p = g_->addParam(uniqueParamName(*g_, name.empty() ? "const" : name), ir::Type::tensor(dims, t.dtype()));
+  // A parameter of the model's graph even while a scan's body is built: the body closes over it.
+  ir::Value *p = root_->addParam(uniqueParamName(*root_, name.empty() ? "const" : name), ir::Type::tensor(dims, t.dtype()));
   constants.push_back(std::move(t));
   constantNames.push_back(name);
   return p;
@@ -91,8 +92,9 @@ ir::Value *Importer::tensor(rt::Tensor t, const std::string &name) {
 ir::Value *Importer::v(Val &x) {
   if (x.v) return x.v;
   if (!x.k) throw BadModel("an input is missing");
-  if (!folding && !x.name.empty()) {
+  if (!folding && !x.name.empty() && x.k->ndim() > 0) {
     // A named tensor (an initializer, a constant's output) is one parameter however often used.
+    // (A scalar is a constant op of the graph being built, which may be a scan's body: not kept.)
     auto it = materialized_.find(x.name);
     if (it != materialized_.end()) return x.v = it->second;
     return x.v = materialized_[x.name] = tensor(*x.k, x.name);
@@ -225,42 +227,49 @@ std::vector<Val> Importer::convertNode(const onnx::NodeProto &np, int64_t opset)
       throw Unsupported("the operator " + np.op_type() + " does not take string tensors (Tessera has no string dtype: strings "
                         "exist only at import time, for StringNormalizer, Identity, Cast and CastLike)");
   n.numOutputs = size_t(np.output_size());
+  // Control flow (If, Loop, Scan: ops/Control.cpp) reads values of the enclosing graph that are
+  // not its inputs, so it is never evaluated as a whole here; its subgraphs' nodes are, one by one.
+  bool regions = false;
   for (auto &a : np.attribute())
-    if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS)
-      if (np.op_type() != "If") throw Unsupported("subgraph attributes (`" + a.name() + "`) are not supported");
+    if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS) {
+      if (np.op_type() != "If" && np.op_type() != "Loop" && np.op_type() != "Scan")
+        throw Unsupported("subgraph attributes (`" + a.name() + "`) are not supported");
+      regions = true;
+    }
 
   // A node whose inputs are all known runs now, on the reference evaluator, so that shape
   // computations (Shape -> Gather -> Concat -> Reshape) give the known values rules need. Random
   // operators are not in the table, so every rule here is a function of its inputs.
   bool allKnown = true;
   for (auto &x : n.in) allKnown &= !x.present() || x.k.has_value();
-  if (!allKnown || folding) return (*rule)(*this, n);
+  if (!allKnown || folding || regions) return (*rule)(*this, n);
 
   ir::Module scratch;
   ir::Graph *sg = scratch.graphs.emplace_back(std::make_unique<ir::Graph>("fold")).get();
-  ir::Graph *saved = g_;
+  ir::Graph *saved = g_, *savedRoot = root_;
   std::vector<rt::Tensor> savedConstants = std::move(constants);
   std::vector<std::string> savedNames = std::move(constantNames);
   constants.clear();
   constantNames.clear();
-  g_ = sg;
+  g_ = root_ = sg;
   folding = true;
   const ir::Loc savedLoc = loc_;
   loc_ = {}; // the scratch module has no file table
   struct Restore {
     Importer &I;
-    ir::Graph *g;
+    ir::Graph *g, *root;
     std::vector<rt::Tensor> &c;
     std::vector<std::string> &nm;
     ir::Loc loc;
     ~Restore() {
       I.loc_ = loc;
       I.g_ = g;
+      I.root_ = root;
       I.constants = std::move(c);
       I.constantNames = std::move(nm);
       I.folding = false;
     }
-  } restore{*this, saved, savedConstants, savedNames, savedLoc};
+  } restore{*this, saved, savedRoot, savedConstants, savedNames, savedLoc};
   std::vector<Val> out = (*rule)(*this, n); // inputs become parameters of the scratch graph when used
   // The tensors the rule computed, outputs and elements of output sequences alike.
   std::vector<Val *> computed;

@@ -64,7 +64,7 @@ using Rule = std::function<std::vector<Val>(Importer &, Node &)>;
 
 class Importer {
 public:
-  Importer(ir::Module &m, ir::Graph *g, std::string baseDir) : m_(m), g_(g), baseDir_(std::move(baseDir)) {}
+  Importer(ir::Module &m, ir::Graph *g, std::string baseDir) : m_(m), g_(g), root_(g), baseDir_(std::move(baseDir)) {}
 
   // ---- values ----
   /// The IR value of `x`, making a parameter (or a scalar constant op) of a known tensor.
@@ -106,6 +106,12 @@ public:
   std::vector<ir::Value *> scan(const std::vector<ir::Value *> &inits, const std::vector<ir::Value *> &xs, Dim length, bool reverse,
                                 const Step &step);
 
+  /// Converts a subgraph (a branch of If, the body of Loop or Scan; ops/Control.cpp) where the
+  /// builder stands: its inputs bound to `inputs` by position, its nodes converted with the
+  /// enclosing graphs' values in scope (ONNX's outer-scope references). Returns its outputs; the
+  /// enclosing names, node and location are restored after, also when a rule throws.
+  std::vector<Val> subgraph(const onnx::GraphProto &g, const std::vector<Val> &inputs, int64_t opset);
+
   // ---- import driving (Import.cpp) ----
   void setLoc(ir::Loc l) { loc_ = l; }
   ir::Graph *graph() { return g_; }
@@ -124,10 +130,11 @@ public:
 private:
   std::vector<Val> convertNode(const onnx::NodeProto &n, int64_t opset);
   ir::Module &m_;
-  ir::Graph *g_;
+  ir::Graph *g_;    // where ops go: the model's graph, a scan's body, or a scratch graph when folding
+  ir::Graph *root_; // where known tensors become parameters: the model's graph, or the scratch graph
   std::string baseDir_;
   ir::Loc loc_;
-  std::map<std::string, ir::Value *> materialized_;
+  std::map<std::string, ir::Value *> materialized_; // named known tensors made parameters, by name
 };
 
 // Helpers shared by the rules (the families compile as one translation unit).

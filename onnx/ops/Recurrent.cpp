@@ -11,8 +11,6 @@
 // row's last step), as ONNX Runtime does.
 #include "onnx/Importer.h"
 
-#include "ir/Scan.h"
-
 #include <algorithm>
 #include <cctype>
 #include <unordered_map>
@@ -20,64 +18,6 @@
 namespace tsr::onnxio {
 
 using ir::OpKind;
-
-std::vector<ir::Value *> Importer::scan(const std::vector<ir::Value *> &inits, const std::vector<ir::Value *> &xs, Dim length, bool reverse,
-                                        const Step &step) {
-  auto body = std::make_shared<ir::Graph>("step");
-  std::vector<ir::Value *> carryParams, xParams;
-  for (size_t i = 0; i < inits.size(); ++i) carryParams.push_back(body->addParam("carry" + std::to_string(i), inits[i]->type));
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i]->type.rank() == 0) throw BadModel("a scanned input has rank 0");
-    xParams.push_back(body->addParam("x" + std::to_string(i), ir::sliceType(xs[i]->type)));
-  }
-  ir::Graph *outer = g_;
-  g_ = body.get();
-  std::vector<ir::Value *> outs;
-  try {
-    outs = step(carryParams, xParams);
-  } catch (...) {
-    g_ = outer;
-    throw;
-  }
-  g_ = outer;
-  for (size_t i = 0; i < inits.size() && i < outs.size(); ++i)
-    if (outs[i]->type != inits[i]->type) outs[i] = body->add(OpKind::Cast, {outs[i]}, {{"dtype", ir::DTypeAttr{inits[i]->type.dtype, {}}}}, loc_);
-  body->outputs = outs;
-
-  // Values of the enclosing graph that the body reads become its leading parameters (the consts).
-  std::unordered_map<const ir::Value *, ir::Value *> inside;
-  for (ir::Value *p : body->params) inside[p] = p;
-  for (const ir::Op *o : body->ops)
-    for (ir::Value *r : o->results) inside[r] = r;
-  std::vector<ir::Value *> consts, constParams;
-  auto close = [&](ir::Value *&v) {
-    auto it = inside.find(v);
-    if (it != inside.end()) {
-      v = it->second;
-      return;
-    }
-    ir::Value *p = body->addParam("const" + std::to_string(consts.size()), v->type);
-    consts.push_back(v);
-    constParams.push_back(p);
-    inside[v] = p;
-    v = p;
-  };
-  for (ir::Op *o : body->ops)
-    for (ir::Value *&x : o->operands) close(x);
-  for (ir::Value *&o : body->outputs) close(o);
-  std::vector<ir::Value *> params = constParams;
-  params.insert(params.end(), carryParams.begin(), carryParams.end());
-  params.insert(params.end(), xParams.begin(), xParams.end());
-  body->params = params;
-  body->renumber();
-  ir::Op *op = nullptr;
-  try {
-    op = ir::addScan(*g_, body, consts, inits, xs, length, reverse, loc_);
-  } catch (const ir::IRError &e) {
-    throw BadModel("scan: " + e.message);
-  }
-  return op->results;
-}
 
 // A named namespace: the rules' files compile as one translation unit (onnx/CMakeLists.txt), where
 // the other families' anonymous helpers (add, mul, ...) would clash.
