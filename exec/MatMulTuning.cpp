@@ -3,6 +3,7 @@
 #include "exec/Autotune.h"
 #include "runtime/DiskCache.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -102,26 +103,49 @@ size_t chooseMatMulTiles(StepBackend &backend, const MatMulProblem &p, const std
   }
   if (report) std::cerr << "autotune: " << key.describe() << ": timing " << space.size() << " configurations\n";
   compileAll();
+  // The candidates are timed in rounds, each launching every candidate once in turn, so that a
+  // change in the machine's load (other processes on a shared CPU) falls on all of them alike
+  // rather than on the one being timed: a warm-up round, then at least 3 rounds, at most 10,
+  // until each candidate has about 100 ms timed; each candidate's median.
+  const size_t n = space.size();
+  std::vector<Launch> launches(n);
+  std::vector<std::vector<double>> times(n);
+  std::vector<std::string> failed(n);
+  auto attempt = [&](size_t i, const std::function<void()> &what) {
+    try {
+      what();
+    } catch (const std::exception &e) {
+      failed[i] = oneLine(e.what());
+    } catch (...) {
+      failed[i] = "an unknown error";
+    }
+  };
+  for (size_t i = 0; i < n; ++i) attempt(i, [&] { launches[i] = prepare(i); });
+  for (size_t i = 0; i < n; ++i)
+    if (failed[i].empty()) attempt(i, [&] { launches[i](); });
+  for (int round = 0; round < 10; ++round) {
+    bool enough = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (!failed[i].empty()) continue;
+      attempt(i, [&] { times[i].push_back(backend.timeMs(launches[i])); });
+      double total = 0;
+      for (double t : times[i]) total += t;
+      enough = enough && total >= 100;
+    }
+    if (round >= 2 && enough) break;
+  }
   Record rec;
   double best = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < space.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const std::string text = configText(space[i]);
-    std::string failed;
-    double median = 0;
-    try {
-      const Launch launch = prepare(i);
-      median = medianMs(backend, launch);
-    } catch (const std::exception &e) {
-      failed = oneLine(e.what());
-    } catch (...) {
-      failed = "an unknown error";
-    }
-    if (!failed.empty()) {
-      std::cerr << "note: autotune: matmul M=" << p.M << " N=" << p.N << " K=" << p.K << ": tiles " << text << " skipped: " << failed << "\n";
-      rec.skipped.push_back({text, failed});
+    if (!failed[i].empty()) {
+      std::cerr << "note: autotune: matmul M=" << p.M << " N=" << p.N << " K=" << p.K << ": tiles " << text << " skipped: " << failed[i] << "\n";
+      rec.skipped.push_back({text, failed[i]});
       continue;
     }
-    if (report) std::cerr << "autotune:   " << text << ": " << formatMs(median) << "\n";
+    std::sort(times[i].begin(), times[i].end());
+    const double median = times[i][times[i].size() / 2];
+    if (report) std::cerr << "autotune:   " << text << ": " << formatMs(median) << " (" << times[i].size() << " runs)\n";
     rec.timesMs.push_back({text, median});
     if (median < best) {
       best = median;

@@ -7,8 +7,9 @@
 // - cached: a winner recorded for the product's key (in this process, the persistent cache's
 //   folder `autotune`, or the bundle being run), else the heuristic's; nothing is timed;
 // - full: as cached, and on a miss every candidate is compiled (one batch, on every core where the
-//   backend can) and timed on the device into a scratch output (one warm-up launch, then 3 to 10
-//   until about 100 ms, their median); the fastest is recorded and runs. A candidate that fails to
+//   backend can) and timed on the device into a scratch output, in rounds that launch each
+//   candidate once in turn (a warm-up round, then 3 to 10 until each has about 100 ms timed; each
+//   one's median); the fastest is recorded and runs. A candidate that fails to
 //   lower, compile or launch is skipped with a note. Only products of at least kTuneFlops are
 //   timed; smaller ones take the heuristic's tiles: on the CPU, compiling three more programs
 //   through LLVM costs more than such a product could gain in a run, and on a GPU one takes

@@ -49,7 +49,7 @@ def tsr_run(tsr, cache, *flags, **extra):
 
 def timed(stderr):
     """{tiles: ms} of the report's timing lines."""
-    return {m.group(1): float(m.group(2)) for m in re.finditer(rf"^autotune:   ({TILES}): ([0-9.]+) ms$", stderr, re.M)}
+    return {m.group(1): float(m.group(2)) for m in re.finditer(rf"^autotune:   ({TILES}): ([0-9.]+) ms \(\d+ runs\)$", stderr, re.M)}
 
 
 def winner(stderr, shape):
