@@ -126,6 +126,9 @@ public:
   std::string currentFile, currentNode, currentOp; // for locations and errors
   std::set<std::string> modelInputs, needKnown; // inputs; those a rule needed the value of
   bool folding = false; // converting onto a scratch graph to evaluate a node at import time
+  /// Loop bodies converted by unrolling so far (ops/Control.cpp): bounded, so that nested loops
+  /// cannot make an import take exponential time.
+  int64_t unrolled = 0;
 
 private:
   std::vector<Val> convertNode(const onnx::NodeProto &n, int64_t opset);

@@ -13,7 +13,8 @@
 //   an extra carry `active` keeps the values once the condition is false (no scan outputs then:
 //   their number would depend on the data). A body that needs its iteration number at import
 //   (a Slice at the iteration, as ONNX's own tests write) is unrolled instead, up to 1024
-//   iterations. A Loop without a trip count is refused (Graph IR has no unbounded loop).
+//   iterations in all the model's Loops. A Loop without a trip count is refused (Graph IR has
+//   no unbounded loop).
 // - Scan (opset 9-17): one scan op, inputs moved to axis 0 and reversed per scan_input_axes and
 //   directions, outputs back per scan_output_axes and directions. Opset 8's batched form runs one
 //   scan per batch row (a static batch, no sequence_lens).
@@ -139,6 +140,9 @@ std::vector<ir::Value *> Importer::scan(const std::vector<ir::Value *> &inits, c
 
 // A named namespace: the rules' files compile as one translation unit (onnx/CMakeLists.txt).
 namespace control_ops {
+
+/// The Loop iterations an import unrolls at most, all Loops together.
+constexpr int64_t kMaxUnrolled = 1024;
 
 const onnx::GraphProto &graphAttr(Node &n, const char *name) {
   auto *a = n.attr(name);
@@ -328,8 +332,9 @@ std::vector<Val> ruleLoop(Importer &I, Node &n) {
   } catch (const Unsupported &) {
     // A body that needs its iteration number (or a value computed from it) at import: unrolled,
     // when the condition is fixed and the loop short.
-    if (!fixed || M > 1024) throw;
+    if (!fixed || M > kMaxUnrolled - I.unrolled) throw;
   }
+  I.unrolled += M;
   std::vector<Val> vals(n.in.begin() + 2, n.in.end());
   std::vector<std::vector<V>> scans(K);
   for (int64_t i = 0; i < M; ++i) {

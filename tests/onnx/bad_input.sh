@@ -36,5 +36,7 @@ check missing_external.onnx "missing_external.onnx" "tensor \`w\`" "missing_weig
 # a window larger than the padded input (made by ONNX's helper at opset 13).
 check conv_channels.onnx "conv_channels.onnx" "node \`conv_bad\`" "\(Conv, opset 13\)" "the input has 3 channels but the weight expects 2"
 check pool_too_large.onnx "pool_too_large.onnx" "node \`pool_big\`" "\(MaxPool, opset 13\)" "larger than the padded input"
+# Control flow Graph IR cannot express: a Loop without a trip count (an unbounded while).
+check while_loop.onnx "while_loop.onnx" "node \`while_loop\`" "\(Loop, opset 13\)" "without a trip count"
 echo "$passed passed, $failed failed"
 ((failed == 0))
