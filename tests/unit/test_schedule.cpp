@@ -1,12 +1,15 @@
 // The GPU tile search (ir/schedule/LowerGroups.h, TileTarget::measureShared): tiles halve while a
 // program's shared memory is over the budget; a program the target cannot have at all
-// (TileTarget::kUnavailable) is passed over, and when none can be had the error says why.
+// (TileTarget::kUnavailable) is passed over, and when none can be had the error says why. The
+// matrix products' tile candidates that the executor times (matmulTileCandidates).
 #include "ir/schedule/LowerGroups.h"
 #include "ir/tile/TileIR.h"
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 using namespace tsr;
 using namespace tsr::ir::schedule;
@@ -39,4 +42,34 @@ TEST_CASE("the GPU tile search passes over programs it cannot have and says why 
   const std::string found = copyError([&](const tsr::tile::Function &) { return ++calls < 3 ? TileTarget::kUnavailable : 0; });
   CHECK(found.empty());
   CHECK(calls == 3);
+}
+
+TEST_CASE("a matmul's tile candidates: the heuristic's first, none wider than the product, one where nothing is to choose") {
+  auto f32 = [](int64_t m, int64_t n) { return ir::Type::tensor({Dim::constant(m), Dim::constant(n)}, DType::F32); };
+  const std::vector<MatMulTiles> cpu = matmulTileCandidates(0, DType::F32, DType::F32, f32(1024, 1024), {1024, 1024, 1024});
+  REQUIRE(cpu.size() == 4);
+  CHECK(cpu[0] == MatMulTiles{128, 64, 128});
+  CHECK(cpu[1] == MatMulTiles{64, 64, 64});
+  CHECK(cpu[2] == MatMulTiles{256, 64, 64});
+  CHECK(cpu[3] == MatMulTiles{128, 128, 128});
+  // 100 rows: a 256-row tile would compute padding.
+  const std::vector<MatMulTiles> rows = matmulTileCandidates(0, DType::F32, DType::F32, f32(100, 1024), {100, 1024, 1024});
+  CHECK(rows.size() == 3);
+  for (const MatMulTiles &t : rows) CHECK(t[0] <= 128);
+  // A small product has only the heuristic's tiles.
+  CHECK(matmulTileCandidates(0, DType::F32, DType::F32, f32(16, 16), {16, 16, 16}).size() == 1);
+  // The tensor cores: 128x256x64 first for a large square product, then 128x128x64; off them, one.
+  const TileTarget gpu = TileTarget::gpu([](const tsr::tile::Function &) { return int64_t(0); });
+  const ir::Type bf = ir::Type::tensor({Dim::constant(4096), Dim::constant(4096)}, DType::BF16);
+  const std::vector<MatMulTiles> tc = matmulTileCandidates(0, DType::BF16, DType::BF16, bf, {4096, 4096, 4096}, gpu);
+  REQUIRE(tc.size() == 2);
+  CHECK(tc[0] == MatMulTiles{128, 256, 64});
+  CHECK(tc[1] == MatMulTiles{128, 128, 64});
+  CHECK(matmulTileCandidates(0, DType::F32, DType::F32, f32(4096, 4096), {4096, 4096, 4096}, gpu).size() == 1);
+  // TSR_MATMUL_TILES fixes the tiles: nothing to choose.
+  setenv("TSR_MATMUL_TILES", "64x64x64", 1);
+  const std::vector<MatMulTiles> fixed = matmulTileCandidates(0, DType::F32, DType::F32, f32(1024, 1024), {1024, 1024, 1024});
+  unsetenv("TSR_MATMUL_TILES");
+  REQUIRE(fixed.size() == 1);
+  CHECK(fixed[0] == MatMulTiles{64, 64, 64});
 }
