@@ -94,7 +94,7 @@ size_t chooseMatMulTiles(StepBackend &backend, const MatMulProblem &p, const std
                 << " (--autotune=cached times nothing)\n";
     return 0;
   }
-  const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K) * double(std::max<int64_t>(p.batch, 1));
+  const double flops = 2.0 * double(p.M) * double(p.N) * double(p.K) * double(p.batch);
   if (flops == 0) return 0; // an empty product: nothing to time
   if (flops < kTuneFlops && broken != "threshold") {
     if (report)
