@@ -39,7 +39,7 @@ size_t bytesOf(const Tensor &t) { return size_t(t.numel()) * t.itemsize(); }
 } // namespace
 
 std::string whyNotCapturable(const sched::Schedule &plan) {
-  bool launches = false;
+  int launches = 0;
   for (size_t i = 0; i < plan.steps.size(); ++i) {
     const sched::Step &st = plan.steps[i];
     const std::string at = "step " + std::to_string(i) + " (" + std::string(sched::stepKindName(st.kind)) + " " +
@@ -48,28 +48,36 @@ std::string whyNotCapturable(const sched::Schedule &plan) {
     case sched::StepKind::Library:
       // argmax and check_le run as device ops in GraphReplay's walks (DeviceComposites.h).
       if (!hasDeviceComposite(*st.anchor)) return at + " runs on the host";
-      launches = true;
+      ++launches;
       break;
     case sched::StepKind::Elementwise:
     case sched::StepKind::Reduce:
       // Integer division and modulo count their zero divisors, which the host reads after the launch.
       if (!sched::checkedOps(st.cone).empty()) return at + " has run-time checks read back after its launch";
-      launches = true;
+      ++launches;
       break;
     case sched::StepKind::View:
       break;
     default:
-      launches = true;
+      ++launches;
     }
   }
-  return launches ? "" : "no step launches a kernel";
+  // A graph saves a driver call per kernel and the walk of the plan; for a step or two (host
+  // code's small expressions) that does not pay for the capture and the arena's memory.
+  if (launches < kMinCapturedSteps) return "only " + std::to_string(launches) + " kernel steps (a graph pays from " + std::to_string(kMinCapturedSteps) + ")";
+  return "";
 }
 
 void setCudaGraphsRequested(bool on) { requested = on; }
 void breakGraphReplayForTests(const std::string &what) { broken = what; }
 
 bool graphReplayWanted(StepBackend &backend) {
-  static const bool env = envOn("TSR_CUDA_GRAPHS");
+  static const bool env = [] {
+    // TSR_TEST_GRAPHS_BREAK: breakGraphReplayForTests from the environment (tests/gpu/cuda_graphs.py's
+    // negative control on a GPU).
+    if (const char *b = std::getenv("TSR_TEST_GRAPHS_BREAK"); b && *b) broken = b;
+    return envOn("TSR_CUDA_GRAPHS");
+  }();
   if (!env && !requested) return false;
   if (rt::profile::mode() || runModes().debug) return false;
   std::string why;
@@ -88,6 +96,7 @@ struct GraphReplay::Entry {
   int captures = 0;
   uint64_t lastUse = 0;
   std::string refused;            // why this signature runs uncaptured (then for good)
+  bool replayed = false;          // (for the verbose line of the first replay)
   std::vector<uint64_t> lastAddrs; // the inputs' device addresses at the previous call
   std::vector<bool> varying;      // inputs copied into a slot (their address changed between calls)
   // Captured:
@@ -211,8 +220,11 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
   e.addrs = addrs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!e.varying[i] || inputs[i].numel() == 0) continue;
-    e.slots[i] = backend_.allocate(inputs[i].shape(), inputs[i].dtype(), "a static input of a CUDA graph");
-    e.addrs[i] = uint64_t(reinterpret_cast<uintptr_t>(backend_.address(e.slots[i], true, "a static input of a CUDA graph")));
+    // An input the host holds (a key: its words are read on the host when the walk binds its
+    // inputs) gets a slot with a host copy too, so that the capture walk reads no device memory.
+    const bool host = inputs[i].onHost();
+    e.slots[i] = host ? inputs[i].clone() : backend_.allocate(inputs[i].shape(), inputs[i].dtype(), "a static input of a CUDA graph");
+    e.addrs[i] = uint64_t(reinterpret_cast<uintptr_t>(backend_.address(e.slots[i], !host, "a static input of a CUDA graph")));
     in[i] = e.slots[i];
   }
 
@@ -256,6 +268,8 @@ std::vector<Tensor> GraphReplay::replay(Entry &e, const std::string &name, const
   }
   backend_.replay(*e.graph, LaunchSite{"CUDA graph of @" + name, "graph @" + name});
   ++stats_.replays;
+  if (verbose() && !e.replayed) std::cerr << "cuda graphs: @" << name << " replayed\n";
+  e.replayed = true;
   for (const Tensor &c : e.deferred) {
     // The replay wrote it: mark the device copy current, so that reading it copies it back.
     backend_.address(c, true, "index checks");

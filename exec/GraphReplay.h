@@ -5,10 +5,12 @@
 //
 // Policy, per plan and call signature (the graph's structure, its symbol sizes, the inputs'
 // shapes and dtypes):
-//   - Eligible plans (whyNotCapturable): kernel, row, reduction, matmul, gather, random, concat
-//     and view steps only. A library step (host code: argmax, key_split, kernel_call, scan,
+//   - Eligible plans (whyNotCapturable): at least kMinCapturedSteps kernel steps; kernel, row,
+//     reduction, matmul, gather, random, concat and view steps, and the library ops that have
+//     device composites (argmax, argmin, check_le: DeviceComposites.h, run as device ops in these
+//     walks). Another library step (host code: key_split, dim_value, kernel_call, scan,
 //     collectives) or a step with integer-division checks (read back after the launch) keeps the
-//     plan uncaptured. A gather's index check is kept: its counter stays on the device and is read
+//     plan uncaptured. A gather's index check (and check_le's count) is kept: its counter stays on the device and is read
 //     after each replay (one wait per call, as the uncaptured path waits for it at every gather);
 //     a bad index runs the call again uncaptured, which reports it at its op.
 //   - Calls 1 .. N-1 (N = kCaptureOnCall) run as usual and record their inputs' device addresses.
@@ -46,6 +48,8 @@ namespace tsr::exec {
 constexpr int kCaptureOnCall = 3;
 /// Captures per signature before it is left uncaptured (inputs that keep moving).
 constexpr int kMaxCaptures = 4;
+/// Plans of fewer kernel steps are not captured (host code's small expressions).
+constexpr int kMinCapturedSteps = 3;
 /// Captured plans kept per executor (the least recently called goes first, with its arena).
 constexpr size_t kMaxCapturedPlans = 16;
 
@@ -63,7 +67,8 @@ void setCudaGraphsRequested(bool on);
 /// guards, and the check must then fail): "copy-in" (replays skip the static slots' copies),
 /// "copy-out" (replays return the static outputs themselves), "signature" (one capture per graph
 /// name, whatever the shapes), "moved" (an in-place input that moved is not noticed), "warmup" (no
-/// warm-up walk, and the capture allocates from the device's allocator); "" for none.
+/// warm-up walk, and the capture allocates from the device's allocator); "" for none. Also
+/// TSR_TEST_GRAPHS_BREAK=WHAT in the environment (tests/gpu/cuda_graphs.py).
 void breakGraphReplayForTests(const std::string &what);
 
 class GraphReplay {

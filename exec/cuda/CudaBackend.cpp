@@ -92,8 +92,10 @@ struct Arena final : GraphArena {
   // Under dev.arenaMu.
   uint64_t take(size_t bytes, const char *forWhat, bool sealedNow) {
     const size_t cls = cuda::DeviceAllocator::classSize(bytes);
-    auto it = freeBlocks.lower_bound(cls);
-    if (it != freeBlocks.end() && it->first <= 2 * cls) {
+    // Its own class only: then the warm-up leaves, per class, as many blocks as it ever held at
+    // once, and the capture, making the same requests in the same order, always finds one.
+    auto it = freeBlocks.find(cls);
+    if (it != freeBlocks.end()) {
       const uint64_t p = it->second;
       freeBlocks.erase(it);
       return p;

@@ -31,7 +31,7 @@ struct FakeCudaLaunch {
   void *stream;
   int viaExtra;                 // parameters came through `extra` (1) or kernelParams (0)
   size_t paramBytes;            // the entry's parameter size, from its PTX
-  unsigned char params[1024];   // the parameter bytes as the kernel would see them
+  unsigned char params[16384];  // the parameter bytes as the kernel would see them (a row step of many operands takes several KiB)
 };
 
 /// The last cuTensorMapEncodeTiled the fake accepted (it writes no real map: the map's first
@@ -52,6 +52,8 @@ FakeCudaCounters *fakecuda_counters();
 /// bytes of every other tensor argument. Not the kernel's arithmetic, but a function of exactly
 /// what it reads, so two runs that launch the same kernels on the same data in the same order
 /// (a replayed graph and the uncaptured walk) give the same bytes, and a stale input does not.
+/// FAKECUDA_SIMULATE=zero: the first argument is zeroed instead (every kernel result 0, so that
+/// whole programs run past their value checks: tests/cuda/fake_decode.sh).
 FakeCudaLaunch *fakecuda_last_launch();
 FakeCudaTensorMap *fakecuda_last_tensor_map();
 }

@@ -17,6 +17,10 @@
 #   examples_gpu      every examples/ program (the spec's examples) on the GPU and the CPU: same output
 #   flash_attention   the attention loop on the tensor cores (Hopper) and nn.flash_attention's forward
 #                     and gradients against the f32 graph-level attention, ragged and causal
+#   cuda_graphs       CUDA-graph replay (TSR_CUDA_GRAPHS=1): KV-cache decoding with generate.tsr's
+#                     cached_step is captured, gives the same tokens as without graphs at batch 1
+#                     and 8 (rates printed), a broken copy-in gives other tokens, --profile captures
+#                     nothing (tests/gpu/cuda_graphs.py)
 #   mma_matmul        tensor-core matrix products (hand-written and graph; ragged, transposed,
 #                     batched) against the CUDA-core path
 #   debug_checks      --debug on the GPU: index checks in the kernels' PTX (exit 1 naming the tensor,
@@ -82,6 +86,7 @@ step run_programs "python3 tests/run/run_programs.py '$BIN/tsr' --device cuda"
 step tile_kernels_gpu "python3 tests/tile/run_kernels.py '$BIN/tsr' --device cuda examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr tests/tile/programs/stdlib_kernels.tsr tests/tile/programs/tile_ops.tsr"
 step examples_gpu "python3 tools/gpu/compare_examples.py '$BIN/tsr' examples/saxpy.tsr examples/gemm.tsr examples/flash_attention.tsr examples/train_regression.tsr examples/transformer_block.tsr"
 step flash_attention "python3 tests/expect.py --exit 0 --has 'flash_attention ok' -- '$BIN/tsr' run tests/gpu/flash_attention.tsr --device cuda"
+step cuda_graphs "python3 tests/gpu/cuda_graphs.py '$BIN/tsr'"
 step mma_matmul "python3 tests/expect.py --exit 0 --has 'mma_matmul ok' -- '$BIN/tsr' run tests/gpu/mma_matmul.tsr --device cuda"
 # Debug mode (--debug) on the device: a correct kernel passes its index checks; an index outside
 # its axis is exit 1 at the load with the tensor, the index and the extent; a NaN is exit 1 at the
