@@ -23,6 +23,10 @@
 #                     nothing (tests/gpu/cuda_graphs.py)
 #   mma_matmul        tensor-core matrix products (hand-written and graph; ragged, transposed,
 #                     batched) against the CUDA-core path
+#   autotune_matmul_gpu  a graph's bf16 product under --autotune=full times the tensor cores' tile
+#                     candidates (128x256x64, 128x128x64) and records the fastest; a second process
+#                     times nothing; another shape is tuned anew; values agree with --autotune=off
+#                     (tests/autotune/matmul_tiles.py --device cuda)
 #   debug_checks      --debug on the GPU: index checks in the kernels' PTX (exit 1 naming the tensor,
 #                     index, extent and line) and the NaN/Inf sentinel after graph steps
 #   deterministic_gpu --deterministic on the GPU: two runs of tests/determinism/atomic_sum.tsr
@@ -88,6 +92,7 @@ step examples_gpu "python3 tools/gpu/compare_examples.py '$BIN/tsr' examples/sax
 step flash_attention "python3 tests/expect.py --exit 0 --has 'flash_attention ok' -- '$BIN/tsr' run tests/gpu/flash_attention.tsr --device cuda"
 step cuda_graphs "python3 tests/gpu/cuda_graphs.py '$BIN/tsr'"
 step mma_matmul "python3 tests/expect.py --exit 0 --has 'mma_matmul ok' -- '$BIN/tsr' run tests/gpu/mma_matmul.tsr --device cuda"
+step autotune_matmul_gpu "python3 tests/autotune/matmul_tiles.py '$BIN/tsr' '$BIN/tsrc' '$BIN/tsr-run-bundle' --device cuda"
 # Debug mode (--debug) on the device: a correct kernel passes its index checks; an index outside
 # its axis is exit 1 at the load with the tensor, the index and the extent; a NaN is exit 1 at the
 # op that made it.
