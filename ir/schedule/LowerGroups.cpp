@@ -745,6 +745,7 @@ std::vector<MatMulTiles> matmulTileCandidates(size_t batchRank, DType a, DType b
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target,
                    const std::optional<MatMulTiles> &tiles) {
+  if (tiles && ((*tiles)[0] < 1 || (*tiles)[1] < 1 || (*tiles)[2] < 1)) throw tile::TileError{"matmul tiles below 1"};
   const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
   std::vector<int64_t> first = tiles ? std::vector<int64_t>{(*tiles)[0], (*tiles)[1], (*tiles)[2]}
                                      : matmulTiles(mnk, s.target, s.tensorCores, s.batch);

@@ -156,8 +156,8 @@ Kernel lowerRow(const Step &st, const std::vector<int64_t> &shape, const std::st
 /// are passed as [1, K] and [K, 1] views), result dtype and policies of `result`; `mnk` (the
 /// concrete sizes, in the order M, N, K) chooses the tiles. Parameters: the output
 /// [batch.., M, N], A, B. Errors as lowerElementwise's.
-/// `tiles` ({BM, BN, BK}, each >= 1) replaces the heuristic's first tiles (on a GPU the search
-/// for the shared-memory budget still halves them).
+/// `tiles` ({BM, BN, BK}, each >= 1, else tile::TileError) replaces the heuristic's first tiles
+/// (on a GPU the search for the shared-memory budget still halves them).
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target = {},
                    const std::optional<MatMulTiles> &tiles = std::nullopt);
