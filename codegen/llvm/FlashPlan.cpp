@@ -46,6 +46,43 @@ bool writesMemory(const tile::Op *op) {
          op->kind == OpKind::AtomicAdd || op->kind == OpKind::AtomicAddBox;
 }
 
+/// FlashPlan::deferred and its companions, with a third stage, where the loop allows them: one
+/// RS product, accumulating through an add into a Full carried value that only the yield reads,
+/// after an SS product that starts the body's products; its A a plain cast (packed in registers
+/// at once: a saturating or stochastic cast is not). The three stages must fit beside the rest of
+/// the CTA's shared memory (a Hopper CTA's 227 KiB less the 1 KiB of alignment and mbarriers).
+void planOverlap(FlashPlan &p, const tile::Block &body, const std::unordered_map<const tile::Value *, int> &uses,
+                 const std::unordered_map<const tile::Value *, const tile::Op *> &user) {
+  constexpr int64_t kSharedMax = 227 * 1024;
+  int rs = -1;
+  for (size_t i = 0; i < p.dots.size(); ++i)
+    if (!p.dots[i].ss) {
+      if (rs >= 0) return;
+      rs = int(i);
+    }
+  if (rs <= 0 || !p.dots[0].ss || p.dots[0].add) return;
+  const FlashPlan::Dot &d = p.dots[size_t(rs)];
+  if (!d.add) return;
+  const auto *cast = d.castA->attrAs<ir::DTypeAttr>("dtype");
+  if (!cast || cast->policies.saturate || cast->policies.stochasticRound) return;
+  const tile::Value *sum = d.add->result();
+  const tile::Op *yield = body.ops.back();
+  auto u = uses.find(sum);
+  auto by = user.find(sum);
+  if (u == uses.end() || u->second != 1 || by == user.end() || by->second != yield) return;
+  int carry = -1;
+  for (size_t i = 0; i < yield->operands.size(); ++i)
+    if (yield->operands[i] == sum) carry = int(i);
+  if (carry < 0 || p.frag.at(body.args[1 + size_t(carry)]) != Frag::Full) return;
+  FlashPlan q = p;
+  q.stages = 3;
+  if (q.sharedBytes() > kSharedMax) return;
+  p.stages = 3;
+  p.deferred = rs;
+  p.overlapAfter = 0;
+  p.deferredCarry = carry;
+}
+
 } // namespace
 
 std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &block, int warps, int smArch) {
@@ -341,6 +378,7 @@ std::optional<FlashPlan> planFlashLoop(const tile::Op &f, const tile::Block &blo
     if (want != Frag::Full && have != want && have != Frag::Uniform) return std::nullopt;
   }
   if (p.sharedBytes() > 200 * 1024) return std::nullopt;
+  if (f.intAttr("stages", 2) >= 3) planOverlap(p, body, uses, user);
   return p;
 }
 

@@ -97,6 +97,16 @@ struct FlashPlan {
   DType dtype = DType::BF16; // of every product's operands: bf16 or f16
   int64_t BM = 0;            // the rows of every 2-d tile of the body
   int stages = 2;            // of the ring
+  /// FlashAttention-3's intra-warpgroup overlap of the products with the softmax (Shah et al.,
+  /// 2024, §3.2), taken where the loop asks for three stages (its `stages` attribute, from the
+  /// kernel's config) and they fit in shared memory. The RS product dots[deferred], whose add's
+  /// result only the yield reads (carried value `deferredCarry`), is deferred to the next
+  /// iteration: there it is issued right after the body's first product, the SS product
+  /// dots[overlapAfter], and runs on the tensor cores while the warps compute the softmax of the
+  /// SS product's result; the carried value is waited for where the body first reads it. A ring
+  /// of three stages keeps tile j-1's boxes (read by the deferred product) beside tile j's and
+  /// tile j+1's copies. -1: not overlapped (two stages).
+  int deferred = -1, overlapAfter = -1, deferredCarry = -1;
   /// The kind of every tile value defined in the loop's body (its block arguments and the
   /// outside tiles it reads included).
   std::unordered_map<const tile::Value *, Frag> frag;
@@ -111,6 +121,7 @@ struct FlashPlan {
 
 /// The plan of `forOp`, an op of `block`, for a CTA of `warps` warps on `smArch`, or nothing
 /// when the loop is not an attention main loop as above or does not fit the instructions.
+/// The loop's `stages` attribute (its kernel's config) asks for the overlap above when it is 3.
 std::optional<FlashPlan> planFlashLoop(const tile::Op &forOp, const tile::Block &block, int warps, int smArch);
 
 } // namespace tsr::codegen

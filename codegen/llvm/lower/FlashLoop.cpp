@@ -6,6 +6,15 @@
 //      products of tile j-1 before the barrier of step 1);
 //   3. the body's ops in order, each on the registers a thread holds (below); the products are
 //      wgmma.mma_async, each waited for before its result is read.
+// With the overlap (FlashPlan::deferred; three stages, TMA copies) step 3 changes: the first SS
+// product S_j is issued, then the deferred RS product of iteration j-1 (O += P_{j-1} V_{j-1},
+// from the A fragments carried from j-1 and tile j-1's stage), and only S_j is waited for
+// (wait_group 1); the softmax of S_j runs while P_{j-1} V_{j-1} is on the tensor cores, and O is
+// waited for where the body first reads it. The add that took P_j V_j yields its other operand
+// alone, and the last iteration's product is issued after the loop (FlashAttention-3, §3.2).
+// The CTA barrier of step 1 gives way to an `empty` mbarrier per stage, at which each warp arrives
+// once it has waited for the products that read the stage; the thread that copies waits there
+// before refilling it, so that the warpgroups drift apart instead of meeting every iteration.
 // Registers of a value, by kind (RegisterPlan.h's Frag), in wgmma's accumulator layout: with
 // g = lane / 4, t = lane % 4 and the warp's first row 16 * warp,
 //   Full [BM, W]: W/2 registers, r = 4j + q at row 16 warp + g + 8 (q / 2), column 8j + 2t + q % 2;
@@ -132,9 +141,11 @@ void Lowering::copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, 
   B.CreateCondBr(fast, fastBB, slowBB);
   for (int path = 0; path < 2; ++path) {
     B.SetInsertPoint(path == 0 ? fastBB : slowBB);
-    for (int64_t round = 0; round < rounds; ++round) {
-      auto chunk = [&] {
-        Value *c = B.CreateAdd(tid, c64(round * threads));
+    // The whole rounds in a rolled loop: unrolled, each round's addresses (functions of the
+    // thread alone) would be hoisted out of the main loop and held in registers through it.
+    {
+      auto chunk = [&](Value *round) {
+        Value *c = B.CreateAdd(tid, B.CreateMul(round, c64(threads)));
         Value *r = B.CreateUDiv(c, c64(perRow)), *c8 = B.CreateMul(B.CreateURem(c, c64(perRow)), c64(8));
         // MmaPlan::swizzledOffset(rows, r, c8).
         Value *unit = B.CreateXor(B.CreateLShr(B.CreateURem(c8, c64(64)), c64(3)), B.CreateURem(r, c64(8)));
@@ -156,8 +167,14 @@ void Lowering::copyBoxSwizzled(const TOp &ld, const TValue *iv, Value *ivValue, 
         }
         copyEightElements(to, ti.data, off, cs, gc, nCols, rowOk, "flash.copy");
       };
-      if ((round + 1) * threads <= chunks) chunk();
-      else ifThen(B.CreateICmpULT(B.CreateAdd(tid, c64(round * threads)), c64(chunks)), chunk);
+      const int64_t whole = chunks / threads;
+      if (whole > 0)
+        countedLoop(c64(whole), {}, "flash.copy.round", [&](Value *round, std::vector<Value *>) {
+          chunk(round);
+          return std::vector<Value *>{};
+        }, /*keepRolled=*/true);
+      if (whole < rounds)
+        ifThen(B.CreateICmpULT(B.CreateAdd(tid, c64(whole * threads)), c64(chunks)), [&] { chunk(c64(whole)); });
     }
     B.CreateBr(done);
   }
@@ -312,12 +329,19 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       present = B.CreateAnd(present, B.CreateICmpNE(B.CreateAnd(flag, c64(rt::kTensorMapPresent)), c64(0)));
     }
   }
-  // The stages' mbarriers (TMA), after the tiles: full[0], full[1].
+  // The stages' mbarriers (TMA), after the tiles: full[0] .. full[stages - 1] (the copies landed),
+  // and with the overlap empty[0] .. empty[stages - 1] (every warp done reading the stage: one
+  // arrival per warp), which replace the CTA barrier of each iteration.
+  const bool overlap = p.deferred >= 0;
+  const int warps = int(threads / 32);
   Value *bars = B.CreateInBoundsGEP(i8(), ringS, c64(p.sharedBytes() - 1024));
   auto full = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(s, c64(8))); };
+  auto empty = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateAdd(c64(64), B.CreateMul(s, c64(8)))); };
   if (tmaOk) {
     ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(0))), [&] {
-      for (int s2 = 0; s2 < 2; ++s2) mma::mbarrierInit(B, full(c64(s2)), 1);
+      for (int s2 = 0; s2 < p.stages; ++s2) mma::mbarrierInit(B, full(c64(s2)), 1);
+      if (overlap)
+        for (int s2 = 0; s2 < p.stages; ++s2) mma::mbarrierInit(B, empty(c64(s2)), warps);
       mma::ptx(B, "fence.mbarrier_init.release.cluster;");
     });
     T.barrier(B);
@@ -344,10 +368,16 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     }
   };
   const size_t nPre = p.pre.size();
-  auto issue = [&](bool tma, Value *j, Value *stage) {
+  // (`S`: the stages in use; with the overlap, a stage's earlier tile is waited out by its empty
+  // barrier: the fill j/S waits for the phase of the previous one.)
+  auto issue = [&](bool tma, Value *j, Value *stage, int64_t S) {
     Value *k0 = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
     if (tma) {
       ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
+        if (overlap && S == p.stages)
+          ifThen(B.CreateICmpUGE(j, c64(S)), [&] {
+            mma::mbarrierWait(B, empty(stage), B.CreateAnd(B.CreateSub(B.CreateUDiv(j, c64(S)), c64(1)), c64(1)));
+          });
         mma::mbarrierArriveExpectTx(B, full(stage), p.stageBytes());
         for (size_t i = 0; i < p.ring.size(); ++i) tmaBox(nPre + i, k0, ringAt(int(i), stage), full(stage));
       });
@@ -357,7 +387,21 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       copyBoxSwizzled(*p.ring[i].load, iv, k0, ringAt(int(i), stage), p.ring[i].rows, p.ring[i].copyCols());
   };
 
+  // The overlap (FlashPlan::deferred) runs where the copies are TMA's; the cp.async way keeps two
+  // of the ring's stages and waits for each product at once.
+  const FlashPlan::Dot *deferredDot = overlap ? &p.dots[size_t(p.deferred)] : nullptr;
+  size_t carriedRegs = 0, deferredAt = 0; // registers of the carried values; the deferred one's first
+  for (size_t q = 0; q < nc; ++q) {
+    if (overlap && int(q) == p.deferredCarry) deferredAt = carriedRegs;
+    carriedRegs += size_t(regCount(carriedKind[q], carriedWidth[q]));
+  }
   auto mainLoop = [&](bool tma) -> std::vector<Value *> {
+    const bool ov = tma && overlap;
+    const int64_t S = ov ? p.stages : 2;
+    std::vector<Value *> init = carried0;
+    // The deferred product's A fragments (packed pairs: k/16 steps of four), carried to the next
+    // iteration; unread at the first, which has no deferred product.
+    if (ov) init.resize(init.size() + size_t(deferredDot->k / 16 * 4), B.getInt32(0));
     // The pre boxes once, with tile 0 of the ring.
     if (tma) {
       ifThen(B.CreateAnd(B.CreateICmpSGT(n, c64(0)), B.CreateICmpEQ(tid, c64(0))), [&] {
@@ -367,22 +411,24 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       });
     } else {
       for (size_t i = 0; i < nPre; ++i) copyBoxSwizzled(*p.pre[i].load, nullptr, nullptr, preAt(int(i)), p.pre[i].rows, p.pre[i].copyCols());
-      ifThen(B.CreateICmpSGT(n, c64(0)), [&] { issue(false, c64(0), c64(0)); });
+      ifThen(B.CreateICmpSGT(n, c64(0)), [&] { issue(false, c64(0), c64(0), 2); });
       commit();
     }
-    return countedLoop(n, carried0, tma ? "flash.tma" : "flash", [&](Value *j, std::vector<Value *> cur) {
+    std::vector<Value *> out = countedLoop(n, init, tma ? "flash.tma" : "flash", [&](Value *j, std::vector<Value *> cur) {
     // Tile j has landed, and every warp is done with tile j-1 (whose stage the next copies fill).
     if (tma) {
-      mma::mbarrierWait(B, full(B.CreateURem(j, c64(2))), B.CreateAnd(B.CreateLShr(j, c64(1)), c64(1)));
+      mma::mbarrierWait(B, full(B.CreateURem(j, c64(S))), B.CreateAnd(B.CreateUDiv(j, c64(S)), c64(1)));
     } else {
       waitAll();
       mma::ptx(B, "fence.proxy.async.shared::cta;");
     }
-    T.barrier(B);
+    if (!ov) T.barrier(B);
     Value *next = B.CreateAdd(j, c64(1));
-    ifThen(B.CreateICmpSLT(next, n), [&] { issue(tma, next, B.CreateURem(next, c64(2))); });
+    // (With the overlap, tile j+1's stage last held tile j-2, whose deferred product each warp
+    // waited for in iteration j-1 and then arrived at the stage's empty barrier.)
+    ifThen(B.CreateICmpSLT(next, n), [&] { issue(tma, next, B.CreateURem(next, c64(S)), S); });
     if (!tma) commit();
-    Value *stage = B.CreateURem(j, c64(2));
+    Value *stage = B.CreateURem(j, c64(S));
     Value *ivValue = B.CreateAdd(lo, B.CreateMul(j, c64(step)));
 
     std::unordered_map<const TValue *, Regs> R(outsideRegs);
@@ -398,7 +444,20 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
         R[body.args[1 + q]] = x;
       }
     }
+    // The overlap: the previous iteration's A fragments; the carried value its product accumulates
+    // into, pending (in flight) from that product's issue until its first read.
+    std::vector<Value *> prevA(cur.begin() + long(carriedRegs), cur.end()), nextA;
+    const TValue *accArg = ov ? body.args[1 + size_t(p.deferredCarry)] : nullptr;
+    bool accPending = false;
     auto val = [&](const TValue *v) -> const Regs & {
+      if (accPending && v == accArg) {
+        accPending = false;
+        Regs &x = R[v];
+        x.r = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", x.r, {}, "");
+        // This warp is done with tile j-1's stage (its S product was waited for in iteration j-1).
+        ifThen(B.CreateAnd(B.CreateICmpSGT(j, c64(0)), B.CreateICmpEQ(lane, c64(0))),
+               [&] { mma::mbarrierArrive(B, empty(B.CreateURem(B.CreateAdd(j, c64(S - 1)), c64(S)))); });
+      }
       auto it = R.find(v);
       if (it == R.end()) {
         if (!v->type.isScalar()) fail(F, "a tile from outside an attention loop");
@@ -415,7 +474,8 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       const auto *a = cast->attrAs<ir::DTypeAttr>("dtype");
       return a && !a->policies.saturate && !a->policies.stochasticRound;
     };
-    auto productRS = [&](const FlashPlan::Dot &d, std::vector<Value *> acc) {
+    // A's fragments of an RS product, packed from the registers of its cast's operand.
+    auto packA = [&](const FlashPlan::Dot &d) {
       const Regs &ar = val(d.castA->result());
       const bool inRegs = castInRegisters(d.castA);
       auto pack = [&](Value *lo2, Value *hi2) -> Value * {
@@ -446,6 +506,10 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       // The fragment of step kk is {a0, a1, a2, a3} = rows g and g+8 of columns 16kk + 2t (a0,
       // a1) and 16kk + 8 + 2t (a2, a3): the pairs (jj = 2kk, q 0-1), (2kk, q 2-3), (2kk+1, q 0-1),
       // (2kk+1, q 2-3) as pushed above.
+      return aRegs;
+    };
+    auto productRS = [&](const FlashPlan::Dot &d, std::vector<Value *> acc) {
+      std::vector<Value *> aRegs = packA(d);
       mma::fenceOperands(B, acc, aRegs);
       acc = mma::wgmmaRegisterA(B, p.dtype, d.n, d.k, aRegs, ringAt(d.b, stage), acc);
       mma::ptx(B, "wgmma.commit_group.sync.aligned;");
@@ -486,11 +550,45 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
           sp.BK = FlashPlan::roundUp(d->k, 16);
           sp.dtype = p.dtype;
           sp.wgmma = true;
-          std::vector<Value *> acc(size_t(d->n / 2), cf(f32(), 0.0));
+          const bool turn = ov && d == &p.dots[size_t(p.overlapAfter)];
+          std::vector<Value *> acc(size_t(d->n / 2), UndefValue::get(f32()));
           acc = mma::ptxOnAccumulators(B, "wgmma.fence.sync.aligned;", acc, {}, "");
-          acc = mma::wgmmaKTile(B, sp, preAt(d->a), ringAt(d->b, stage), warp, /*kMajorB=*/true, acc);
+          acc = mma::wgmmaKTile(B, sp, preAt(d->a), ringAt(d->b, stage), warp, /*kMajorB=*/true, acc, /*mMajorA=*/false,
+                                /*fromZero=*/true);
           mma::ptx(B, "wgmma.commit_group.sync.aligned;");
-          out.r = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+          if (turn) {
+            // The previous iteration's deferred product behind this one (none at the first): this
+            // one is waited for, that one stays in flight until its accumulators are read.
+            const std::vector<Value *> before = val(accArg).r;
+            Value *has = B.CreateICmpSGT(j, c64(0));
+            BasicBlock *issueBB = BasicBlock::Create(C, "flash.deferred", fn), *firstBB = BasicBlock::Create(C, "flash.first", fn),
+                       *joinBB = BasicBlock::Create(C, "flash.deferred.end", fn);
+            B.CreateCondBr(has, issueBB, firstBB);
+            B.SetInsertPoint(issueBB);
+            std::vector<Value *> aRegs = prevA;
+            std::vector<Value *> into = mma::fenceOperands(B, before, aRegs);
+            Value *prevStage = B.CreateURem(B.CreateAdd(j, c64(S - 1)), c64(S));
+            into = mma::wgmmaRegisterA(B, p.dtype, deferredDot->n, deferredDot->k, aRegs, ringAt(deferredDot->b, prevStage), into);
+            mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+            std::vector<Value *> s1 = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 1;", acc, {}, "");
+            BasicBlock *issueEnd = B.GetInsertBlock();
+            B.CreateBr(joinBB);
+            B.SetInsertPoint(firstBB);
+            std::vector<Value *> s0 = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+            BasicBlock *firstEnd = B.GetInsertBlock();
+            B.CreateBr(joinBB);
+            B.SetInsertPoint(joinBB);
+            out.r = mergeValues({s1, s0}, {issueEnd, firstEnd});
+            R[accArg].r = mergeValues({into, before}, {issueEnd, firstEnd});
+            accPending = true;
+          } else {
+            out.r = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
+          }
+        } else if (ov && d == deferredDot) {
+          // The add's other operand now; the product at the next iteration (or after the loop).
+          const TValue *other = o->operands[0] == d->op->result() ? o->operands[1] : o->operands[0];
+          out.r = materialize(val(other), Frag::Full, d->n).r;
+          nextA = packA(*d);
         } else {
           std::vector<Value *> acc(size_t(d->n / 2), cf(f32(), 0.0));
           if (d->add) {
@@ -570,12 +668,19 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
             return reduceCombine(o->kind, d, a, y, true);
           };
           for (int64_t q2 = 0; q2 < 2; ++q2) {
-            Value *a = nullptr;
+            // A thread's W/4 values of the row pairwise, in log2(W/4) dependent steps instead of
+            // a chain of W/4: with one warp per scheduler per warpgroup, the chain's latency, not
+            // the instructions, would bound the softmax.
+            std::vector<Value *> part;
             for (int64_t jj = 0; jj < W / 8; ++jj)
-              for (int64_t e = 0; e < 2; ++e) {
-                Value *y = need(at(x, Frag::Full, 4 * jj + 2 * q2 + e));
-                a = a ? combine(a, y) : y;
-              }
+              for (int64_t e = 0; e < 2; ++e) part.push_back(need(at(x, Frag::Full, 4 * jj + 2 * q2 + e)));
+            while (part.size() > 1) {
+              std::vector<Value *> half;
+              for (size_t i = 0; i + 1 < part.size(); i += 2) half.push_back(combine(part[i], part[i + 1]));
+              if (part.size() % 2) half.push_back(part.back());
+              part.swap(half);
+            }
+            Value *a = part[0];
             // The four lanes of a row: lanes 4g .. 4g+3.
             for (int m = 1; m <= 2; m *= 2) a = combine(a, shuffleXor(a, m));
             out.r.push_back(a);
@@ -619,14 +724,36 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       }
       R[o->result()] = out;
     }
+    if (accPending) val(accArg); // (a body that never reads it: its product is waited for here)
     std::vector<Value *> next2;
     const TOp *y = body.ops.back();
     for (size_t q = 0; q < nc; ++q) {
       Regs m = materialize(val(y->operands[q]), carriedKind[q], carriedWidth[q]);
       next2.insert(next2.end(), m.r.begin(), m.r.end());
     }
+    next2.insert(next2.end(), nextA.begin(), nextA.end());
     return next2;
   });
+    if (!ov) return out;
+    // The last iteration's deferred product (none when the loop ran no iteration).
+    std::vector<Value *> acc(out.begin() + long(deferredAt), out.begin() + long(deferredAt) + deferredDot->n / 2);
+    std::vector<Value *> aRegs(out.begin() + long(carriedRegs), out.end());
+    BasicBlock *pre = B.GetInsertBlock();
+    BasicBlock *lastBB = BasicBlock::Create(C, "flash.deferred.last", fn), *joinBB = BasicBlock::Create(C, "flash.deferred.done", fn);
+    B.CreateCondBr(B.CreateICmpSGT(n, c64(0)), lastBB, joinBB);
+    B.SetInsertPoint(lastBB);
+    std::vector<Value *> into = mma::fenceOperands(B, acc, aRegs);
+    Value *lastStage = B.CreateURem(B.CreateSub(n, c64(1)), c64(S));
+    into = mma::wgmmaRegisterA(B, p.dtype, deferredDot->n, deferredDot->k, aRegs, ringAt(deferredDot->b, lastStage), into);
+    mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+    into = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", into, {}, "");
+    BasicBlock *lastEnd = B.GetInsertBlock();
+    B.CreateBr(joinBB);
+    B.SetInsertPoint(joinBB);
+    acc = mergeValues({into, acc}, {lastEnd, pre});
+    out.resize(carriedRegs);
+    std::copy(acc.begin(), acc.end(), out.begin() + long(deferredAt));
+    return out;
   };
   std::vector<Value *> fin;
   if (!tmaOk) {
@@ -640,7 +767,10 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
   if (tmaOk) {
     // The ring becomes tile memory again: its mbarriers are invalidated first (PTX ISA §9.7.13.15.6).
     ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(0))), [&] {
-      for (int s2 = 0; s2 < 2; ++s2) B.CreateIntrinsic(Intrinsic::nvvm_mbarrier_inval_shared, {}, {full(c64(s2))});
+      for (int s2 = 0; s2 < p.stages; ++s2) {
+        B.CreateIntrinsic(Intrinsic::nvvm_mbarrier_inval_shared, {}, {full(c64(s2))});
+        if (overlap) B.CreateIntrinsic(Intrinsic::nvvm_mbarrier_inval_shared, {}, {empty(c64(s2))});
+      }
     });
     T.barrier(B);
   }

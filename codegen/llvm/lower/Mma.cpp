@@ -55,7 +55,7 @@ std::vector<Value *> ptxOnAccumulators(IRBuilder<> &B, const std::string &text, 
 }
 
 std::vector<Value *> wgmmaKTile(IRBuilder<> &B, const MmaPlan &p, Value *aStage, Value *bStage, Value *warp, bool kMajorB,
-                                std::vector<Value *> acc, bool mMajorA) {
+                                std::vector<Value *> acc, bool mMajorA, bool fromZero) {
   Type *i8 = B.getInt8Ty();
   auto c64 = [&](int64_t v) { return B.getInt64(uint64_t(v)); };
   // Matrix descriptors: A, K-major: 8-row groups 1024 bytes apart (the leading offset is
@@ -82,7 +82,11 @@ std::vector<Value *> wgmmaKTile(IRBuilder<> &B, const MmaPlan &p, Value *aStage,
                            : desc(B.CreateInBoundsGEP(i8, aStage, B.CreateAdd(wgRows, c64((kk / 4) * p.BM * 128 + (kk % 4) * 32))), 16, 1024);
     Value *bDesc = kMajorB ? desc(B.CreateInBoundsGEP(i8, bStage, c64((kk / 4) * p.BN * 128 + (kk % 4) * 32)), 16, 1024)
                            : desc(B.CreateInBoundsGEP(i8, bStage, c64(kk * 16 * 128)), p.BK * 128, 1024);
-    acc = ptxOnAccumulators(B, text, acc, {aDesc, bDesc, B.getInt32(1)}, "l,l,r");
+    // From zero: the first k step's scale-d 0 (D = A*B) ignores the accumulators it is given,
+    // so that they need not be zeroed first (a register move each).
+    if (fromZero && kk == 0)
+      for (Value *&a : acc) a = UndefValue::get(B.getFloatTy());
+    acc = ptxOnAccumulators(B, text, acc, {aDesc, bDesc, B.getInt32(fromZero && kk == 0 ? 0 : 1)}, "l,l,r");
   }
   return acc;
 }

@@ -30,9 +30,10 @@ std::vector<llvm::Value *> ptxOnAccumulators(llvm::IRBuilder<> &B, const std::st
 /// swizzle of MmaPlan::swizzledOffset); `warp`: the thread's warp (i64); `kMajorB`: B stored
 /// K-major (BN lines of BK) instead of N-major; `mMajorA`: A stored M-major (BK lines of BM in
 /// chunks of 64 columns, as B's N-major layout; the instruction's transpose-a) instead of K-major.
+/// `fromZero`: the product starts from zero (scale-d 0 at the first k step), whatever `acc` holds.
 std::vector<llvm::Value *> wgmmaKTile(llvm::IRBuilder<> &B, const MmaPlan &p, llvm::Value *aStage, llvm::Value *bStage,
                                       llvm::Value *warp, bool kMajorB, std::vector<llvm::Value *> acc,
-                                      bool mMajorA = false);
+                                      bool mMajorA = false, bool fromZero = false);
 
 /// wgmma.fence (PTX ISA §9.7.15.6.1) with the accumulators `acc` (f32) and A fragments `aRegs`
 /// (i32) tied through it, so that LLVM writes them before the fence and reads them after it;
