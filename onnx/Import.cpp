@@ -286,6 +286,20 @@ std::vector<Val> Importer::convertNode(const onnx::NodeProto &np, int64_t opset)
     }
   }
   for (Val *x : computed) sg->outputs.push_back(x->v);
+  // A shape in the model may ask for any size (a fuzzed Expand of a constant): the evaluation is
+  // refused before it allocates beyond a bound, rather than exhausting memory.
+  constexpr int64_t kMaxFoldElements = int64_t(1) << 26;
+  for (const ir::Op *o : sg->ops)
+    for (const ir::Value *r : o->results) {
+      int64_t count = 1;
+      for (const Dim &d : r->type.dims) {
+        auto c = d.constantValue();
+        if (!c) break;
+        count = (*c != 0 && count > kMaxFoldElements / *c) ? kMaxFoldElements + 1 : count * *c;
+      }
+      if (count > kMaxFoldElements)
+        throw Unsupported("evaluating the node at import time would make a tensor of " + r->type.str() + ", more than 2^26 elements");
+    }
   if (!computed.empty()) {
     std::vector<rt::Tensor> results;
     try {

@@ -70,8 +70,13 @@ rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir)
   for (int64_t d : shape)
     if (d < 0) throw BadModel("tensor `" + t.name() + "` has a negative dim");
   if (t.has_segment()) throw Unsupported("tensor `" + t.name() + "` is segmented");
-  rt::Tensor out = rt::Tensor::empty(shape, dt);
-  const int64_t n = out.numel();
+  // The element count from the dims, checked against the data the tensor holds before anything is
+  // allocated: a damaged file's dims may ask for any size.
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d && n > (int64_t(1) << 40) / d) throw BadModel("tensor `" + t.name() + "` has more than 2^40 elements");
+    n *= d;
+  }
   std::string external;
   const std::string *raw = t.has_raw_data() ? &t.raw_data() : nullptr;
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
@@ -98,9 +103,10 @@ rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir)
     raw = &external;
   }
   if (raw) {
-    if (int64_t(raw->size()) != int64_t(out.nbytes()))
+    if (int64_t(raw->size()) != n * int64_t(rt::dtypeSize(dt)))
       throw BadModel("tensor `" + t.name() + "` holds " + std::to_string(raw->size()) + " bytes for " + std::to_string(n) +
                      " elements of " + std::string(dtypeName(dt)));
+    rt::Tensor out = rt::Tensor::empty(shape, dt);
     if (n) std::memcpy(out.data(), raw->data(), raw->size());
     return out;
   }
@@ -108,16 +114,18 @@ rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir)
     if (have != n)
       throw BadModel("tensor `" + t.name() + "` holds " + std::to_string(have) + " values for " + std::to_string(n) + " elements");
   };
+  const int64_t held = dt == DType::F32 ? t.float_data_size() : dt == DType::F64 ? t.double_data_size() : dt == DType::I64 ? t.int64_data_size()
+                                                                                                             : t.int32_data_size();
+  need(held);
+  rt::Tensor out = rt::Tensor::empty(shape, dt);
   switch (dt) {
-  case DType::F32: need(t.float_data_size()); for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = t.float_data(int(i)); break;
-  case DType::F64: need(t.double_data_size()); for (int64_t i = 0; i < n; ++i) out.data<double>()[i] = t.double_data(int(i)); break;
-  case DType::I64: need(t.int64_data_size()); for (int64_t i = 0; i < n; ++i) out.data<int64_t>()[i] = t.int64_data(int(i)); break;
+  case DType::F32: for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = t.float_data(int(i)); break;
+  case DType::F64: for (int64_t i = 0; i < n; ++i) out.data<double>()[i] = t.double_data(int(i)); break;
+  case DType::I64: for (int64_t i = 0; i < n; ++i) out.data<int64_t>()[i] = t.int64_data(int(i)); break;
   case DType::F16: case DType::BF16:
-    need(t.int32_data_size());
     for (int64_t i = 0; i < n; ++i) out.data<uint16_t>()[i] = uint16_t(t.int32_data(int(i)));
     break;
   default: // int8, int32, bool: int32_data
-    need(t.int32_data_size());
     for (int64_t i = 0; i < n; ++i) out.fromI64(i, t.int32_data(int(i)));
     break;
   }

@@ -435,8 +435,11 @@ std::vector<Val> ruleScan(Importer &I, Node &n) {
     std::vector<Dim> d(Importer::dims(v).begin() + 1, Importer::dims(v).end());
     return I.reshape(I.sliceAxis(v, 0, D(b), D(b + 1)), d);
   };
-  auto batch = Importer::dims(n.has(first) ? I.v(n.in[first]) : xs[0])[0].constantValue();
+  for (V v : xs)
+    if (v->type.rank() < 2) throw BadModel("Scan (opset 8)'s scan inputs have a batch and a sequence axis");
+  auto batch = Importer::dims(xs[0])[0].constantValue();
   if (!batch) throw Unsupported("Scan (opset 8) needs a static batch size");
+  if (*batch > 1024) throw Unsupported("Scan (opset 8) over a batch of more than 1024 rows");
   std::vector<std::vector<V>> rows(N + K);
   for (int64_t b = 0; b < *batch; ++b) {
     std::vector<V> s, x;
