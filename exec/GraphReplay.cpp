@@ -36,6 +36,17 @@ bool verbose() {
 
 size_t bytesOf(const Tensor &t) { return size_t(t.numel()) * t.itemsize(); }
 
+// TSR_CUDA_GRAPHS_MAX_MB (default 8192): a plan whose arena (its intermediates and static
+// outputs at their peak) is larger is not captured, since it would hold that memory for as long
+// as it is kept.
+size_t maxArenaBytes() {
+  static const size_t mb = [] {
+    const char *v = std::getenv("TSR_CUDA_GRAPHS_MAX_MB");
+    return v && *v ? size_t(std::strtoull(v, nullptr, 10)) : size_t(8192);
+  }();
+  return mb << 20;
+}
+
 } // namespace
 
 std::string whyNotCapturable(const sched::Schedule &plan) {
@@ -102,7 +113,9 @@ struct GraphReplay::Entry {
   // Captured:
   std::vector<Tensor> slots;      // per input: its static slot (varying inputs), else empty
   std::vector<uint64_t> addrs;    // per input: the address the graph reads
-  std::vector<Tensor> outs;       // the static outputs
+  std::vector<Tensor> outs;       // the static outputs (empty where one is an in-place input)
+  std::vector<int> outIsInput;    // per output: the in-place input it is (its storage), or -1
+  std::vector<std::vector<int64_t>> outShapes;
   std::vector<Tensor> deferred;   // index checks' counters, read after each replay
   std::shared_ptr<DeviceGraph> graph;
 
@@ -110,6 +123,8 @@ struct GraphReplay::Entry {
     graph.reset();
     deferred.clear();
     outs.clear();
+    outIsInput.clear();
+    outShapes.clear();
     slots.clear();
     addrs.clear();
     arena.reset();
@@ -127,6 +142,10 @@ std::vector<Tensor> GraphReplay::copyOut(const std::vector<Tensor> &from) {
   std::vector<Tensor> out;
   out.reserve(from.size());
   for (const Tensor &s : from) {
+    if (s.numel() == 0) {
+      out.push_back(Tensor::zeros(s.shape(), s.dtype()));
+      continue;
+    }
     Tensor t = backend_.allocate(s.shape(), s.dtype(), "an output of a CUDA graph");
     if (bytesOf(s) > 0)
       backend_.copyBytes(backend_.address(t, true, "an output of a CUDA graph"), backend_.address(s, false, "an output of a CUDA graph"),
@@ -246,6 +265,26 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
     return noWarmup ? walk(inputs, Walk::Plain, nullptr) : result;
   }
   backend_.useArena(nullptr, false);
+  // An output that is an input read in place (a graph returning its argument) is that call's
+  // input at each replay; holding the captured one would keep its address from ever being reused.
+  e.outIsInput.assign(e.outs.size(), -1);
+  e.outShapes.clear();
+  for (size_t k = 0; k < e.outs.size(); ++k) {
+    e.outShapes.push_back(e.outs[k].shape());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!e.varying[i] && e.outs[k].sharesStorageWith(inputs[i])) {
+        e.outIsInput[k] = int(i);
+        e.outs[k] = Tensor();
+        break;
+      }
+  }
+  const size_t arenaBytes = e.arena ? e.arena->bytes() : 0;
+  if (arenaBytes > maxArenaBytes()) {
+    e.drop();
+    e.refused = "its memory (" + std::to_string(arenaBytes >> 20) + " MiB of intermediates and outputs) is above TSR_CUDA_GRAPHS_MAX_MB";
+    if (verbose()) std::cerr << "cuda graphs: @" << name << " is not captured: " << e.refused << "\n";
+    return noWarmup ? walk(inputs, Walk::Plain, nullptr) : result;
+  }
   ++stats_.captures;
   stats_.capturedKernels += e.graph->kernels();
   size_t copied = 0;
@@ -279,7 +318,10 @@ std::vector<Tensor> GraphReplay::replay(Entry &e, const std::string &name, const
     for (const Tensor &t : e.outs) backend_.address(t, true, "an output of a CUDA graph"); // the replay wrote them
     return e.outs;
   }
-  return copyOut(e.outs);
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < e.outs.size(); ++k)
+    out.push_back(e.outIsInput[k] >= 0 ? inputs[size_t(e.outIsInput[k])].reshape(e.outShapes[k]) : copyOut({e.outs[k]})[0]);
+  return out;
 }
 
 } // namespace tsr::exec

@@ -76,6 +76,8 @@ struct DeviceGraph {
 /// serve the plan at every replay and no other tensor ever gets them while it lives.
 struct GraphArena {
   virtual ~GraphArena() = default;
+  /// The bytes of its blocks.
+  virtual size_t bytes() const = 0;
 };
 
 class StepBackend {

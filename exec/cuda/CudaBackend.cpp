@@ -74,7 +74,9 @@ struct Arena final : GraphArena {
   Device &dev;
   std::multimap<size_t, uint64_t> freeBlocks; // class size -> block
   std::unordered_map<uint64_t, size_t> blocks; // every block, with its class size
+  size_t total = 0;
   explicit Arena(Device &d) : dev(d) {}
+  size_t bytes() const override { return total; }
   ~Arena() override {
     std::lock_guard<std::mutex> lock(dev.arenaMu);
     if (dev.arena == this) dev.arena = nullptr;
@@ -105,6 +107,7 @@ struct Arena final : GraphArena {
                                " that the warm-up run did not make (a capture may not call cuMemAlloc)");
     const uint64_t p = dev.alloc.allocate(cls, forWhat, dev.stream().handle());
     blocks[p] = cls;
+    total += cls;
     dev.owner[p] = this;
     return p;
   }

@@ -744,7 +744,10 @@ void Stream::prepareShared(Function &fn, const LaunchDims &dims, LaunchSite site
 
 void Stream::record(const Function &fn, const LaunchDims &dims, LaunchSite site) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (capturing_) { ++captured_; return; } // recorded into the graph, not run
+  if (capturing_) { // recorded into the graph, not run; the first few named in its errors
+    if (++captured_ <= 6) capturedSites_.push_back(kernelText(site.kernelName.empty() ? std::string_view(fn.name()) : site.kernelName, site.sourceLocation));
+    return;
+  }
   LaunchRecord &slot = ring_[launches_ % ring_.size()];
   slot.sequence = ++launches_;
   // assign() reuses the slot's capacity: no allocation per launch once the ring is warm.

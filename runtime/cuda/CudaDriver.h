@@ -446,6 +446,7 @@ private:
   bool blocking_ = false;   // TSR_CUDA_LAUNCH_BLOCKING
   bool capturing_ = false;  // between beginCapture and endCapture/abortCapture
   size_t captured_ = 0;     // launches recorded by the capture under way
+  std::vector<std::string> capturedSites_; // their kernels and source lines (a few), for errors
   bool owned_ = true;       // false: a borrowed stream, not destroyed here
 };
 

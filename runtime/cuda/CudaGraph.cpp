@@ -4,6 +4,7 @@
 #include "runtime/cuda/CudaGraph.h"
 
 #include <mutex>
+#include <string>
 
 namespace tsr::rt::cuda {
 
@@ -73,6 +74,7 @@ void Stream::beginCapture() {
     fail(r, "starting a capture of a stream (cuStreamBeginCapture_v2)");
   capturing_ = true;
   captured_ = 0;
+  capturedSites_.clear();
 }
 
 std::unique_ptr<GraphExec> Stream::endCapture() {
@@ -92,12 +94,18 @@ std::unique_ptr<GraphExec> Stream::endCapture() {
   r = a.instantiate(&exec, graph, 0);
   a.graphDestroy(graph); // the executable graph keeps what it needs
   if (r != 0) fail(r, "instantiating a captured graph of " + std::to_string(captured_) + " launches (cuGraphInstantiateWithFlags)");
-  return std::make_unique<GraphExec>(ctx_, exec, captured_);
+  std::string text = std::to_string(captured_) + " kernels: ";
+  for (size_t i = 0; i < capturedSites_.size(); ++i) text += (i ? ", " : "") + capturedSites_[i];
+  if (captured_ > capturedSites_.size()) text += ", ...";
+  text += "; TSR_CUDA_GRAPHS=0 launches them one by one";
+  capturedSites_.clear();
+  return std::make_unique<GraphExec>(ctx_, exec, captured_, std::move(text));
 }
 
 void Stream::abortCapture() noexcept {
   if (!capturing_) return;
   capturing_ = false;
+  capturedSites_.clear();
   const GraphApi &a = graphApi();
   try {
     ctx_.makeCurrent();
@@ -121,6 +129,8 @@ void Stream::launchGraph(const GraphExec &g, LaunchSite site) {
     slot.sequence = ++launches_;
     slot.kernelName.assign(site.kernelName);
     slot.sourceLocation.assign(site.sourceLocation);
+    slot.sourceLocation += ": ";
+    slot.sourceLocation += g.kernelsText();
     slot.dims = LaunchDims{};
   }
   if (blocking_) synchronize();

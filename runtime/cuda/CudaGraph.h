@@ -23,20 +23,26 @@ bool graphsAvailable(std::string *why = nullptr);
 
 /// An instantiated graph (CUgraphExec) of a context; destroyed with it (cuGraphExecDestroy: the
 /// driver lets replays already queued finish). `kernels`: the launches the capture recorded.
+/// A fault in a replay is reported as one launch, the graph's, with its first kernels and their
+/// source lines; running without graphs (TSR_CUDA_GRAPHS=0) names the kernel that faults.
 class GraphExec {
 public:
-  GraphExec(Context &ctx, void *exec, size_t kernels) : ctx_(ctx), exec_(exec), kernels_(kernels) {}
+  GraphExec(Context &ctx, void *exec, size_t kernels, std::string kernelsText)
+      : ctx_(ctx), exec_(exec), kernels_(kernels), kernelsText_(std::move(kernelsText)) {}
   ~GraphExec();
   GraphExec(const GraphExec &) = delete;
   GraphExec &operator=(const GraphExec &) = delete;
   void *handle() const { return exec_; }
   Context &context() const { return ctx_; }
   size_t kernels() const { return kernels_; }
+  /// Its first kernels with their source lines, for errors of a replay.
+  const std::string &kernelsText() const { return kernelsText_; }
 
 private:
   Context &ctx_;
   void *exec_;
   size_t kernels_;
+  std::string kernelsText_;
 };
 
 } // namespace tsr::rt::cuda

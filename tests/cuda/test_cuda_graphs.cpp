@@ -30,6 +30,7 @@
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/cuda/CudaGraph.h"
 #include "runtime/cuda/DeviceAllocator.h"
+#include "runtime/cuda/ModuleCache.h"
 
 #include <dlfcn.h>
 
@@ -45,6 +46,7 @@ using rt::Tensor;
 namespace {
 
 bool noGraphsDriver = false;
+bool faultMode = false; // --fault: only the case that leaves the context dead
 
 FakeCudaCounters &fake() {
   void *h = dlopen(rt::cuda::Driver::get().libraryName().c_str(), RTLD_NOW | RTLD_NOLOAD);
@@ -71,6 +73,14 @@ graph @pick(%x: tensor<"B", "D", f32>, %n: tensor<1, i32>, %cap: tensor<1, i32>)
   %5 = cast %4 {dtype = dtype i32} : tensor<"B", i32>
   %6 = check_le %n, %cap {message = "{0} is past {1}"} : tensor<1, i32>
   return %5, %6
+}
+
+graph @keepw(%w: tensor<"D", "D", f32>, %x: tensor<"B", "D", f32>) -> (tensor<"D", "D", f32>, tensor<"B", "D", f32>) {
+  %2 = exp %x : tensor<"B", "D", f32>
+  %3 = matmul %2, %w : tensor<"B", "D", f32>
+  %4 = exp %3 : tensor<"B", "D", f32>
+  %5 = matmul %4, %w : tensor<"B", "D", f32>
+  return %w, %5
 }
 
 graph @sized(%x: tensor<"N", f32>) -> (tensor<"N", f32>) {
@@ -158,7 +168,7 @@ Run runSteps(Fixture &f, int calls, int64_t b = 2, int moveAt = -1, bool emptyCa
 } // namespace
 
 TEST_CASE("graphs: captured on the 3rd call, then replayed with one graph launch and no kernel launch") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("");
   Run r = runSteps(f, 6);
@@ -177,7 +187,7 @@ TEST_CASE("graphs: captured on the 3rd call, then replayed with one graph launch
 }
 
 TEST_CASE("negative control: without graphs every call launches its kernels and nothing replays") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::setCudaGraphsRequested(false);
   exec::CompiledExecutor ex(f.backend);
@@ -191,7 +201,7 @@ TEST_CASE("negative control: without graphs every call launches its kernels and 
 }
 
 TEST_CASE("negative control: replays that skip the static inputs' copies give stale values") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("copy-in");
   Run r = runSteps(f, 5);
@@ -201,7 +211,7 @@ TEST_CASE("negative control: replays that skip the static inputs' copies give st
 }
 
 TEST_CASE("negative control: replays that return their static outputs overwrite what the caller holds") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("copy-out");
   Run r = runSteps(f, 5);
@@ -211,7 +221,7 @@ TEST_CASE("negative control: replays that return their static outputs overwrite 
 }
 
 TEST_CASE("graphs: another shape is a call of its own, uncaptured until its own 3rd call") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("");
   exec::setCudaGraphsRequested(true);
@@ -237,7 +247,7 @@ TEST_CASE("graphs: another shape is a call of its own, uncaptured until its own 
 }
 
 TEST_CASE("negative control: a capture keyed by the graph alone replays B = 2's graph for B = 3") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("signature");
   exec::setCudaGraphsRequested(true);
@@ -257,7 +267,7 @@ TEST_CASE("negative control: a capture keyed by the graph alone replays B = 2's 
 }
 
 TEST_CASE("graphs: an input read in place that moves is captured again, with equal values") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("");
   Run r = runSteps(f, 7, 2, /*moveAt=*/5);
@@ -267,7 +277,7 @@ TEST_CASE("graphs: an input read in place that moves is captured again, with equ
 }
 
 TEST_CASE("negative control: an in-place input that moves, unnoticed, gives stale values") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("moved");
   Run r = runSteps(f, 6, 2, /*moveAt=*/5);
@@ -276,7 +286,7 @@ TEST_CASE("negative control: an in-place input that moves, unnoticed, gives stal
 }
 
 TEST_CASE("graphs: the capture calls no cuMemAlloc, even with the allocator's cache emptied before it") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("");
   Run r = runSteps(f, 4, 2, -1, /*emptyCacheFirst=*/true);
@@ -287,7 +297,7 @@ TEST_CASE("graphs: the capture calls no cuMemAlloc, even with the allocator's ca
 }
 
 TEST_CASE("negative control: without the warm-up in its arena, the capture calls cuMemAlloc and fails") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("warmup");
   Run r = runSteps(f, 4, 2, -1, /*emptyCacheFirst=*/true);
@@ -298,7 +308,7 @@ TEST_CASE("negative control: without the warm-up in its arena, the capture calls
 }
 
 TEST_CASE("the fake driver refuses cuMemAlloc and a synchronize during a capture, and invalidates it") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   auto &ctx = rt::cuda::Context::get(0);
   rt::cuda::Stream s(ctx);
   s.beginCapture();
@@ -309,7 +319,7 @@ TEST_CASE("the fake driver refuses cuMemAlloc and a synchronize during a capture
 }
 
 TEST_CASE("graphs: argmax and check_le run as device ops, so their plan is captured") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("");
   exec::setCudaGraphsRequested(true);
@@ -403,8 +413,36 @@ graph @ck(%a: tensor<4, i32>, %b: tensor<4, i32>) -> (tensor<4, i32>) {
   CHECK(ex.run(*m, *sub, {a, Tensor::fromI64({4}, DType::I32, std::vector<int64_t>{9, 9, 9, 9})})[0].toI64(0) == 0);
 }
 
+// A graph that returns its argument returns that very tensor uncaptured (the executor's outputs
+// may share storage with an input); on replays too, and the plan keeps no reference to the
+// captured call's tensor (which would keep its block, and so its address, from ever being
+// reused by a later input).
+TEST_CASE("graphs: an output that is an input read in place is that call's input") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  const ir::Graph &g = f.graph("keepw");
+  Tensor w = filled({8, 8}, DType::F32, 0.01);
+  bool equal = true, aliased = true;
+  std::vector<Tensor> keep;
+  for (int k = 0; k < 6; ++k) {
+    std::vector<Tensor> in{w, filled({2, 8}, DType::F32, 0.1 * k)};
+    keep.push_back(in[1]);
+    auto out = ex.run(*f.module, g, in);
+    auto ref = reference(f, g, in);
+    equal = equal && sameBytes(out[0], ref[0]) && sameBytes(out[1], ref[1]);
+    if (k != exec::kCaptureOnCall - 1) aliased = aliased && out[0].sharesStorageWith(w); // (the capturing call copies)
+  }
+  CHECK(equal);
+  CHECK(aliased);
+  CHECK(ex.stats().graphCaptures == 1);
+  CHECK(ex.stats().graphReplays == 3);
+}
+
 TEST_CASE("graphs: a plan with a host step (dim_value) is never captured") {
-  if (noGraphsDriver) return;
+  if (noGraphsDriver || faultMode) return;
   Fixture f;
   exec::breakGraphReplayForTests("");
   exec::setCudaGraphsRequested(true);
@@ -420,7 +458,7 @@ TEST_CASE("graphs: a plan with a host step (dim_value) is never captured") {
 }
 
 TEST_CASE("a driver without the graph entry points: plain launches, the same values") {
-  if (!noGraphsDriver) return;
+  if (!noGraphsDriver || faultMode) return;
   std::string why;
   CHECK_FALSE(rt::cuda::graphsAvailable(&why));
   CHECK(why.find("lacks cuStreamBeginCapture_v2") != std::string::npos);
@@ -433,10 +471,34 @@ TEST_CASE("a driver without the graph entry points: plain launches, the same val
   CHECK(r.valuesEqual);
 }
 
+// A fault inside a replay is reported as the graph's launch, naming its kernels and their lines
+// and how to pin the faulting one (TSR_CUDA_GRAPHS=0). Run alone (--fault): the context is dead
+// after it.
+TEST_CASE("a fault in a replayed graph names the graph, its kernels and their source lines") {
+  if (!faultMode) return;
+  auto &ctx = rt::cuda::Context::get(0);
+  rt::cuda::Stream s(ctx);
+  const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry fault_in_graph(.param .u64 p)\n{\n ret;\n}\n";
+  rt::cuda::Function &fn = rt::cuda::ModuleCache::process().function(0, ptx, "fault_in_graph", "");
+  rt::cuda::LaunchDims dims;
+  uint64_t arg = 0;
+  void *params[] = {&arg};
+  s.beginCapture();
+  s.launch(fn, dims, params, {"fault_in_graph", "model.tsr:7:3"});
+  std::unique_ptr<rt::cuda::GraphExec> g = s.endCapture();
+  CHECK(fake().launches == 0); // recorded, not run
+  s.launchGraph(*g, {"CUDA graph of @step", "graph @step"});
+  CHECK_THROWS_WITH_AS(s.synchronize(),
+                       doctest::Contains("kernel CUDA graph of @step (graph @step: 1 kernels: kernel fault_in_graph (model.tsr:7:3); "
+                                         "TSR_CUDA_GRAPHS=0 launches them one by one)"),
+                       rt::cuda::GpuError);
+}
+
 int main(int argc, char **argv) {
   std::vector<char *> args;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]) == "--nographs") noGraphsDriver = true;
+    else if (std::string(argv[i]) == "--fault") faultMode = true;
     else args.push_back(argv[i]);
   }
 #if defined(TSR_FAKE_LIBCUDA) && defined(TSR_FAKE_LIBCUDA_NOGRAPHS)
