@@ -1,6 +1,7 @@
 #include "onnx/Export.h"
 
 #include "ir/ExternalModels.h"
+#include "ir/Scan.h"
 #include "runtime/Tensor.h"
 
 #include <onnx/checker.h>
@@ -57,14 +58,33 @@ public:
       }
       valueInfo(g_.add_input(), name, p->type);
     }
-    for (const ir::Op *o : graph.ops) {
-      op_ = o;
-      names_[o->results.at(0)] = lower(*o);
-    }
+    ops(graph);
     for (size_t i = 0; i < graph.outputs.size(); ++i) {
       std::string out = "output_" + std::to_string(i);
       node("Identity", {name(graph.outputs[i])}, out);
       valueInfo(g_.add_output(), out, graph.outputs[i]->type);
+    }
+  }
+
+  // A scan op's body as the body of ONNX's Scan: the consts are the enclosing graph's values,
+  // read by their names (ONNX's outer-scope references); the carries and one step's slices are
+  // the subgraph's inputs; its outputs the next carries, then the step's ys.
+  void runBody(const ir::Graph &body, const std::vector<std::string> &constNames) {
+    graph_ = &body;
+    for (size_t i = 0; i < body.params.size(); ++i) {
+      const ir::Value *p = body.params[i];
+      if (i < constNames.size()) {
+        names_[p] = constNames[i];
+        continue;
+      }
+      names_[p] = fresh("step_in");
+      valueInfo(g_.add_input(), names_[p], p->type);
+    }
+    ops(body);
+    for (const ir::Value *o : body.outputs) {
+      std::string out = fresh("step_out");
+      node("Identity", {name(o)}, out);
+      valueInfo(g_.add_output(), out, o->type);
     }
   }
 
@@ -76,8 +96,53 @@ public:
   }
 
 private:
+  void ops(const ir::Graph &graph) {
+    for (const ir::Op *o : graph.ops) {
+      op_ = o;
+      if (o->kind == OpKind::Scan) {
+        scan(*o);
+        continue;
+      }
+      names_[o->results.at(0)] = lower(*o);
+    }
+  }
+
+  // Graph IR's scan as ONNX's Scan (opset 9+): the xs scanned along axis 0, the ys stacked along
+  // axis 0; `reverse` runs the steps from the last row and puts step i's y at row i, which is
+  // ONNX's reversed input and prepended output.
+  void scan(const ir::Op &o) {
+    auto s = ir::scanShape(o);
+    if (!s || !o.body) noForm("a scan without its counts or body");
+    if (s->xs == 0) noForm("a scan over no input (`length` alone; ONNX's Scan needs a scanned input)");
+    std::vector<std::string> constNames;
+    for (size_t i = 0; i < s->consts; ++i) constNames.push_back(name(o.operands[i]));
+    onnx::NodeProto *n = g_.add_node();
+    n->set_op_type("Scan");
+    n->set_name(fresh("n"));
+    for (size_t i = s->consts; i < o.operands.size(); ++i) n->add_input(name(o.operands[i]));
+    auto *a = n->add_attribute();
+    a->set_name("body");
+    a->set_type(onnx::AttributeProto::GRAPH);
+    onnx::GraphProto *bg = a->mutable_g();
+    bg->set_name(fresh("scan_body"));
+    Exporter sub(m_, *bg);
+    sub.root_ = root_;
+    sub.next_ = next_;
+    sub.runBody(*o.body, constNames);
+    attrInt(*n, "num_scan_inputs", int64_t(s->xs));
+    if (s->reverse) {
+      attrInts(*n, "scan_input_directions", std::vector<int64_t>(s->xs, 1));
+      const size_t ys = o.results.size() - s->carries;
+      if (ys) attrInts(*n, "scan_output_directions", std::vector<int64_t>(ys, 1));
+    }
+    for (const ir::Value *r : o.results) {
+      names_[r] = fresh("scan");
+      n->add_output(names_[r]);
+    }
+  }
+
   std::string name(const ir::Value *v) { return names_.at(v); }
-  std::string fresh(const std::string &base) { return base + "_" + std::to_string(next_++); }
+  std::string fresh(const std::string &base) { return base + "_" + std::to_string((*next_)++); }
 
   void valueInfo(onnx::ValueInfoProto *vi, const std::string &name, const ir::Type &t) {
     vi->set_name(name);
@@ -92,7 +157,7 @@ private:
   }
 
   void initializer(const std::string &name, const rt::Tensor &t) {
-    onnx::TensorProto *p = g_.add_initializer();
+    onnx::TensorProto *p = root_->add_initializer(); // the model's graph, also for a Scan's body
     p->set_name(name);
     p->set_data_type(elemOf(t.dtype()));
     for (int64_t d : t.shape()) p->add_dims(d);
@@ -412,7 +477,9 @@ private:
   const ir::Op *op_ = nullptr;
   const ir::Graph *graph_ = nullptr;
   std::unordered_map<const ir::Value *, std::string> names_;
-  size_t next_ = 0;
+  onnx::GraphProto *root_ = &g_; // where initializers go
+  size_t count_ = 0;
+  size_t *next_ = &count_; // fresh names are unique in the whole model, subgraphs included
 };
 
 } // namespace

@@ -9,7 +9,9 @@ concat, transpose, where and comparisons, maximum/minimum, a max reduction, floa
 sum and mean, reshape, arange, gather), a model it loaded with onnx.load (its initializers
 captured), an imported convolution of ONNX's backend test data (one conv op, exported as Conv),
 and a function of convolution and pooling (nn.conv2d with explicit asymmetric pads, nn.max_pool2d
-with ceil_mode and dilation, nn.avg_pool2d with and without count_include_pad), each specialized to
+with ceil_mode and dilation, nn.avg_pool2d with and without count_include_pad), a function of a
+reversed `scan` (exported as ONNX's Scan, its body reading `w` from the enclosing graph) and an
+imported GRU of the backend data (imported as a scan op, exported as Scan), each specialized to
 its example; `tsrc --entry block --emit=onnx` exports the same
 function generic in its batch "B" (a dim_param). Every model must pass ONNX's checker with full
 shape inference, and its outputs, evaluated by this file's NumPy interpreter of the ONNX
@@ -20,8 +22,8 @@ for the same inputs (relative error 1e-5; the generic model at two batch sizes).
 An op without an ONNX form (an integer shift) is an error naming the op and its line, from
 `tsrc --emit=onnx` and from onnx.save in `tsr run` (exit 1 both).
 
---negative is the control: each exported model's first Add node becomes a Sub before it is
-evaluated, and every comparison must fail ("FAIL: ... differ").
+--negative is the control: each exported model's first Add node (of its graph, else of a Scan's
+body) becomes a Sub before it is evaluated, and every comparison must fail ("FAIL: ... differ").
 """
 import math
 import os
@@ -45,6 +47,7 @@ except ImportError as e:
     skip("onnx_export", f"the onnx Python package is missing ({e}; Debian: python3-onnx)")
 
 CONV = "/usr/share/libonnx-testdata/data/pytorch-converted/test_Conv2d"
+GRU = "/usr/share/libonnx-testdata/data/node/test_gru_seq_length"
 
 BAD = '''@jit
 def shifty(x: Tensor["B", 4, i32]) -> Tensor["B", 4, i32]:
@@ -59,6 +62,12 @@ PROGRAM = '''import nn
 
 f = onnx.load("mlp.onnx")
 conv_model = onnx.load("CONV/model.onnx")
+gru = onnx.load("GRU/model.onnx")
+
+@jit
+def rec(h: Tensor[3, 4, f32], xs: Tensor[5, 3, 4, f32], w: Tensor[4, 4, f32]) -> Tensor[3, 4, f32]:
+    c, ys = scan(lambda c, x: (tanh(c @ w + x), c * 2.0), h, xs, reverse=True)
+    return c + sum(ys, axis=0)
 
 @jit
 def block(x: Tensor["B", 4, f32], w: Tensor[4, 4, f32]) -> Tensor["B", 4, f32]:
@@ -86,8 +95,11 @@ def main():
     onnx.save("f.onnx", f, x)
     onnx.save("conv.onnx", conv_model, c)
     onnx.save("pools.onnx", pools, load("px.npy"), load("pw.npy"))
+    onnx.save("rec.onnx", rec, load("rh.npy"), load("rxs.npy"), w)
+    onnx.save("gru.onnx", gru, load("gx.npy"), load("gw.npy"), load("gr.npy"), load("gb.npy"))
     y, p = f(x)
-    save("out.npz", {"block": block(x, w), "block3": block(x3, w), "f_y": y, "f_p": p, "conv": conv_model(c), "pools": pools(load("px.npy"), load("pw.npy"))})
+    save("out.npz", {"block": block(x, w), "block3": block(x3, w), "f_y": y, "f_p": p, "conv": conv_model(c), "pools": pools(load("px.npy"), load("pw.npy")),
+                     "rec": rec(load("rh.npy"), load("rxs.npy"), w), "gru": gru(load("gx.npy"), load("gw.npy"), load("gr.npy"), load("gb.npy"))})
 '''
 
 
@@ -180,10 +192,37 @@ def _pool(x, a, kind):
     return acc.astype(x.dtype)
 
 
+def _scan(node, a, i, env):
+    """ONNX's Scan (opset 9+): the body run once per row of the scan inputs (scan_input_axes,
+    scan_input_directions), the states carried, each scan output stacked along its axis in the
+    order of the iterations, or prepended (scan_output_directions = 1)."""
+    body, m = a["body"], a["num_scan_inputs"]
+    n = len(i) - m
+    states, xs = list(i[:n]), [np.moveaxis(x, ax, 0) for x, ax in zip(i[n:], a.get("scan_input_axes", [0] * m))]
+    xs = [x[::-1] if d else x for x, d in zip(xs, a.get("scan_input_directions", [0] * m))]
+    ys = []
+    for t in range(xs[0].shape[0]):
+        outs = run_graph(body, dict(env), states + [x[t] for x in xs], [v.name for v in body.input])
+        states, ys = outs[:n], ys + [outs[n:]]
+    k = len(body.output) - n
+    stacked = []
+    for j in range(k):
+        y = np.stack([step[j] for step in ys])
+        if a.get("scan_output_directions", [0] * k)[j]:
+            y = y[::-1]
+        stacked.append(np.moveaxis(y, 0, a.get("scan_output_axes", [0] * k)[j]))
+    return states + stacked
+
+
 def run_onnx(model, feeds):
     env = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    env.update(feeds)
-    for node in model.graph.node:
+    return run_graph(model.graph, env, list(feeds.values()), list(feeds.keys()))
+
+
+def run_graph(graph, env, values, names):
+    """The nodes of `graph` (the model's, or a Scan body reading the enclosing `env`)."""
+    env.update(zip(names, values))
+    for node in graph.node:
         a = _attrs(node)
         i = [env[n] if n else None for n in node.input]
         t = node.op_type
@@ -238,10 +277,14 @@ def run_onnx(model, feeds):
             out = _conv(i[0], i[1], i[2] if len(i) > 2 else None, a)
         elif t == "Gather":
             out = np.take(i[0], i[1].astype(np.int64), axis=a.get("axis", 0))
+        elif t == "Scan":
+            for name, value in zip(node.output, _scan(node, a, i, env)):
+                env[name] = np.asarray(value)
+            continue
         else:
             raise RuntimeError(f"the test's interpreter has no {t}")
         env[node.output[0]] = np.asarray(out)
-    return [env[o.name] for o in model.graph.output]
+    return [env[o.name] for o in graph.output]
 
 
 # ---- the test ------------------------------------------------------------------------------------
@@ -267,8 +310,9 @@ def rel(a, b):
 def main():
     tsr, tsrc = sys.argv[1], sys.argv[2]
     negative = "--negative" in sys.argv[3:]
-    if not os.path.isdir(CONV):
-        skip("onnx_export", f"{CONV} is missing (Debian: libonnx-testdata)")
+    for data in (CONV, GRU):
+        if not os.path.isdir(data):
+            skip("onnx_export", f"{data} is missing (Debian: libonnx-testdata)")
     passed = failed = 0
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory() as work:
@@ -277,10 +321,12 @@ def main():
         w = rng.standard_normal((4, 4)).astype(np.float32)
         c = numpy_helper.to_array(onnx.load_tensor(os.path.join(CONV, "test_data_set_0", "input_0.pb")))
         px, pw = rng.standard_normal((2, 3, 9, 8)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
-        for n, v in {"x": x, "x3": x3, "w": w, "c": c, "px": px, "pw": pw}.items():
+        rh, rxs = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((5, 3, 4)).astype(np.float32)
+        gx, gw, gr, gb = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 3), (1, 15, 3), (1, 15, 5), (1, 30)))
+        for n, v in {"x": x, "x3": x3, "w": w, "c": c, "px": px, "pw": pw, "rh": rh, "rxs": rxs, "gx": gx, "gw": gw, "gr": gr, "gb": gb}.items():
             np.save(os.path.join(work, n + ".npy"), v)
         with open(os.path.join(work, "prog.tsr"), "w") as f:
-            f.write(PROGRAM.replace("CONV", CONV))
+            f.write(PROGRAM.replace("CONV", CONV).replace("GRU", GRU))
         r = subprocess.run([tsr, "run", "prog.tsr", "--device", "cpu"], cwd=work, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             print(f"FAIL: tsr run exited {r.returncode}:\n{r.stdout}{r.stderr}")
@@ -305,7 +351,8 @@ def main():
                 print(f"FAIL: {' '.join(os.path.basename(c) for c in cmd[:2])}: exit {r.returncode}, expected 1 and `{BAD_MESSAGE}`:\n{r.stderr}")
         out = dict(np.load(os.path.join(work, "out.npz")))
         cases = [("block.onnx", {"x": x, "w": w}, ["block"]), ("f.onnx", {"x": x}, ["f_y", "f_p"]), ("conv.onnx", {"x": c}, ["conv"]),
-                 ("pools.onnx", {"x": px, "w": pw}, ["pools"]),
+                 ("pools.onnx", {"x": px, "w": pw}, ["pools"]), ("rec.onnx", {"h": rh, "xs": rxs, "w": w}, ["rec"]),
+                 ("gru.onnx", {"X": gx, "W": gw, "R": gr, "B": gb}, ["gru"]),
                  ("block_generic.onnx", {"x": x, "w": w}, ["block"]), ("block_generic.onnx", {"x": x3, "w": w}, ["block3"])]
         for file, feeds, names in cases:
             model = onnx.load(os.path.join(work, file))
@@ -318,11 +365,11 @@ def main():
             inputs = [i.name for i in model.graph.input]
             if file == "conv.onnx":
                 feeds = {inputs[0]: feeds["x"]}
-            if negative:
-                for node in model.graph.node:
-                    if node.op_type == "Add":
-                        node.op_type = "Sub"
-                        break
+            if negative:  # the first Add of the graph, or else of a Scan's body
+                bodies = [helper.get_attribute_value(a) for n in model.graph.node if n.op_type == "Scan" for a in n.attribute if a.name == "body"]
+                adds = [n for g in [model.graph] + bodies for n in g.node if n.op_type == "Add"]
+                if adds:
+                    adds[0].op_type = "Sub"
             outs = run_onnx(model, {k: v for k, v in feeds.items() if k in inputs})
             dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
             for got, name in zip(outs, names):
