@@ -116,12 +116,14 @@ struct GraphReplay::Entry {
   std::vector<Tensor> outs;       // the static outputs (empty where one is an in-place input)
   std::vector<int> outIsInput;    // per output: the in-place input it is (its storage), or -1
   std::vector<std::vector<int64_t>> outShapes;
-  std::vector<Tensor> deferred;   // index checks' counters, read after each replay
+  std::vector<Tensor> deferred;   // device checks' counters (gathers' indices, check_le's counts)
+  Tensor checks;                  // the counters gathered by the graph's last copies: one read per replay
   std::shared_ptr<DeviceGraph> graph;
 
   void drop() {
     graph.reset();
     deferred.clear();
+    checks = Tensor();
     outs.clear();
     outIsInput.clear();
     outShapes.clear();
@@ -219,6 +221,7 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
   e.arena = backend_.newArena();
   const bool noWarmup = broken == "warmup";
   std::vector<Tensor> result;
+  size_t checkCount = 0;
   if (!noWarmup) {
     std::vector<Tensor> warm, warmChecks;
     backend_.useArena(e.arena.get(), false);
@@ -231,7 +234,10 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
     }
     backend_.useArena(nullptr, false);
     result = copyOut(warm);
+    checkCount = warmChecks.size();
   }
+  // The buffer the capture's last copies gather the device checks' counters into.
+  if (checkCount) e.checks = backend_.allocate({int64_t(checkCount)}, DType::I64, "the checks of a CUDA graph");
 
   // The slots, outside the arena: the device's allocator, for the plan's life.
   std::vector<Tensor> in = inputs;
@@ -252,6 +258,12 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
     backend_.beginCapture();
     try {
       e.outs = walk(in, Walk::Capture, &e.deferred);
+      if (e.deferred.size() != checkCount)
+        throw std::runtime_error(std::to_string(e.deferred.size()) + " device checks where the warm-up had " + std::to_string(checkCount));
+      char *gathered = checkCount ? backend_.address(e.checks, true, "the checks of a CUDA graph") : nullptr;
+      for (size_t j = 0; j < checkCount; ++j)
+        backend_.copyBytes(gathered + j * sizeof(int64_t), backend_.address(e.deferred[j], false, "the checks of a CUDA graph"),
+                           sizeof(int64_t));
     } catch (...) {
       backend_.abortCapture();
       throw;
@@ -309,10 +321,13 @@ std::vector<Tensor> GraphReplay::replay(Entry &e, const std::string &name, const
   ++stats_.replays;
   if (verbose() && !e.replayed) std::cerr << "cuda graphs: @" << name << " replayed\n";
   e.replayed = true;
-  for (const Tensor &c : e.deferred) {
-    // The replay wrote it: mark the device copy current, so that reading it copies it back.
-    backend_.address(c, true, "index checks");
-    if (static_cast<const Tensor &>(c).data<int64_t>()[0] != 0) return walk(inputs, Walk::Plain, nullptr);
+  if (e.checks.numel() > 0 && !e.deferred.empty() && broken != "checks") {
+    // The replay wrote them: mark the device copy current, so that reading it copies it back
+    // (one wait for the replay; the uncaptured path waited at every gather).
+    backend_.address(e.checks, true, "the checks of a CUDA graph");
+    const int64_t *c = static_cast<const Tensor &>(e.checks).data<int64_t>();
+    for (int64_t j = 0; j < e.checks.numel(); ++j)
+      if (c[j] != 0) return walk(inputs, Walk::Plain, nullptr); // it raises the check's error at its op
   }
   if (broken == "copy-out") {
     for (const Tensor &t : e.outs) backend_.address(t, true, "an output of a CUDA graph"); // the replay wrote them

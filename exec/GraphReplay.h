@@ -66,7 +66,8 @@ void setCudaGraphsRequested(bool on);
 /// For the negative controls of tests/cuda/test_cuda_graphs.cpp only (each breaks what a check
 /// guards, and the check must then fail): "copy-in" (replays skip the static slots' copies),
 /// "copy-out" (replays return the static outputs themselves), "signature" (one capture per graph
-/// name, whatever the shapes), "moved" (an in-place input that moved is not noticed), "warmup" (no
+/// name, whatever the shapes), "moved" (an in-place input that moved is not noticed), "checks"
+/// (replays do not read the device checks' counters), "warmup" (no
 /// warm-up walk, and the capture allocates from the device's allocator); "" for none. Also
 /// TSR_TEST_GRAPHS_BREAK=WHAT in the environment (tests/gpu/cuda_graphs.py).
 void breakGraphReplayForTests(const std::string &what);

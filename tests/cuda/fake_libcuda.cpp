@@ -614,6 +614,14 @@ void simulate(const Func &f, const unsigned char *params) {
       mix(v);
     }
   }
+  // FAKECUDA_GATHER_BAD=1 (read at each launch): a gather program counts an index out of range in
+  // its last argument (the executor's counter), as a real one does for a bad index.
+  if (const char *bad = std::getenv("FAKECUDA_GATHER_BAD"); bad && *bad == '1' && f.name.rfind("gather", 0) == 0 && args >= 2) {
+    uint64_t counter;
+    std::memcpy(&counter, params + (args - 1) * kArg, 8);
+    const int64_t one = 1;
+    if (counter && inDevice(counter, 8)) std::memcpy(reinterpret_cast<void *>(counter), &one, 8);
+  }
   uint64_t out;
   std::memcpy(&out, params, 8);
   if (!out || !inDevice(out, 1)) return;

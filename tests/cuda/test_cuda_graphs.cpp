@@ -266,6 +266,43 @@ TEST_CASE("negative control: a capture keyed by the graph alone replays B = 2's 
   CHECK_FALSE(equal);
 }
 
+// A gather that counts a bad index during a replay (the fake's gather programs do under
+// FAKECUDA_GATHER_BAD=1): the replay's checks are read, the call runs again uncaptured, and the
+// gather's step reports it at its op. Negative control: replays that skip the checks return.
+void badIndexOnReplay(bool expectError) {
+  Fixture f;
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  const ir::Graph &g = f.graph("step");
+  Tensor w = filled({8, 8}, DType::F32, 0.01), t = filled({5, 8}, DType::F32, 0.5), i = filled({2}, DType::I32, 1);
+  for (int k = 0; k < 3; ++k) ex.run(*f.module, g, {w, filled({2, 8}, DType::F32, 0.1 * k), t, i});
+  REQUIRE(ex.stats().graphCaptures == 1);
+  setenv("FAKECUDA_GATHER_BAD", "1", 1);
+  bool threw = false;
+  try {
+    ex.run(*f.module, g, {w, filled({2, 8}, DType::F32, 0.7), t, i});
+  } catch (const std::exception &e) {
+    threw = true;
+    CHECK(std::string(e.what()).find("index is out of range") != std::string::npos);
+  }
+  unsetenv("FAKECUDA_GATHER_BAD");
+  CHECK(ex.stats().graphReplays == 1);
+  CHECK(threw == expectError);
+}
+
+TEST_CASE("graphs: a bad index counted during a replay is reported at its op") {
+  if (noGraphsDriver || faultMode) return;
+  exec::breakGraphReplayForTests("");
+  badIndexOnReplay(true);
+}
+
+TEST_CASE("negative control: replays that do not read their checks miss the bad index") {
+  if (noGraphsDriver || faultMode) return;
+  exec::breakGraphReplayForTests("checks");
+  badIndexOnReplay(false);
+  exec::breakGraphReplayForTests("");
+}
+
 TEST_CASE("graphs: an input read in place that moves is captured again, with equal values") {
   if (noGraphsDriver || faultMode) return;
   Fixture f;
