@@ -515,6 +515,51 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
       mma::ptx(B, "wgmma.commit_group.sync.aligned;");
       return mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", acc, {}, "");
     };
+    // [min, max] over a tile of the body that is affine in the loop's index, aranges and scalars
+    // (i64, at this iteration), or nothing; and from it, a condition under which a comparison of
+    // two such tiles holds for every element (null: unknown). Sizes are far from overflowing i64.
+    std::unordered_map<const TValue *, std::optional<std::pair<Value *, Value *>>> boundsOf;
+    std::function<std::optional<std::pair<Value *, Value *>>(const TValue *)> bounds =
+        [&](const TValue *v) -> std::optional<std::pair<Value *, Value *>> {
+      if (auto it = boundsOf.find(v); it != boundsOf.end()) return it->second;
+      std::optional<std::pair<Value *, Value *>> r;
+      const TOp *d = v->def;
+      if (!isInteger(v->type.dtype)) {
+      } else if (v->type.isScalar()) {
+        Value *x = B.CreateSExtOrTrunc(val(v).r[0], i64());
+        r = {x, x};
+      } else if (d && d->kind == OpKind::Arange) {
+        r = {c64(0), c64(d->intAttr("n") - 1)};
+      } else if (d && (d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims || d->kind == OpKind::Reshape ||
+                       d->kind == OpKind::Cast)) {
+        r = bounds(d->operands[0]);
+      } else if (d && (d->kind == OpKind::Add || d->kind == OpKind::Sub)) {
+        auto a = bounds(d->operands[0]), b = bounds(d->operands[1]);
+        if (a && b)
+          r = d->kind == OpKind::Add ? std::make_pair(B.CreateAdd(a->first, b->first), B.CreateAdd(a->second, b->second))
+                                     : std::make_pair(B.CreateSub(a->first, b->second), B.CreateSub(a->second, b->first));
+      }
+      return boundsOf[v] = r;
+    };
+    std::function<Value *(const TValue *)> allTrue = [&](const TValue *c) -> Value * {
+      const TOp *d = c->def;
+      while (d && (d->kind == OpKind::Broadcast || d->kind == OpKind::ExpandDims || d->kind == OpKind::Reshape))
+        d = d->operands[0]->def;
+      if (!d) return nullptr;
+      if (d->kind == OpKind::And) {
+        Value *a = allTrue(d->operands[0]), *b = a ? allTrue(d->operands[1]) : nullptr;
+        return b ? B.CreateAnd(a, b) : nullptr;
+      }
+      if (d->kind != OpKind::Lt && d->kind != OpKind::Le && d->kind != OpKind::Gt && d->kind != OpKind::Ge) return nullptr;
+      auto a = bounds(d->operands[0]), b = bounds(d->operands[1]);
+      if (!a || !b) return nullptr;
+      switch (d->kind) {
+      case OpKind::Lt: return B.CreateICmpSLT(a->second, b->first);
+      case OpKind::Le: return B.CreateICmpSLE(a->second, b->first);
+      case OpKind::Gt: return B.CreateICmpSGT(a->first, b->second);
+      default: return B.CreateICmpSGE(a->first, b->second);
+      }
+    };
     auto dotOf = [&](const TOp *o) -> const FlashPlan::Dot * {
       for (const auto &d : p.dots)
         if (d.op == o || (d.add && d.add == o)) return &d;
@@ -716,6 +761,23 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
                 return B.CreateIntrinsic(Intrinsic::nvvm_ex2_approx_ftz_f, {}, {arg});
               };
             }
+          }
+          if (Value *all = o->kind == OpKind::Select ? allTrue(o->operands[0]) : nullptr) {
+            // A mask that keeps every element of this tile (the keys past SK, the causal mask
+            // off the diagonal): its compares and selects only where it does not.
+            BasicBlock *keepBB = BasicBlock::Create(C, "flash.mask.none", fn), *maskBB = BasicBlock::Create(C, "flash.mask", fn),
+                       *joinBB = BasicBlock::Create(C, "flash.mask.end", fn);
+            B.CreateCondBr(all, keepBB, maskBB);
+            B.SetInsertPoint(keepBB);
+            Regs kept = materialize(*xs[1], rk, w);
+            B.CreateBr(joinBB);
+            B.SetInsertPoint(maskBB);
+            out = elementwise(*o, xs, rk, w, nullptr);
+            BasicBlock *maskEnd = B.GetInsertBlock();
+            B.CreateBr(joinBB);
+            B.SetInsertPoint(joinBB);
+            out.r = mergeValues({kept.r, out.r}, {keepBB, maskEnd});
+            break;
           }
           out = elementwise(*o, xs, rk, w, fastExp);
           break;
