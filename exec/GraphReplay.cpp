@@ -311,12 +311,14 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
 
 std::vector<Tensor> GraphReplay::replay(Entry &e, const std::string &name, const std::vector<Tensor> &inputs,
                                         const std::vector<uint64_t> &addrs, const WalkFn &walk) {
+  std::vector<StepBackend::ByteCopy> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!e.varying[i] || addrs[i] == e.addrs[i] || inputs[i].numel() == 0 || broken == "copy-in") continue;
-    backend_.copyBytes(reinterpret_cast<char *>(uintptr_t(e.addrs[i])), reinterpret_cast<const char *>(uintptr_t(addrs[i])),
-                       bytesOf(inputs[i]));
-    ++stats_.slotCopies;
+    copies.push_back({reinterpret_cast<char *>(uintptr_t(e.addrs[i])), reinterpret_cast<const char *>(uintptr_t(addrs[i])),
+                      bytesOf(inputs[i])});
   }
+  backend_.copyBatch(copies); // (one driver call for them all where the driver batches copies)
+  stats_.slotCopies += copies.size();
   backend_.replay(*e.graph, LaunchSite{"CUDA graph of @" + name, "graph @" + name});
   ++stats_.replays;
   if (verbose() && !e.replayed) std::cerr << "cuda graphs: @" << name << " replayed\n";
@@ -334,8 +336,19 @@ std::vector<Tensor> GraphReplay::replay(Entry &e, const std::string &name, const
     return e.outs;
   }
   std::vector<Tensor> out;
-  for (size_t k = 0; k < e.outs.size(); ++k)
-    out.push_back(e.outIsInput[k] >= 0 ? inputs[size_t(e.outIsInput[k])].reshape(e.outShapes[k]) : copyOut({e.outs[k]})[0]);
+  copies.clear();
+  for (size_t k = 0; k < e.outs.size(); ++k) {
+    if (e.outIsInput[k] >= 0) {
+      out.push_back(inputs[size_t(e.outIsInput[k])].reshape(e.outShapes[k]));
+      continue;
+    }
+    const Tensor &s = e.outs[k];
+    out.push_back(backend_.allocate(s.shape(), s.dtype(), "an output of a CUDA graph"));
+    if (bytesOf(s) > 0)
+      copies.push_back({backend_.address(out.back(), true, "an output of a CUDA graph"),
+                        backend_.address(s, false, "an output of a CUDA graph"), bytesOf(s)});
+  }
+  backend_.copyBatch(copies);
   return out;
 }
 

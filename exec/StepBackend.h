@@ -149,6 +149,15 @@ public:
   virtual void abortCapture() noexcept {}
   virtual void replay(const DeviceGraph &g, const LaunchSite &site) { throw std::runtime_error(name() + " cannot replay device graphs"); }
   virtual void copyBytes(char *dst, const char *src, size_t bytes) { std::memmove(dst, src, bytes); }
+  /// Independent copies (no order among them), as few driver calls as the device allows.
+  struct ByteCopy {
+    char *dst;
+    const char *src;
+    size_t bytes;
+  };
+  virtual void copyBatch(const std::vector<ByteCopy> &copies) {
+    for (const ByteCopy &c : copies) copyBytes(c.dst, c.src, c.bytes);
+  }
   virtual void zeroBytes(char *dst, size_t bytes) { std::memset(dst, 0, bytes); }
   /// Milliseconds the device takes for the work `work` queues on this backend (the autotuner's
   /// timing). By default a steady clock around `work`: launches that return when their grid has

@@ -247,6 +247,16 @@ public:
     dev_.stream().copyOnDevice(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes);
   }
   void zeroBytes(char *dst, size_t bytes) override { dev_.stream().fill(reinterpret_cast<uintptr_t>(dst), 0, bytes); }
+  void copyBatch(const std::vector<ByteCopy> &copies) override {
+    std::vector<cuda::DevicePtr> d, s;
+    std::vector<size_t> b;
+    for (const ByteCopy &c : copies) {
+      d.push_back(reinterpret_cast<uintptr_t>(c.dst));
+      s.push_back(reinterpret_cast<uintptr_t>(c.src));
+      b.push_back(c.bytes);
+    }
+    dev_.stream().copyBatchOnDevice(d.data(), s.data(), b.data(), copies.size());
+  }
 
   // Collectives between ranks' GPUs through NCCL on a stream of their own (NcclSteps.h).
   bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) override {

@@ -343,6 +343,10 @@ public:
   void copyToHost(void *dst, DevicePtr src, size_t bytes);
   /// Device -> device in this context (cuMemcpyDtoDAsync_v2).
   void copyOnDevice(DevicePtr dst, DevicePtr src, size_t bytes);
+  /// `n` independent device -> device copies (no order among them; all in stream order with the
+  /// rest), as one driver call where the driver has cuMemcpyBatchAsync_v2 (CUDA 13), else one
+  /// copyOnDevice each (also after the batch call fails once). Defined in CudaGraph.cpp.
+  void copyBatchOnDevice(const DevicePtr *dst, const DevicePtr *src, const size_t *bytes, size_t n);
   /// Sets `bytes` bytes at `dst` to `value` (cuMemsetD8Async).
   void fill(DevicePtr dst, uint8_t value, size_t bytes);
 

@@ -3,8 +3,10 @@
 // (CUDA 13.0); cuStreamBeginCapture is cuStreamBeginCapture_v2 there, the others are unversioned.
 #include "runtime/cuda/CudaGraph.h"
 
+#include <atomic>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace tsr::rt::cuda {
 
@@ -20,8 +22,19 @@ struct GraphApi {
   CUresult (*launch)(void *exec, void *stream) = nullptr;                // cuGraphLaunch
   CUresult (*execDestroy)(void *exec) = nullptr;                         // cuGraphExecDestroy
   CUresult (*graphDestroy)(void *graph) = nullptr;                       // cuGraphDestroy
+  // cuMemcpyBatchAsync_v2 (optional, CUDA 13): dsts, srcs, sizes, count, attrs, attrsIdxs,
+  // numAttrs, stream.
+  CUresult (*copyBatch)(unsigned long long *, unsigned long long *, size_t *, size_t, void *, size_t *, size_t, void *) = nullptr;
   std::string missing; // the first entry point not found, or why none were looked up
 };
+
+// CUmemcpyAttributes: srcAccessOrder, srcLocHint {type, id}, dstLocHint {type, id}, flags.
+struct CopyAttributes {
+  int srcAccessOrder = 1; // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+  int srcLocType = 0, srcLocId = 0, dstLocType = 0, dstLocId = 0; // CU_MEM_LOCATION_TYPE_INVALID: no hint
+  unsigned flags = 0;
+};
+static_assert(sizeof(CopyAttributes) == 24, "cuda.h's CUmemcpyAttributes");
 
 const GraphApi &graphApi() {
   static const GraphApi api = [] {
@@ -41,6 +54,7 @@ const GraphApi &graphApi() {
     get(a.launch, "cuGraphLaunch");
     get(a.execDestroy, "cuGraphExecDestroy");
     get(a.graphDestroy, "cuGraphDestroy");
+    a.copyBatch = reinterpret_cast<decltype(a.copyBatch)>(d.optionalSymbol("cuMemcpyBatchAsync_v2"));
     return a;
   }();
   return api;
@@ -114,6 +128,23 @@ void Stream::abortCapture() noexcept {
   }
   void *graph = nullptr;
   if (a.endCapture && a.endCapture(stream_, &graph) == 0 && graph) a.graphDestroy(graph);
+}
+
+void Stream::copyBatchOnDevice(const DevicePtr *dst, const DevicePtr *src, const size_t *bytes, size_t n) {
+  // Once a batch call fails (a driver that refuses it), copies go one by one for the process.
+  static std::atomic<bool> batchFailed{false};
+  const GraphApi &a = graphApi();
+  if (n > 1 && a.copyBatch && !batchFailed && !capturing_) {
+    ctx_.requireUsable();
+    ctx_.makeCurrent();
+    std::vector<unsigned long long> d(dst, dst + n), s(src, src + n);
+    std::vector<size_t> b(bytes, bytes + n);
+    CopyAttributes attrs;
+    size_t first = 0;
+    if (a.copyBatch(d.data(), s.data(), b.data(), n, &attrs, &first, 1, stream_) == 0) return;
+    batchFailed = true; // (nothing was queued, or the copies below repeat what was: same bytes)
+  }
+  for (size_t i = 0; i < n; ++i) copyOnDevice(dst[i], src[i], bytes[i]);
 }
 
 void Stream::launchGraph(const GraphExec &g, LaunchSite site) {

@@ -23,6 +23,7 @@ struct FakeCudaCounters {
   // they ran.
   int captureBegins, captureEnds, captureInvalidated, unsafeDuringCapture, capturedLaunches;
   int graphsInstantiated, graphExecsDestroyed, graphLaunches, graphKernels;
+  int batchCopies;        // cuMemcpyBatchAsync_v2 calls that succeeded
 };
 
 struct FakeCudaLaunch {

@@ -823,6 +823,30 @@ int cuGraphExecDestroy(void *exec) {
   ++counters.graphExecsDestroyed;
   return kSuccess;
 }
+// cuMemcpyBatchAsync_v2 (CUDA 13): pointer-to-pointer copies; the fake takes device -> device
+// copies with one attribute of stream order (what the runtime passes) and checks every range.
+int cuMemcpyBatchAsync_v2(unsigned long long *dsts, unsigned long long *srcs, size_t *sizes, size_t count, void *attrs,
+                          size_t *attrsIdxs, size_t numAttrs, void *s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (int r = enter()) return r;
+  if (int r = checkStream(s)) return r;
+  if (!s || !count || !attrs || numAttrs != 1 || !attrsIdxs || attrsIdxs[0] != 0 || *static_cast<int *>(attrs) != 1)
+    return kInvalidValue;
+  for (size_t i = 0; i < count; ++i)
+    if (!inDevice(dsts[i], sizes[i]) || !inDevice(srcs[i], sizes[i])) return kInvalidValue;
+  for (size_t i = 0; i < count; ++i) {
+    if (capturing(s)) {
+      Node c;
+      c.kind = Node::Copy, c.dst = dsts[i], c.src = srcs[i], c.n = sizes[i];
+      static_cast<Stream *>(s)->captured.push_back(std::move(c));
+    } else {
+      std::memmove(reinterpret_cast<void *>(dsts[i]), reinterpret_cast<const void *>(srcs[i]), sizes[i]);
+    }
+  }
+  ++counters.batchCopies;
+  return kSuccess;
+}
+
 int cuGraphLaunch(void *exec, void *s) {
   std::lock_guard<std::mutex> lock(mu);
   if (int r = enter()) return r;

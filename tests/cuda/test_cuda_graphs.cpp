@@ -123,7 +123,7 @@ std::vector<Tensor> reference(Fixture &f, const ir::Graph &g, const std::vector<
 }
 
 struct Run {
-  int captures = 0, graphLaunches = 0, kernelLaunches = 0, unsafe = 0, invalidated = 0;
+  int captures = 0, graphLaunches = 0, kernelLaunches = 0, unsafe = 0, invalidated = 0, batchCopies = 0;
   bool valuesEqual = true, heldIntact = true, replayedCallsLaunchedNoKernel = true;
   exec::CompiledExecutor::Stats stats;
 };
@@ -161,6 +161,7 @@ Run runSteps(Fixture &f, int calls, int64_t b = 2, int moveAt = -1, bool emptyCa
   r.kernelLaunches = c.launches - before.launches;
   r.unsafe = c.unsafeDuringCapture - before.unsafeDuringCapture;
   r.invalidated = c.captureInvalidated - before.captureInvalidated;
+  r.batchCopies = c.batchCopies - before.batchCopies;
   r.stats = ex.stats();
   return r;
 }
@@ -182,6 +183,7 @@ TEST_CASE("graphs: captured on the 3rd call, then replayed with one graph launch
   CHECK(r.heldIntact);
   CHECK(r.unsafe == 0);
   CHECK(r.stats.graphSlotCopies == 3); // x, at each replay
+  CHECK(r.batchCopies == 3);           // the two outputs' copies, one batch per replay (x alone is one copy)
   MESSAGE("captured " << r.stats.graphKernels << " kernels; 6 calls made " << r.kernelLaunches << " kernel launches and "
                       << r.graphLaunches << " graph launches");
 }
