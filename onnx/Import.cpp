@@ -105,6 +105,8 @@ ir::Value *Importer::v(Val &x) {
 
 const rt::Tensor &Importer::known(const Val &x, const char *what) {
   if (!x.k && modelInputs.count(x.name)) needKnown.insert(x.name);
+  if (!x.k)
+    if (auto it = inputsOf.find(x.name); it != inputsOf.end()) needKnown.insert(it->second.begin(), it->second.end());
   if (!x.k) throw Unsupported(std::string("the ") + what + " must be known when the model is imported (a constant or "
                               "computed from constants and static shapes); a data-dependent " + what + " is not supported");
   return *x.k;
@@ -324,7 +326,13 @@ void Importer::convertNodes(const onnx::GraphProto &gp, int64_t opset) {
     currentOp = np.op_type();
     loc_ = ir::Loc{m_.fileIndex(currentFile), uint32_t(i + 1), 1};
     std::vector<Val> out = convertNode(np, opset);
+    std::set<std::string> from;
+    for (auto &name : np.input()) {
+      if (modelInputs.count(name)) from.insert(name);
+      if (auto it = inputsOf.find(name); it != inputsOf.end()) from.insert(it->second.begin(), it->second.end());
+    }
     for (int j = 0; j < np.output_size(); ++j) {
+      if (!from.empty() && !np.output(j).empty()) inputsOf[np.output(j)] = from;
       if (np.output(j).empty()) continue;
       if (size_t(j) >= out.size() || !out[size_t(j)].present())
         throw Unsupported("the output " + std::to_string(j) + " (`" + np.output(j) + "`) is not supported");

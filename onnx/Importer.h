@@ -125,6 +125,10 @@ public:
   std::vector<std::string> constantNames;
   std::string currentFile, currentNode, currentOp; // for locations and errors
   std::set<std::string> modelInputs, needKnown; // inputs; those a rule needed the value of
+  /// The model inputs each value not known at import is computed from (by ONNX name), so that a
+  /// rule needing the value (a Range's limit computed from an input) names the inputs to
+  /// specialize on.
+  std::map<std::string, std::set<std::string>> inputsOf;
   bool folding = false; // converting onto a scratch graph to evaluate a node at import time
   /// Loop bodies converted by unrolling so far (ops/Control.cpp): bounded, so that nested loops
   /// cannot make an import take exponential time.
