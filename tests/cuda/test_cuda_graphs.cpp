@@ -31,6 +31,7 @@
 #include "runtime/cuda/CudaGraph.h"
 #include "runtime/cuda/DeviceAllocator.h"
 #include "runtime/cuda/ModuleCache.h"
+#include "support/RunModes.h"
 
 #include <dlfcn.h>
 
@@ -186,6 +187,18 @@ TEST_CASE("graphs: captured on the 3rd call, then replayed with one graph launch
   CHECK(r.batchCopies == 3);           // the two outputs' copies, one batch per replay (x alone is one copy)
   MESSAGE("captured " << r.stats.graphKernels << " kernels; 6 calls made " << r.kernelLaunches << " kernel launches and "
                       << r.graphLaunches << " graph launches");
+}
+
+TEST_CASE("graphs: debug mode (whose sentinel reads every step back) captures nothing") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  runModes().debug = true;
+  Run r = runSteps(f, 5);
+  runModes().debug = false;
+  CHECK(r.captures == 0);
+  CHECK(r.stats.graphReplays == 0);
+  CHECK(r.valuesEqual);
 }
 
 TEST_CASE("negative control: without graphs every call launches its kernels and nothing replays") {
