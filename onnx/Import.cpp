@@ -131,13 +131,23 @@ ir::Value *Importer::op(ir::OpKind k, std::vector<ir::Value *> operands, std::ve
     throw BadModel(std::string(ir::opSpelling(k)) + ": " + e.message);
   }
 }
+namespace {
+/// A rule's constant as an integer: a rule meant for floats given an integer operand (a damaged
+/// model's IsInf of int32) asks for inf, which no integer holds.
+int64_t integerConstant(double value, DType dt) {
+  if (!(value >= -9.2e18 && value <= 9.2e18))
+    throw BadModel("the constant " + std::to_string(value) + " has no value of " + std::string(dtypeName(dt)) + " (an operand of the wrong dtype?)");
+  return int64_t(value);
+}
+} // namespace
+
 ir::Value *Importer::scalar(double value, DType dt) {
   if (isFloat(dt)) return op(ir::OpKind::Constant, {}, {{"value", value}, {"shape", std::vector<Dim>{}}, {"dtype", ir::DTypeAttr{dt, {}}}});
-  return op(ir::OpKind::Constant, {}, {{"value", int64_t(value)}, {"shape", std::vector<Dim>{}}, {"dtype", ir::DTypeAttr{dt, {}}}});
+  return op(ir::OpKind::Constant, {}, {{"value", integerConstant(value, dt)}, {"shape", std::vector<Dim>{}}, {"dtype", ir::DTypeAttr{dt, {}}}});
 }
 ir::Value *Importer::full(const std::vector<Dim> &shape, double value, DType dt) {
   if (isFloat(dt)) return op(ir::OpKind::Constant, {}, {{"value", value}, {"shape", shape}, {"dtype", ir::DTypeAttr{dt, {}}}});
-  return op(ir::OpKind::Constant, {}, {{"value", int64_t(value)}, {"shape", shape}, {"dtype", ir::DTypeAttr{dt, {}}}});
+  return op(ir::OpKind::Constant, {}, {{"value", integerConstant(value, dt)}, {"shape", shape}, {"dtype", ir::DTypeAttr{dt, {}}}});
 }
 ir::Value *Importer::cast(ir::Value *x, DType dt) {
   if (x->type.dtype == dt) return x;

@@ -299,7 +299,7 @@ std::vector<Val> ruleGatherND(Importer &I, Node &n) {
   std::vector<int64_t> ds = Importer::staticShape(x, "GatherND data");
   const auto &id = Importer::dims(idx);
   auto m = id.empty() ? std::nullopt : id.back().constantValue();
-  if (!m || *m > int64_t(ds.size())) throw BadModel("GatherND's index depth does not fit the data");
+  if (!m || *m < 1 || *m > int64_t(ds.size())) throw BadModel("GatherND's index depth does not fit the data");
   std::vector<int64_t> strides(size_t(*m), 1);
   for (int64_t k = *m - 1; k > 0; --k) strides[size_t(k - 1)] = strides[size_t(k)] * ds[size_t(k)];
   rt::Tensor st = rt::Tensor::fromI64({*m}, Importer::dtype(idx), strides);
@@ -307,10 +307,9 @@ std::vector<Val> ruleGatherND(Importer &I, Node &n) {
   V size = I.tensor(sz), zero = I.scalar(0, Importer::dtype(idx));
   V norm = I.op(OpKind::Where, {I.op(OpKind::Lt, {idx, zero}), I.op(OpKind::Add, {idx, size}), idx});
   V lin = I.reduce(OpKind::ReduceSum, I.op(OpKind::Mul, {norm, I.tensor(st)}), {int64_t(id.size()) - 1}, false);
-  std::vector<Dim> flat{D(std::max<int64_t>(1, strides[0] * ds[0]))};
   int64_t p = 1;
   for (int64_t k = 0; k < *m; ++k) p *= ds[size_t(k)];
-  flat[0] = D(p);
+  std::vector<Dim> flat{D(p)};
   for (size_t k = size_t(*m); k < ds.size(); ++k) flat.push_back(D(ds[k]));
   return one(I.op(OpKind::Take, {I.reshape(x, flat), lin}, {{"axis", int64_t(0)}}));
 }
