@@ -42,6 +42,13 @@
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
 #                     against the reference evaluator
 #   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
+#   onnx_ort_examples every examples/ graph function that `tsrc --emit=onnx` exports (and
+#                     tests/onnx/ort_fixture.tsr's), run by ONNX Runtime (CPU provider, and CUDA where
+#                     the installed onnxruntime has it) against `tsr run --device cuda` (issue 19;
+#                     tests/onnx/ort_examples.py); its control negative_onnx_ort_examples turns each
+#                     model's first Add into a Sub (gemm's reference: its output negated): all fail.
+#                     (No GPU step for tools/onnx/backend_test.sh: tsr-onnx-test runs the models on
+#                     the reference evaluator only and takes no device; docs/onnx.md.)
 #   digits_vit        the main job on the GPU and on the CPU: accuracy and time side by side; a
 #                     second GPU run reads every program from the compilation cache (0 misses)
 #   gpu_ops_bench     tools/bench/gpu/ops.sh: GEMM, layer_norm, rms_norm, softmax (row steps and multi-step) against PyTorch (figures)
@@ -118,6 +125,10 @@ step hgmma_sass "set -e; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch 
 step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
+# ONNX export (issue 19): ONNX Runtime runs each exported examples/ function with Tessera's outputs.
+ORT_EXAMPLES="python3 tests/onnx/ort_examples.py '$BIN/tsr' '$BIN/tsrc' --device cuda --also tests/onnx/ort_fixture.tsr"
+step onnx_ort_examples "python3 tests/expect.py --exit 0 --has '^PASS examples/gemm.tsr:reference ' --has '^PASS tests/onnx/ort_fixture.tsr:mlp2 ' --has '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- $ORT_EXAMPLES"
+step negative_onnx_ort_examples "python3 tests/expect.py --exit 1 --has '^FAIL examples/gemm.tsr:reference .*control: ' --has '^FAIL tests/onnx/ort_fixture.tsr:mlp2 .*control: first Add -> Sub' --has '^0 passed, [1-9][0-9]* failed, [0-9]+ skipped' -- $ORT_EXAMPLES --negative"
 
 # The main job on both devices (the CPU with every core of this machine).
 epochs=${DIGITS_EPOCHS:-30}
