@@ -446,13 +446,14 @@ constexpr int64_t kMatMulSharedBytes = 200 * 1024;
 
 std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores,
                                  int64_t batch) {
-  // TSR_MATMUL_TILES=BMxBNxBK: other first tiles of the tensor-core and CPU products, for
-  // measuring (fitShared still applies; the tiles are in the program's text, which keys caches).
-  if (tensorCores || !t.gpuTarget())
-    if (const char *e = std::getenv("TSR_MATMUL_TILES")) {
-      int64_t m = 0, n = 0, k = 0;
-      if (std::sscanf(e, "%" SCNd64 "x%" SCNd64 "x%" SCNd64, &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0) return {m, n, k};
-    }
+  // TSR_MATMUL_TILES=BMxBNxBK: other first tiles of the tensor-core and CPU products, and
+  // TSR_MATMUL_TILES_FMA of a GPU's CUDA-core (f32) products, for measuring (fitShared still
+  // applies; the tiles are in the program's text, which keys caches).
+  const char *given = std::getenv(tensorCores || !t.gpuTarget() ? "TSR_MATMUL_TILES" : "TSR_MATMUL_TILES_FMA");
+  if (given) {
+    int64_t m = 0, n = 0, k = 0;
+    if (std::sscanf(given, "%" SCNd64 "x%" SCNd64 "x%" SCNd64, &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0) return {m, n, k};
+  }
   if (tensorCores) {
     // 128 x 256: each k step's operands (48 KiB) feed twice the products of a 128 x 128 tile's
     // (32 KiB), which is what keeps Hopper's tensor cores ahead of the copies.
@@ -473,6 +474,11 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
     }
     return {BM, BN, BK};
   }
+  // A product of at most 16 rows (a decoded token's nn.linear) has one row of tiles: 16 columns
+  // per program spread it over four times the programs, and a k step of 64 halves the barriers.
+  // On an H200, a row of 384 through GPT's four linears (f32, weights [out, in]): 122.9 us per
+  // call against 244.2 with 16 x 64 x 32 (16 x 16 x 32: 168.3, 16 x 16 x 128: 144.1).
+  if (t.gpuTarget() && mnk[0] <= 16) return {16, 16, bucket(mnk[2], {16, 32, 64})};
   if (t.gpuTarget()) return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 32})};
   // CPU: 128 x 64 x 128 for large products. The dot packs B's 128 x 64 box (32 KiB, in L1) and
   // runs its 6-row micro-kernel over the 128 rows of A, so a larger BM spreads the packing over
