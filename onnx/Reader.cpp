@@ -132,7 +132,10 @@ rt::Tensor tensorOfProto(const onnx::TensorProto &t, const std::string &baseDir)
   return out;
 }
 
-std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path) {
+namespace {
+
+/// The TensorProto serialized in the file at `path`, or why it cannot be read.
+std::variant<onnx::TensorProto, TensorReadError> readProtoFile(const std::string &path) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     return TensorReadError{"`" + path + "` is not a regular file"};
@@ -142,6 +145,15 @@ std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path
   ss << f.rdbuf();
   onnx::TensorProto t;
   if (!t.ParseFromString(ss.str())) return TensorReadError{"`" + path + "` is not a serialized ONNX TensorProto"};
+  return t;
+}
+
+} // namespace
+
+std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path) {
+  auto read = readProtoFile(path);
+  if (auto *e = std::get_if<TensorReadError>(&read)) return *e;
+  const onnx::TensorProto &t = std::get<onnx::TensorProto>(read);
   try {
     return tensorOfProto(t, std::filesystem::path(path).parent_path().string());
   } catch (const Unsupported &e) {
@@ -152,15 +164,9 @@ std::variant<rt::Tensor, TensorReadError> readTensorFile(const std::string &path
 }
 
 std::variant<StringTensor, TensorReadError> readStringTensorFile(const std::string &path) {
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    return TensorReadError{"`" + path + "` is not a regular file"};
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return TensorReadError{"cannot open `" + path + "`"};
-  std::stringstream ss;
-  ss << f.rdbuf();
-  onnx::TensorProto t;
-  if (!t.ParseFromString(ss.str())) return TensorReadError{"`" + path + "` is not a serialized ONNX TensorProto"};
+  auto read = readProtoFile(path);
+  if (auto *e = std::get_if<TensorReadError>(&read)) return *e;
+  const onnx::TensorProto &t = std::get<onnx::TensorProto>(read);
   if (t.data_type() != onnx::TensorProto::STRING) return TensorReadError{"`" + path + "` is not a tensor of strings"};
   StringTensor out;
   int64_t n = 1;
