@@ -19,7 +19,6 @@ export, so the model Tessera runs is not the one PyTorch evaluates: all three co
 fail.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -30,7 +29,8 @@ from torch_python import reexec_with_torch  # noqa: E402
 
 reexec_with_torch("onnx_torch_cnn")
 
-import numpy as np  # noqa: E402
+from torch_models import compare, imported_graph, run_program  # noqa: E402
+
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -56,25 +56,6 @@ class CNN(nn.Module):
         return self.fc(x.flatten(1))
 
 
-PROGRAM = '''def main():
-    apply, params = onnx.load("cnn.onnx", split_params=True)
-    d = load("in.npz")
-    x = d["x"]
-    r = d["r"]
-    loss, grads = value_and_grad(lambda p, a: sum(apply(p, a) * r), argnums=(0, 1))(params, x)
-    res = {"y": apply(params, x), "g.x": grads[1]}
-    for name, g in grads[0].items():
-        res["g." + name] = g
-    save("out.npz", res)
-    print(f"torch_cnn program: loss {item(loss):.6f}")
-'''
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)) if a.shape == b.shape else float("inf")
-
-
 def main():
     tsr = os.path.abspath(sys.argv[1])
     negative = "--negative" in sys.argv
@@ -89,38 +70,25 @@ def main():
     model.eval()
     x = torch.randn(2, 3, 16, 16)
     r = torch.randn(2, 5)
-    failures, passed = [], 0
+    failures = []
     with tempfile.TemporaryDirectory() as tmp:
         torch.onnx.export(model, x, os.path.join(tmp, "cnn.onnx"), opset_version=13, input_names=["x"], output_names=["y"])
-        graph = subprocess.run([os.path.join(os.path.dirname(tsr), "..", "tsrc", "tsrc"), "cnn.onnx", "--emit=graph"],
-                               cwd=tmp, capture_output=True, text=True, timeout=300)
+        graph_out, graph_err = imported_graph(tsr, tmp, "cnn.onnx")
         for op in ("= conv ", "= max_pool ", "= avg_pool "):
-            if op not in graph.stdout:
-                failures.append(f"the imported graph has no `{op.strip('= ')}` op:\n{graph.stdout}{graph.stderr}")
+            if op not in graph_out:
+                failures.append(f"the imported graph has no `{op.strip('= ')}` op:\n{graph_out}{graph_err}")
         if negative:
             with torch.no_grad():
                 model.bn2.running_var.mul_(1.5)
         xs = x.clone().requires_grad_()
         y = model(xs)
         (y * r).sum().backward()
-        np.savez(os.path.join(tmp, "in.npz"), x=x.numpy(), r=r.numpy())
-        with open(os.path.join(tmp, "cnn.tsr"), "w") as f:
-            f.write(PROGRAM)
-        p = subprocess.run([tsr, "run", "cnn.tsr", "--device", "cpu"], cwd=tmp, capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            print(f"FAIL: tsr run cnn.tsr: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        ours = run_program(tsr, tmp, "cnn.onnx", "torch_cnn", x, r)
+        if ours is None:
             return 1
-        print(p.stdout, end="")
-        ours = dict(np.load(os.path.join(tmp, "out.npz")))
     pairs = [("output", ours["y"], y.detach()), ("grad x", ours["g.x"], xs.grad),
              ("grad fc.weight", ours["g.fc.weight"], model.fc.weight.grad)]
-    for name, a, b in pairs:
-        e = rel(a, b)
-        ok = e <= 1e-5
-        passed += ok
-        if not ok:
-            failures.append(f"{name} differs: relative error {e:.3e} > 1e-05")
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: relative error {e:.2e}")
+    passed = compare(pairs, failures)
     for f in failures:
         print("FAIL: " + f)
     return summary(passed, len(failures), minimum=len(pairs))

@@ -18,7 +18,6 @@ one per direction and layer: 1 + 2 + 2 = 5.
 the model Tessera runs is not the one PyTorch evaluates: all four comparisons must fail.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -29,7 +28,8 @@ from torch_python import reexec_with_torch  # noqa: E402
 
 reexec_with_torch("onnx_torch_rnn")
 
-import numpy as np  # noqa: E402
+from torch_models import compare, imported_graph, run_program  # noqa: E402
+
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
@@ -54,25 +54,6 @@ class Recurrent(nn.Module):
         return self.fc(x)
 
 
-PROGRAM = '''def main():
-    apply, params = onnx.load("rnn.onnx", split_params=True)
-    d = load("in.npz")
-    x = d["x"]
-    r = d["r"]
-    loss, grads = value_and_grad(lambda p, a: sum(apply(p, a) * r), argnums=(0, 1))(params, x)
-    res = {"y": apply(params, x), "g.x": grads[1]}
-    for name, g in grads[0].items():
-        res["g." + name] = g
-    save("out.npz", res)
-    print(f"torch_rnn program: loss {item(loss):.6f}")
-'''
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)) if a.shape == b.shape else float("inf")
-
-
 def main():
     tsr = os.path.abspath(sys.argv[1])
     negative = "--negative" in sys.argv
@@ -80,7 +61,7 @@ def main():
     model = Recurrent().eval()
     x = torch.randn(2, 6, 4)
     r = torch.randn(2, 6, 3)
-    failures, passed = [], 0
+    failures = []
     with tempfile.TemporaryDirectory() as tmp:
         torch.onnx.export(model, x, os.path.join(tmp, "rnn.onnx"), opset_version=14, input_names=["x"], output_names=["y"])
         exported = onnx.load(os.path.join(tmp, "rnn.onnx")).graph
@@ -92,36 +73,23 @@ def main():
         for op in ("RNN", "GRU", "LSTM"):
             if op not in ops:
                 failures.append(f"the exported model has no {op} node (it has {ops})")
-        graph = subprocess.run([os.path.join(os.path.dirname(tsr), "..", "tsrc", "tsrc"), "rnn.onnx", "--emit=graph"],
-                               cwd=tmp, capture_output=True, text=True, timeout=300)
-        scans = graph.stdout.count("= scan ")
+        graph_out, graph_err = imported_graph(tsr, tmp, "rnn.onnx")
+        scans = graph_out.count("= scan ")
         if scans != 5:
-            failures.append(f"the imported graph has {scans} scan ops, not 5:\n{graph.stdout[-2000:]}{graph.stderr}")
+            failures.append(f"the imported graph has {scans} scan ops, not 5:\n{graph_out[-2000:]}{graph_err}")
         if negative:
             with torch.no_grad():
                 model.gru.weight_hh_l0_reverse.mul_(1.2)
         xs = x.clone().requires_grad_()
         y = model(xs)
         (y * r).sum().backward()
-        np.savez(os.path.join(tmp, "in.npz"), x=x.numpy(), r=r.numpy())
-        with open(os.path.join(tmp, "rnn.tsr"), "w") as f:
-            f.write(PROGRAM)
-        p = subprocess.run([tsr, "run", "rnn.tsr", "--device", "cpu"], cwd=tmp, capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            print(f"FAIL: tsr run rnn.tsr: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        ours = run_program(tsr, tmp, "rnn.onnx", "torch_rnn", x, r)
+        if ours is None:
             return 1
-        print(p.stdout, end="")
-        ours = dict(np.load(os.path.join(tmp, "out.npz")))
     pairs = [("output", ours["y"], y.detach()), ("grad x", ours["g.x"], xs.grad),
              ("grad fc.weight", ours["g." + fc_w].T, model.fc.weight.grad),
              ("grad rnn.weight_ih_l0", ours["g." + rnn_w][0], model.rnn.weight_ih_l0.grad)]
-    for name, a, b in pairs:
-        e = rel(a, b)
-        ok = e <= 1e-5
-        passed += ok
-        if not ok:
-            failures.append(f"{name} differs: relative error {e:.3e} > 1e-05")
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: relative error {e:.2e}")
+    passed = compare(pairs, failures)
     for f in failures:
         print("FAIL: " + f)
     return summary(passed, len(failures), minimum=len(pairs))

@@ -18,7 +18,6 @@ and of the first layer norm's weight must match PyTorch's and torch.autograd's (
 so the model Tessera runs is not the one PyTorch evaluates: all five comparisons must fail.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -29,7 +28,8 @@ from torch_python import reexec_with_torch  # noqa: E402
 
 reexec_with_torch("onnx_torch_transformer")
 
-import numpy as np  # noqa: E402
+from torch_models import compare, imported_graph, run_program  # noqa: E402
+
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
@@ -54,25 +54,6 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-PROGRAM = '''def main():
-    apply, params = onnx.load("block.onnx", split_params=True)
-    d = load("in.npz")
-    x = d["x"]
-    r = d["r"]
-    loss, grads = value_and_grad(lambda p, a: sum(apply(p, a) * r), argnums=(0, 1))(params, x)
-    res = {"y": apply(params, x), "g.x": grads[1]}
-    for name, g in grads[0].items():
-        res["g." + name] = g
-    save("out.npz", res)
-    print(f"torch_transformer program: loss {item(loss):.6f}")
-'''
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)) if a.shape == b.shape else float("inf")
-
-
 def main():
     tsr = os.path.abspath(sys.argv[1])
     negative = "--negative" in sys.argv
@@ -86,44 +67,31 @@ def main():
     model.eval()
     x = torch.randn(2, 5, 16)
     r = torch.randn(2, 5, 16)
-    failures, passed = [], 0
+    failures = []
     with tempfile.TemporaryDirectory() as tmp:
         torch.onnx.export(model, x, os.path.join(tmp, "block.onnx"), opset_version=14, input_names=["x"], output_names=["y"])
         exported = onnx.load(os.path.join(tmp, "block.onnx")).graph
         inits = {t.name: tuple(t.dims) for t in exported.initializer}
         # The exporter writes the input projection transposed, as the weight of the first MatMul.
         in_proj = next(n.input[1] for n in exported.node if n.op_type == "MatMul" and inits.get(n.input[1]) == (16, 48))
-        graph = subprocess.run([os.path.join(os.path.dirname(tsr), "..", "tsrc", "tsrc"), "block.onnx", "--emit=graph"],
-                               cwd=tmp, capture_output=True, text=True, timeout=300)
+        graph_out, graph_err = imported_graph(tsr, tmp, "block.onnx")
         for op in ("= softmax", "= matmul ", "= erf "):
-            if op not in graph.stdout and not (op == "= softmax" and "= reduce_max " in graph.stdout):
-                failures.append(f"the imported graph has no `{op.strip('= ')}` op:\n{graph.stdout[-2000:]}{graph.stderr}")
+            if op not in graph_out and not (op == "= softmax" and "= reduce_max " in graph_out):
+                failures.append(f"the imported graph has no `{op.strip('= ')}` op:\n{graph_out[-2000:]}{graph_err}")
         if negative:
             with torch.no_grad():
                 model.attn.in_proj_weight.mul_(1.1)
         xs = x.clone().requires_grad_()
         y = model(xs)
         (y * r).sum().backward()
-        np.savez(os.path.join(tmp, "in.npz"), x=x.numpy(), r=r.numpy())
-        with open(os.path.join(tmp, "block.tsr"), "w") as f:
-            f.write(PROGRAM)
-        p = subprocess.run([tsr, "run", "block.tsr", "--device", "cpu"], cwd=tmp, capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            print(f"FAIL: tsr run block.tsr: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        ours = run_program(tsr, tmp, "block.onnx", "torch_transformer", x, r)
+        if ours is None:
             return 1
-        print(p.stdout, end="")
-        ours = dict(np.load(os.path.join(tmp, "out.npz")))
     pairs = [("output", ours["y"], y.detach()), ("grad x", ours["g.x"], xs.grad),
              ("grad attn.in_proj_weight", ours["g." + in_proj].T, model.attn.in_proj_weight.grad),
              ("grad attn.out_proj.weight", ours["g.attn.out_proj.weight"], model.attn.out_proj.weight.grad),
              ("grad ln1.weight", ours["g.ln1.weight"], model.ln1.weight.grad)]
-    for name, a, b in pairs:
-        e = rel(a, b)
-        ok = e <= 1e-5
-        passed += ok
-        if not ok:
-            failures.append(f"{name} differs: relative error {e:.3e} > 1e-05")
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: relative error {e:.2e}")
+    passed = compare(pairs, failures)
     for f in failures:
         print("FAIL: " + f)
     return summary(passed, len(failures), minimum=len(pairs))
