@@ -395,6 +395,14 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     if (overlap && int(q) == p.deferredCarry) deferredAt = carriedRegs;
     carriedRegs += size_t(regCount(carriedKind[q], carriedWidth[q]));
   }
+  // The deferred product of the tile in the stage `stageOf` makes (after the fence): A's fragments
+  // `aRegs`, into `acc`; committed, not waited for.
+  auto issueDeferred = [&](std::vector<Value *> acc, std::vector<Value *> aRegs, const std::function<Value *()> &stageOf) {
+    acc = mma::fenceOperands(B, acc, aRegs);
+    acc = mma::wgmmaRegisterA(B, p.dtype, deferredDot->n, deferredDot->k, aRegs, ringAt(deferredDot->b, stageOf()), acc);
+    mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+    return acc;
+  };
   auto mainLoop = [&](bool tma) -> std::vector<Value *> {
     const bool ov = tma && overlap;
     const int64_t S = ov ? p.stages : 2;
@@ -610,11 +618,7 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
                        *joinBB = BasicBlock::Create(C, "flash.deferred.end", fn);
             B.CreateCondBr(has, issueBB, firstBB);
             B.SetInsertPoint(issueBB);
-            std::vector<Value *> aRegs = prevA;
-            std::vector<Value *> into = mma::fenceOperands(B, before, aRegs);
-            Value *prevStage = B.CreateURem(B.CreateAdd(j, c64(S - 1)), c64(S));
-            into = mma::wgmmaRegisterA(B, p.dtype, deferredDot->n, deferredDot->k, aRegs, ringAt(deferredDot->b, prevStage), into);
-            mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+            std::vector<Value *> into = issueDeferred(before, prevA, [&] { return B.CreateURem(B.CreateAdd(j, c64(S - 1)), c64(S)); });
             std::vector<Value *> s1 = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 1;", acc, {}, "");
             BasicBlock *issueEnd = B.GetInsertBlock();
             B.CreateBr(joinBB);
@@ -804,10 +808,7 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
     BasicBlock *lastBB = BasicBlock::Create(C, "flash.deferred.last", fn), *joinBB = BasicBlock::Create(C, "flash.deferred.done", fn);
     B.CreateCondBr(B.CreateICmpSGT(n, c64(0)), lastBB, joinBB);
     B.SetInsertPoint(lastBB);
-    std::vector<Value *> into = mma::fenceOperands(B, acc, aRegs);
-    Value *lastStage = B.CreateURem(B.CreateSub(n, c64(1)), c64(S));
-    into = mma::wgmmaRegisterA(B, p.dtype, deferredDot->n, deferredDot->k, aRegs, ringAt(deferredDot->b, lastStage), into);
-    mma::ptx(B, "wgmma.commit_group.sync.aligned;");
+    std::vector<Value *> into = issueDeferred(acc, aRegs, [&] { return B.CreateURem(B.CreateSub(n, c64(1)), c64(S)); });
     into = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", into, {}, "");
     BasicBlock *lastEnd = B.GetInsertBlock();
     B.CreateBr(joinBB);
