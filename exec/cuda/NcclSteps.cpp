@@ -74,6 +74,7 @@ bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::O
     default: break;
     }
   });
+  d::countCollective(spelled);
   return true;
 }
 

@@ -1,6 +1,8 @@
 // The host interpreter: calls of functions, lambdas, transforms and builtins, and kernel launches.
 #include "exec/host/InterpreterImpl.h"
 #include "exec/host/DataParallel.h"
+#include "exec/host/TensorParallel.h"
+#include "runtime/dist/Dist.h"
 
 namespace tsr::host {
 
@@ -431,6 +433,15 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
     params.push_back({n, t});
     k += n + "=" + key(t) + "|";
   }
+  // Shards among the arguments (tensor parallelism): the graph is lowered knowing which. A
+  // float passed at run time is one parameter of its own, the same on every rank.
+  std::vector<const Value *> leaves;
+  for (size_t i = 0; i < bound.size(); ++i) {
+    if (runtimeFloat(i)) leaves.push_back(nullptr);
+    else leavesOf(bound[i].second, leaves);
+  }
+  const auto vp = varyingParams(leaves);
+  if (vp) k += varyingKey(*vp);
   const ir::Graph *g = nullptr;
   auto it = cache.find(k);
   if (it != cache.end()) {
@@ -439,6 +450,7 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
     try {
       TypeRef structure;
       rt::profile::Scope span("compile", [&] { return "lower " + fn.name + " to Graph IR"; });
+      ir::autodiff::VaryingScope scope(vp ? &*vp : nullptr);
       ir::Graph *lowered = ir::lowerGraphFunction(graphs, P, fn, params, fn.name + "#" + std::to_string(graphs.graphs.size()), &structure);
       ir::runGraphPipeline(*lowered, true);
       g = lowered;
@@ -462,6 +474,7 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
   // The tensors of models loaded by onnx.load that the graph captured (ir/ExternalModels.h).
   if (!ir::appendCaptured(*g, ins)) fail("internal error: graph `" + g->name + "` has parameters its call does not give", at, 70);
   std::vector<rt::Tensor> outs;
+  const int64_t ran = rt::dist::collectivesRun();
   try {
     rt::profile::Scope span("graph", [&] { return "graph " + g->name; }, true);
     if (span.recording()) span.add("at", P.sm.describe(at));
@@ -473,16 +486,22 @@ ValueRef Interpreter::Impl::callGraph(const sema::FunctionInfo &fn, const std::v
   } catch (std::exception &err) {
     fail(err.what(), at, 3);
   }
+  reportCollectives(*g, ran);
   // The result's structure, as lowering found it (pytrees of tensors, such as a train step's
   // loss and gradients); a flat tuple of the outputs when it has none.
+  ValueRef r;
   if (auto st = cacheResult.find(k); st != cacheResult.end() && st->second) {
     size_t next = 0;
-    return rebuild(st->second, outs, next);
+    r = rebuild(st->second, outs, next);
+  } else if (outs.size() == 1) {
+    r = tensor(outs[0]);
+  } else {
+    std::vector<ValueRef> es;
+    for (auto &o : outs) es.push_back(tensor(o));
+    r = seq(es, false);
   }
-  if (outs.size() == 1) return tensor(outs[0]);
-  std::vector<ValueRef> es;
-  for (auto &o : outs) es.push_back(tensor(o));
-  return seq(es, false);
+  if (vp) tagResult(r, *g, *vp);
+  return r;
 }
 
 ValueRef Interpreter::Impl::builtin(const Value &b, std::vector<ValueRef> args, const std::vector<std::pair<std::string, ValueRef>> &kwargs,

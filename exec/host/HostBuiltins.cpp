@@ -3,6 +3,7 @@
 // keys, files, and the autodiff transforms. A rule returns null to decline, and the call then runs
 // as a graph (the "graph" rule always declines).
 #include "exec/host/InterpreterImpl.h"
+#include "exec/host/TensorParallel.h"
 #include "runtime/dist/Dist.h"
 
 #include <unordered_map>
@@ -605,6 +606,7 @@ HostRule findHostRule(std::string_view name) {
       {"tensor", tensorLiteral}, {"load", load}, {"save", save}, {"load_csv", loadCsv}, {"load_bytes", loadBytes}, {"encode_bytes", encodeBytes}, {"decode_bytes", decodeBytes}, {"write_text", writeText},
       // distribution
       {"dist_mesh", distMesh}, {"dist_rank", distRank}, {"dist_world_size", distWorldSize},
+      {"shard_spec", shardSpecRule}, {"dist_tensor", distTensorRule},
       // transforms
       {"grad", grad}, {"value_and_grad", valueAndGrad}, {"checkpoint", checkpoint}, {"vmap", vmap}, {"vjp", vjp}, {"tree_map", treeMap},
   };

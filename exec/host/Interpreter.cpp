@@ -1,6 +1,8 @@
 // The host interpreter: host values and their checker types, eager tensor operations (one graph
 // per expression and operand types), printing, and the public entry points (Interpreter.h).
 #include "exec/host/InterpreterImpl.h"
+#include "exec/host/TensorParallel.h"
+#include "runtime/dist/Dist.h"
 
 namespace tsr::host {
 
@@ -145,6 +147,11 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
     inputs.push_back({"_" + std::to_string(i), typeOf(operands[i], e->range)});
     k += key(inputs.back().type) + "|";
   }
+  // Shards among the operands (tensor parallelism): the graph is lowered knowing which.
+  std::vector<const Value *> leaves;
+  for (auto &o : operands) leavesOf(o, leaves);
+  const auto vp = varyingParams(leaves);
+  if (vp) k += varyingKey(*vp);
   const ir::Graph *g = nullptr;
   auto it = cache.find(k);
   if (it != cache.end()) {
@@ -153,6 +160,7 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
     TypeRef result;
     try {
       rt::profile::Scope span("compile", [&] { return "lower an expression of host code to Graph IR"; });
+      ir::autodiff::VaryingScope scope(vp ? &*vp : nullptr);
       g = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
     } catch (ir::CompileError &err) {
       failCompile(err, e->range);
@@ -167,6 +175,7 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   // The tensors of models loaded by onnx.load that the graph captured (ir/ExternalModels.h).
   if (!ir::appendCaptured(*g, ins)) fail("internal error: graph `" + g->name + "` has parameters its operands do not give", e->range, 70);
   std::vector<rt::Tensor> outs;
+  const int64_t ran = rt::dist::collectivesRun();
   try {
     rt::profile::Scope span("graph", [&] { return "graph " + g->name; }, true);
     if (span.recording()) span.add("at", P.sm.describe(e->range));
@@ -178,8 +187,11 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   } catch (std::exception &err) {
     fail(err.what(), e->range, 3);
   }
+  reportCollectives(*g, ran);
   size_t next = 0;
-  return rebuild(cacheResult[k], outs, next);
+  ValueRef r = rebuild(cacheResult[k], outs, next);
+  if (vp) tagResult(r, *g, *vp);
+  return r;
 }
 
 void Interpreter::Impl::passArguments(Call *node, std::vector<ValueRef> &operands, const std::vector<ValueRef> &args,

@@ -15,6 +15,7 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -58,6 +59,9 @@ struct Value {
   bool argnumsTuple = false;
   bool hasAux = false; // has_aux=True
   ValueRef inAxes, outAxes; // vmap's axes (ints, None and their tuples, lists and dicts); null: 0
+  // Tensor: the mesh axes whose ranks hold different data of it (a dist.tensor shard, or a graph's
+  // result computed from one: exec/host/TensorParallel.h); empty: the same on every rank there.
+  std::set<std::string> varying;
 };
 
 /// Runs graphs: the reference evaluator today, compiled code as it lands.

@@ -1,8 +1,15 @@
 // Reverse-mode autodiff of a span of Graph IR (Autodiff.h): cotangents flow from the outputs back
 // to the inputs through each op's vjp rule (GradRules.cpp), summed where a value has several
 // uses. Checkpoint regions are recomputed at the point where the backward pass reaches them, and
-// custom regions call the backward function lowering built for them.
+// custom regions call the backward function lowering built for them. Under tensor parallelism
+// (a VaryingScope with tracked mesh axes: Varying.h), all_reduce of a varying operand transposes
+// to the identity and an invariant value's cotangents from varying uses are summed over the axes
+// once, when its cotangent is first read.
 #include "ir/autodiff/Autodiff.h"
+#include "ir/autodiff/Varying.h"
+
+#include <map>
+#include <optional>
 
 #include <unordered_map>
 
@@ -38,6 +45,7 @@ public:
     if (s.regions)
       for (const Region &r : *s.regions)
         if (r.begin >= s.begin && r.end <= s.end && r.begin < r.end) regions_.push_back(r);
+    if (const VaryingParams *vp = currentVarying(); vp && !vp->tracked().empty()) va_.emplace(*s.g, *vp);
   }
 
   void seed(Value *v, Value *c) {
@@ -45,6 +53,7 @@ public:
   }
 
   Value *result(Value *in) {
+    flush(in);
     auto it = cot_.find(in);
     if (it != cot_.end()) return it->second;
     Emitter E(g_, Loc{});
@@ -73,23 +82,56 @@ public:
 
 private:
   bool isActive(const Value *v) const { return active_.count(v) > 0; }
+  bool hasCot(const Value *v) const { return cot_.count(v) > 0 || pending_.count(v) > 0; }
 
-  void accumulate(Value *v, Value *c, Loc loc) {
+  // `extra`: the tracked axes the contribution varies over and `v` does not (its use's result
+  // varies over them): kept apart and summed over them when `v`'s cotangent is read (flush).
+  void accumulate(Value *v, Value *c, Loc loc, const AxisSet &extra = {}) {
     if (!c) return;
     Emitter E(g_, loc);
     if (c->type.dims != v->type.dims) throw IRError{"autodiff: a cotangent of shape " + c->type.str() + " for a value of type " + v->type.str()};
     c = E.fit(c, v->type);
+    if (!extra.empty()) {
+      Value *&p = pending_[v][extra];
+      p = p ? E.fit(E.add(p, c), v->type) : c;
+      return;
+    }
     auto it = cot_.find(v);
     if (it == cot_.end()) cot_[v] = c;
     else it->second = E.fit(E.add(it->second, c), v->type);
+  }
+
+  // The varying contributions to `v`'s cotangent, each summed over its axes (one all_reduce per
+  // set of axes: the transpose of Megatron's f), added to the rest.
+  void flush(Value *v) {
+    auto it = pending_.find(v);
+    if (it == pending_.end()) return;
+    std::map<AxisSet, Value *> parts = std::move(it->second);
+    pending_.erase(it);
+    for (auto &[axes, c] : parts) {
+      Emitter E(g_, c->def ? c->def->loc : Loc{});
+      accumulate(v, sumOverAxes(E, c, axes, va_->params()), Loc{});
+    }
+  }
+
+  // The tracked axes an op's results vary over and its operand `x` does not.
+  AxisSet extraAxes(const Op *op, const Value *x) {
+    AxisSet s;
+    if (!va_) return s;
+    const AxisSet &xs = va_->of(x);
+    for (const Value *r : op->results)
+      for (const std::string &a : va_->of(r))
+        if (!xs.count(a)) s.insert(a);
+    return s;
   }
 
   void step(Op *op) {
     Value *gy = nullptr;
     bool anyCot = false;
     for (Value *r : op->results)
-      if (cot_.count(r)) anyCot = true;
+      if (hasCot(r)) anyCot = true;
     if (!anyCot) return;
+    for (Value *r : op->results) flush(r);
     const GradRule &rule = gradRule(op->kind);
     std::vector<bool> act(op->operands.size(), false);
     bool any = false;
@@ -117,7 +159,7 @@ private:
       Emitter E(g_, op->loc);
       std::vector<Value *> cs = rule.vjpResults(E, *op, gs, act);
       for (size_t j = 0; j < op->operands.size(); ++j)
-        if (act[j] && j < cs.size() && cs[j]) accumulate(op->operands[j], cs[j], op->loc);
+        if (act[j] && j < cs.size() && cs[j]) accumulate(op->operands[j], cs[j], op->loc, extraAxes(op, op->operands[j]));
       return;
     }
     if (rule.nondiff || op->results.size() != 1) {
@@ -129,9 +171,14 @@ private:
     gy = cot_.at(op->result());
     if (!rule.vjp) throw IRError{"autodiff: no vjp rule for " + std::string(opSpelling(op->kind))};
     Emitter E(g_, op->loc);
+    if (va_ && op->kind == OpKind::AllReduce)
+      if (Value *c = trackedAllReduceVjp(E, *op, gy, va_->of(op->operands[0]), *va_)) {
+        accumulate(op->operands[0], c, op->loc);
+        return;
+      }
     std::vector<Value *> cs = rule.vjp(E, *op, gy, act);
     for (size_t j = 0; j < op->operands.size(); ++j)
-      if (act[j] && j < cs.size() && cs[j]) accumulate(op->operands[j], cs[j], op->loc);
+      if (act[j] && j < cs.size() && cs[j]) accumulate(op->operands[j], cs[j], op->loc, extraAxes(op, op->operands[j]));
   }
 
   // A checkpoint: its ops are cloned here, in the backward pass, and the clones differentiated,
@@ -140,8 +187,9 @@ private:
   // elimination from merging them back into the originals.
   void recompute(const Region &r) {
     bool any = false;
-    for (Value *out : r.outputs) any |= cot_.count(out) > 0;
+    for (Value *out : r.outputs) any |= hasCot(out);
     if (!any) return;
+    for (Value *out : r.outputs) flush(out);
     int64_t generation = ++rematCount_;
     std::unordered_map<const Value *, Value *> map;
     size_t cb = g_.ops.size();
@@ -192,9 +240,10 @@ private:
   // A custom_vjp call: its backward function maps the outputs' cotangents to the inputs'.
   void custom(const Region &r) {
     bool anyCot = false, anyActive = false;
-    for (Value *out : r.outputs) anyCot |= cot_.count(out) > 0;
+    for (Value *out : r.outputs) anyCot |= hasCot(out);
     for (Value *in : r.inputs) anyActive |= isActive(in) && differentiable(in->type);
     if (!anyCot || !anyActive) return;
+    for (Value *out : r.outputs) flush(out);
     Loc loc = r.end > 0 ? g_.ops[r.end - 1]->loc : Loc{};
     Emitter E(g_, loc);
     std::vector<Value *> outCots;
@@ -220,6 +269,8 @@ private:
   const std::unordered_set<const Value *> *constants_;
   std::unordered_set<const Value *> active_;
   std::unordered_map<const Value *, Value *> cot_;
+  std::optional<VaryingAnalysis> va_;
+  std::unordered_map<const Value *, std::map<AxisSet, Value *>> pending_;
   std::vector<Region> regions_;
   int64_t rematCount_ = 0;
 };

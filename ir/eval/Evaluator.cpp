@@ -1442,6 +1442,7 @@ rt::Tensor runCollective(const Op &op, const rt::Tensor &x) {
   if (group != have)
     throw d::DistError(what + " was lowered for a group of " + std::to_string(group) + " ranks over " + (axes.empty() ? "every rank" : "mesh axis " + axes) +
                        ", but the run has " + std::to_string(have));
+  d::countCollective(std::string(opSpelling(op.kind)));
   switch (op.kind) {
   case OpKind::AllReduce: return d::allReduce(x, red(), axes, what);
   case OpKind::AllGather: return d::allGather(x, axes, num("dim"), what);

@@ -4,6 +4,7 @@
 #include "runtime/dist/Dist.h"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -507,6 +508,12 @@ Tensor allToAll(const Tensor &x, int64_t splitDim, int64_t concatDim, const std:
   noGloo("all_to_all");
 #endif
 }
+
+namespace {
+std::atomic<int64_t> collectiveTotal{0};
+}
+void countCollective(const std::string &) { ++collectiveTotal; }
+int64_t collectivesRun() { return collectiveTotal.load(); }
 
 void barrier() {
   Group g = groupOf("");

@@ -79,6 +79,13 @@ Tensor allToAll(const Tensor &x, int64_t splitDim, int64_t concatDim, const std:
 /// Every rank of the run waits for the others.
 void barrier();
 
+/// The collectives this process has run, by op spelling ("all_reduce"), on every backend (Gloo
+/// through ir::runCollective, NCCL through exec/cuda/NcclSteps.cpp): what `TSR_DIST_REPORT=1`
+/// reports per graph call (exec/host/TensorParallel.cpp), so that tests count the all-reduces of
+/// a forward and a backward pass.
+void countCollective(const std::string &op);
+int64_t collectivesRun();
+
 /// The run's store (connected on first use; rank 0 serves it). Only when world().size > 1.
 TcpStore &store();
 

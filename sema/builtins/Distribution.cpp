@@ -43,26 +43,101 @@ TypeRef ruleMesh(CallSite &s) {
   return T::opaque("Mesh");
 }
 
-// ShardSpec(partition=None, mesh_axes=None): how a tensor's axes map to mesh axes.
+// ShardSpec(partition=None, mesh_axes=None): how a tensor's axes map to mesh axes (spec 10), as
+// JAX's PartitionSpec: partition[i] names a tensor axis ("row": the second-to-last, "col": the
+// last, or an int index; None: replicated) and mesh_axes[i] the mesh axis it is cut over. The
+// type keeps both arguments' types (their literals) as fields, for dist.tensor's shard type.
 TypeRef ruleShardSpec(CallSite &s) {
   if (!s.expect({"partition", "mesh_axes"}, 0)) return T::unknown();
   const ArgInfo *p = s.arg(0, "partition"), *m = s.arg(1, "mesh_axes");
-  if (given(p) && !isUnknown(p) && !p->type->is(K::Tuple) && !p->type->is(K::List) && !p->type->is(K::Str)) {
-    s.wrongKind(p, "a tuple of partition names", "partition");
+  if (given(p) && !isUnknown(p) && !p->type->is(K::Tuple) && !p->type->is(K::List) && !p->type->is(K::Str) && !p->type->is(K::None)) {
+    s.wrongKind(p, "a tuple of partition names (\"row\", \"col\", an axis index or None)", "partition");
     return T::unknown();
   }
+  if (given(p) && !isUnknown(p) && (p->type->is(K::Tuple) || p->type->is(K::List)))
+    for (auto &e : p->type->elems)
+      if (e && !isUnknown(e) && !(e->is(K::Str) && (!e->strValue || *e->strValue == "row" || *e->strValue == "col")) && !intLike(*e) && !e->is(K::None)) {
+        s.wrongKind(p, "a tuple of partition names (\"row\", \"col\", an axis index or None)", "partition");
+        return T::unknown();
+      }
   if (!meshAxisArg(s, m, "mesh_axes")) return T::unknown();
-  return T::opaque("ShardSpec");
+  Type t = *T::opaque("ShardSpec");
+  t.fields = {{"partition", given(p) ? p->type : T::none()}, {"mesh_axes", given(m) ? m->type : T::none()}};
+  return std::make_shared<const Type>(std::move(t));
 }
 
-// dist.tensor(x, layout=None, mesh=None): x placed on a mesh with a layout; x's type.
+/// The entries of a ShardSpec argument's type (a name, a tuple or list of them): their types.
+std::vector<TypeRef> specItems(const TypeRef &t) {
+  if (!t || t->is(K::None)) return {};
+  if (t->is(K::Tuple) || t->is(K::List)) return t->elems;
+  return {t};
+}
+
+// dist.tensor(x, layout=None, mesh=None): this rank's shard of x under the layout (spec 10;
+// docs/distributed.md "Tensor parallelism"): each dimension the layout partitions over a mesh axis
+// of n ranks has 1/n of x's extent. Where the module's mesh and the layout are literals, a mesh
+// axis the mesh lacks is E0701 and an extent that n does not divide is reported here (ArgKind,
+// naming the tensor, the dimension, the axis and the sizes); otherwise the run checks both.
 TypeRef ruleDistTensor(CallSite &s) {
   if (!s.expect({"x", "layout", "mesh"}, 1)) return T::unknown();
   const ArgInfo *x = s.arg(0, "x"), *l = s.arg(1, "layout"), *m = s.arg(2, "mesh");
   TypeRef t = s.tensorArg(x, "x");
-  if (given(l) && !isUnknown(l) && !isOpaque(l->type, "ShardSpec")) s.wrongKind(l, "a ShardSpec", "layout");
-  if (given(m) && !isUnknown(m) && !isOpaque(m->type, "Mesh")) s.wrongKind(m, "a mesh (from dist.mesh)", "mesh");
-  return t ? t : T::unknown();
+  if (given(l) && !isUnknown(l) && !isOpaque(l->type, "ShardSpec")) {
+    s.wrongKind(l, "a ShardSpec", "layout");
+    return T::unknown();
+  }
+  if (given(m) && !isUnknown(m) && !isOpaque(m->type, "Mesh")) {
+    s.wrongKind(m, "a mesh (from dist.mesh)", "mesh");
+    return T::unknown();
+  }
+  if (!t) return T::unknown();
+  if (!given(l) || isUnknown(l) || l->type->fields.size() != 2) return t;
+  std::vector<TypeRef> parts = specItems(l->type->fields[0].second), axes = specItems(l->type->fields[1].second);
+  std::optional<StaticMesh> mesh = s.enclosing && s.enclosing->module ? staticMesh(*s.enclosing->module) : std::nullopt;
+  std::vector<Dim> dims = t->dims;
+  const auto *xn = x->expr ? dyn_cast<ast::Name>(x->expr) : nullptr;
+  const std::string name = xn ? "`" + xn->id + "`" : "x";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const TypeRef &p = parts[i];
+    if (!p || p->is(K::None)) continue;
+    if (i >= axes.size() || !axes[i] || !axes[i]->is(K::Str) || !axes[i]->strValue || !t->rankKnown) {
+      if (!t->rankKnown) return t;
+      dims.clear();
+      break; // not literals: the run checks
+    }
+    std::optional<int64_t> d;
+    const int64_t rank = int64_t(t->dims.size());
+    if (p->is(K::Str) && p->strValue) d = *p->strValue == "row" ? rank - 2 : rank - 1;
+    else if (p->intValue && p->intValue->constantValue()) d = *p->intValue->constantValue() < 0 ? *p->intValue->constantValue() + rank : *p->intValue->constantValue();
+    if (!d) return reshaped(t, std::vector<Dim>(t->dims.size(), Dim::unknown()));
+    if (*d < 0 || *d >= rank) {
+      s.wrongKind(l, "a partition of an axis of `x` (a tensor of " + std::to_string(rank) + " axes)", "layout");
+      return T::unknown();
+    }
+    const std::string &ax = *axes[i]->strValue;
+    if (!mesh) { dims[size_t(*d)] = Dim::unknown(); continue; }
+    auto it = std::find(mesh->axes.begin(), mesh->axes.end(), ax);
+    if (it == mesh->axes.end()) {
+      std::string shape = "(";
+      for (size_t k = 0; k < mesh->axes.size(); ++k) shape += (k ? ", \"" : "\"") + mesh->axes[k] + "\"";
+      shape += mesh->axes.size() == 1 ? ",)" : ")";
+      s.diags->report(DiagKind::MeshAxis, l->range, {"dist.tensor", ax, shape});
+      return T::unknown();
+    }
+    const int64_t n = mesh->shape[size_t(it - mesh->axes.begin())];
+    auto extent = t->dims[size_t(*d)].constantValue();
+    if (!extent || n <= 0) { dims[size_t(*d)] = Dim::unknown(); continue; }
+    if (*extent % n != 0) {
+      s.diags->report(DiagKind::ArgKind, x->range,
+                      {"dist.tensor", "a dimension " + std::to_string(*d) + " that divides among the " + std::to_string(n) +
+                                          " ranks of mesh axis \"" + ax + "\"", "x",
+                       name + " of type " + typeStr(t) + " (dimension " + std::to_string(*d) + " has " + std::to_string(*extent) + ")"});
+      return T::unknown();
+    }
+    dims[size_t(*d)] = Dim::constant(*extent / n);
+  }
+  if (dims.size() != t->dims.size()) return reshaped(t, std::vector<Dim>(t->dims.size(), Dim::unknown()));
+  return reshaped(t, std::move(dims));
 }
 
 bool reduceOpArg(CallSite &s, const ArgInfo *a) {
@@ -208,9 +283,8 @@ void addDistributionBuiltins(Registrar &r) {
   auto add = [&](std::string name, unsigned ctx, BuiltinRule rule, std::string sig, std::string doc, bool diff = true) -> BuiltinInfo & {
     return r.add(std::move(name), ctx, std::move(rule), std::move(sig), std::move(doc), diff);
   };
-  // Meshes and collectives run (runtime/dist, docs/distributed.md); sharded tensors do not yet,
-  // and the checker refuses them in functions with this reason (E0131).
-  const char *why = "sharded tensors (dist.tensor with a ShardSpec) do not run yet; a program's tensors are whole on every rank";
+  // Meshes, collectives and sharded tensors run (runtime/dist, exec/host/TensorParallel.cpp,
+  // docs/distributed.md); placement does not yet, and the checker refuses it with this reason (E0131).
   const char *placement = "placement does not run yet; `tsr run --device` chooses the one device a program runs on";
   add("dist.mesh", InHost, ruleMesh, "dist.mesh(axes, shape) -> Mesh", "a device mesh with named axes (its size: the run's ranks)", false)
       .inHost("dist_mesh").example("dist.mesh((\"data\",), (1,))");
@@ -218,8 +292,9 @@ void addDistributionBuiltins(Registrar &r) {
       .inHost("dist_rank").example("dist.rank()");
   add("dist.world_size", InHost, ruleRankQuery, "dist.world_size() -> int", "the run's number of ranks (`tsr run --devices N`)", false)
       .inHost("dist_world_size").example("dist.world_size()");
-  add("dist.tensor", InHost, ruleDistTensor, "dist.tensor(x, layout=None, mesh=None) -> Tensor", "x distributed over a mesh", false)
-      .example("dist.tensor(x)").notYet(InHost, why);
+  add("dist.tensor", InHost, ruleDistTensor, "dist.tensor(x, layout=None, mesh=None) -> Tensor",
+      "this rank's shard of x under the layout (a ShardSpec) over the mesh", false)
+      .inHost("dist_tensor").example("dist.tensor(x)");
   // The collectives: one Graph IR op each (ir/Ops.def), in graph code and as one-op graphs in
   // host code; differentiable (ir/autodiff/GradRules.cpp).
   add("dist.all_reduce", HostAndGraph, ruleCollective("all_reduce"), "dist.all_reduce(x, op=\"sum\", axis=None) -> Tensor",
@@ -239,7 +314,7 @@ void addDistributionBuiltins(Registrar &r) {
       .inGraph("collective").inHost("graph").example("dist.all_to_all(x)");
   add("ShardSpec", InHost, ruleShardSpec, "ShardSpec(partition=None, mesh_axes=None) -> ShardSpec",
       "how a tensor's axes map to mesh axes", false)
-      .example("ShardSpec()").notYet(InHost, why);
+      .inHost("shard_spec").example("ShardSpec()");
   add("device", HostAndGraph, ruleDevice, "device(spec) -> device", "a placement for `with device(...)`", false)
       .example("device(\"cpu\")").notYet(HostAndGraph, placement);
   add("gpu", HostAndGraph, ruleGpu, "gpu[i] -> device", "the GPUs that `tsr run` was given", false)
