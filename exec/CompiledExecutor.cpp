@@ -290,6 +290,13 @@ struct CompiledExecutor::Impl {
   ProgramRequest randomProgram(const Op &op, const std::string &key, const Shape &S, int64_t work) {
     return {key + shapeKey(S), [this, &op, S] { return sched::lowerRandom(op, S, "random", tiles()); }, work};
   }
+  // A window program reads its operands' extents at run time, so it is keyed by them as well:
+  // two calls with one result shape may differ in x's (a stride's remainder).
+  ProgramRequest windowProgram(const Op &op, const std::string &key, const Shape &S, const std::vector<Shape> &ins, int64_t work) {
+    std::string k = key + shapeKey(S);
+    for (const Shape &s : ins) k += shapeKey(s);
+    return {k, [this, &op, S] { return sched::lowerWindow(op, S, "window", tiles()); }, work};
+  }
   ProgramRequest reduceProgram(const sched::Step &st, const std::string &key, size_t stage, const ReduceStage &rs,
                                int64_t work) {
     return {key + std::to_string(stage) + shapeKey(rs.iter) + (rs.last ? "L" : ""),
@@ -412,6 +419,12 @@ struct CompiledExecutor::Impl {
         case sched::StepKind::Random:
           requests.push_back(randomProgram(op, key, shapeOf(op.result()), stepWork(st, shapeOf).second));
           break;
+        case sched::StepKind::Window: {
+          std::vector<Shape> ins;
+          for (const Value *v : op.operands) ins.push_back(shapeOf(v));
+          requests.push_back(windowProgram(op, key, shapeOf(op.result()), ins, stepWork(st, shapeOf).second));
+          break;
+        }
         case sched::StepKind::Reduce: {
           const int64_t work = stepWork(st, shapeOf).second;
           const auto stages = reduceStages(op, shapeOf(op.operands[0]));
@@ -847,7 +860,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       // A kernel step that is not compiled yet runs interpreted (Impl::compileNow).
       if (st.kind == sched::StepKind::Elementwise || st.kind == sched::StepKind::Reduce ||
           st.kind == sched::StepKind::MatMul || st.kind == sched::StepKind::Concat || st.kind == sched::StepKind::Row ||
-          st.kind == sched::StepKind::Gather || st.kind == sched::StepKind::Random) {
+          st.kind == sched::StepKind::Gather || st.kind == sched::StepKind::Random || st.kind == sched::StepKind::Window) {
         Shape in;
         bool known = true; // a type with an unknown dim (`?`) leaves the step to the evaluator
         try {
@@ -930,6 +943,22 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           interpret(op, {&op}, {op.operands[0], op.operands[1]}, st.outputs, key);
           throw OpFailure{"an index is out of range (counted by the compiled step; the evaluator found none)"};
         }
+        views[op.result()] = whole(out);
+        break;
+      }
+      case sched::StepKind::Window: {
+        // conv, conv_transpose, the pools and their gradients (LowerWindow.cpp): one program
+        // over the result reading the operands' views.
+        const Shape S = shapeOf(op.result());
+        Tensor out = I.allocate(S, op.result()->type.dtype);
+        std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
+        std::vector<Shape> ins;
+        for (const Value *v : op.operands) {
+          args.push_back(I.arg(viewOf(v)));
+          ins.push_back(viewOf(v).shape);
+        }
+        const Compiled &c = I.program(I.windowProgram(op, key, S, ins, work));
+        I.launch(c, args, S);
         views[op.result()] = whole(out);
         break;
       }

@@ -280,6 +280,7 @@ const char *executorName(sched::StepKind k) {
   case sched::StepKind::Row: return "row";
   case sched::StepKind::Gather: return "gather";
   case sched::StepKind::Random: return "random";
+  case sched::StepKind::Window: return "window";
   default: return "";
   }
 }

@@ -20,6 +20,7 @@ std::string_view stepKindName(StepKind k) {
   case StepKind::Row: return "row";
   case StepKind::Gather: return "gather";
   case StepKind::Random: return "random";
+  case StepKind::Window: return "window";
   }
   return "?";
 }
@@ -186,6 +187,7 @@ Schedule planFusion(const Graph &g) {
                 : op->kind == OpKind::Concat && !op->operands.empty() && op->results.size() == 1 ? StepKind::Concat
                 : isIndexedRead(*op)                                                              ? StepKind::Gather
                 : isCompiledDraw(*op)                                                             ? StepKind::Random
+                : isWindowStepOp(*op)                                                             ? StepKind::Window
                                                                                                   : StepKind::Library;
       for (const Value *o : op->operands) st.inputs.push_back(o);
     }

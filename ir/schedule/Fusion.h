@@ -34,6 +34,10 @@
 //   bernoulli's draws), as a program over the result that computes the Philox words of
 //   runtime/Random.h bit for bit from the key and each element's index
 //   (ir/schedule/LowerRandom.cpp).
+// - window: one conv, conv_transpose, max_pool, max_pool_grad, avg_pool or avg_pool_grad (1 to 3
+//   spatial axes, float operands; max_pool of any dtype but bool) as a program over the result
+//   that reduces each element's window in a loop over its taps (direct convolution, the pull
+//   form of the transposed ops: ir/schedule/LowerWindow.cpp); isWindowStepOp says which ops.
 // - library: ops that runtime code executes rather than a tile program: argmax/argmin,
 //   random_normal, random_uniform with bounds, key_split, dim_value (a size as a scalar), and
 //   kernel_call (a hand-written kernel, run by the executor's KernelRunner). These are either
@@ -60,7 +64,7 @@
 
 namespace tsr::ir::schedule {
 
-enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library, Row, Gather, Random };
+enum class StepKind : uint8_t { Elementwise, Reduce, MatMul, View, Concat, Library, Row, Gather, Random, Window };
 std::string_view stepKindName(StepKind k);
 
 /// Whether fusion treats the op as elementwise / as a view (no kernel) / as a library step.
@@ -89,6 +93,10 @@ struct Step {
 struct Schedule {
   std::vector<Step> steps;
 };
+
+/// Whether `op` is a window step's (conv, conv_transpose, the pools and their gradients of the
+/// forms ir/schedule/LowerWindow.cpp lowers); other forms stay library steps.
+bool isWindowStepOp(const Op &op);
 
 /// Partitions `g`'s ops into steps by the rules above (then fuseRows). Never fails: an op that
 /// fits no fused form is a library step.

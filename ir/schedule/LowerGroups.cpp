@@ -849,6 +849,9 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
   case StepKind::Random:
     out.push_back({lowerRandom(op, shapeOf(op.result()), name, target), ""});
     break;
+  case StepKind::Window:
+    out.push_back({lowerWindow(op, shapeOf(op.result()), name, target), ""});
+    break;
   case StepKind::View:
   case StepKind::Library: break;
   }

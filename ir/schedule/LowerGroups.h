@@ -196,6 +196,16 @@ Kernel lowerGather(const Op &op, const std::vector<int64_t> &shape, const std::s
 Kernel lowerRandom(const Op &op, const std::vector<int64_t> &shape, const std::string &name,
                    const TileTarget &target = {});
 
+/// A window step (Fusion.h): `op` is conv (x [N, C, S..], w [M, C/groups, K..]), conv_transpose
+/// (x [N, C, S..], w [C, M/groups, K..]), max_pool (x; or x, t: t at the maxima), max_pool_grad
+/// (x, g), avg_pool (x) or avg_pool_grad (g) with 1 to 3 spatial axes (isWindowStepOp), over the
+/// concrete result shape `shape`, tiled as an elementwise program's; each element reduces its
+/// window in a loop over the taps, as the evaluator's ir/eval/ConvPool.h defines it.
+/// Parameters: the result, then the operands (views with any strides; extents read at run time).
+/// ir/schedule/LowerWindow.cpp. Errors as lowerGather's.
+Kernel lowerWindow(const Op &op, const std::vector<int64_t> &shape, const std::string &name,
+                   const TileTarget &target = {});
+
 /// One program of a step (lowerStep): `part` says which, for steps with several ("stage 1 of 2"
 /// of a reduction, "operand 0" of a concat; empty otherwise).
 struct StepProgram {

@@ -3,7 +3,7 @@
 nn.avg_pool1d/2d/3d, nn.global_avg_pool, nn.global_max_pool) against torch.nn.functional
 (ctest conv_torch).
 
-  conv_torch.py TSR [--executor compiled|reference] [--negative]
+  conv_torch.py TSR [--executor compiled|reference] [--device cpu|cuda] [--negative]
 
 Each case draws its inputs and a random cotangent r, and a generated program (`tsr run`) computes
 the output and value_and_grad of sum(out * r) with respect to every tensor input, in f32 and in
@@ -12,12 +12,20 @@ explicit asymmetric and "same" padding, dilation, groups (depthwise too), 1 to 3
 ceil_mode and count_include_pad, vmap (a mapped input folded into N, a mapped weight, per-example
 gradients through max_pool) and a small LeNet-like block. Tolerances: relative error (the difference's norm over PyTorch's) 1e-5 in
 f32, 1e-10 in f64 (measured below 1e-6 and 1e-15). --executor picks the executor (the compiled
-CPU executor by default, which runs the ops as library steps; `reference` the evaluator).
+executor by default; `reference` the evaluator), --device where the compiled executor runs (cpu by
+default; cuda: a GPU, the GPU suite's step conv_torch_cuda).
+
+On the compiled executor the ops run as window steps (ir/schedule/LowerWindow.cpp: one compiled
+program per op, docs/ir.md), and the run's profile (`tsr run --profile`) must show it: launches of
+`window` programs, and no library step of conv, conv_transpose or a pool op (`FAIL: window steps`
+otherwise; TSR_TEST_FORCE_INTERPRET=1, which runs every kernel step on the evaluator, is that
+check's control: ctest negative_conv_torch_window_steps).
 
 --negative is the control: PyTorch's side of every case computes something subtly different
 (the kernel flipped, the pool's count_include_pad toggled, a min pool instead of a max pool, the
 stride of a transposed convolution's output padding dropped), and every case must then fail.
 """
+import json
 import os
 import subprocess
 import sys
@@ -181,12 +189,26 @@ def program(cases):
     return "\n".join(lines) + "\n"
 
 
+WINDOW_OPS = ("conv", "conv_transpose", "max_pool", "max_pool_grad", "avg_pool", "avg_pool_grad")
+
+
+def window_steps(trace):
+    """(launches of window programs, library steps of window ops) in a `tsr run --profile` trace."""
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    launches = sum(1 for e in events if e.get("cat") == "launch" and str(e.get("name", "")).startswith("window"))
+    library = sum(1 for e in events if e.get("cat") == "step" and len(str(e.get("name", "")).split()) == 4
+                  and str(e["name"]).split()[2] == "library" and str(e["name"]).split()[3] in WINDOW_OPS)
+    return launches, library
+
+
 def main():
     tsr = os.path.abspath(sys.argv[1])
     negative = "--negative" in sys.argv
     executor = sys.argv[sys.argv.index("--executor") + 1] if "--executor" in sys.argv else "compiled"
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
     rng = np.random.default_rng(19)
-    passed = failed = 0
+    passed = failed = case_failed = 0
     for dtype, tol in ((np.float32, 1e-5), (np.float64, 1e-10)):
         cases, arrays, refs = [], {}, {}
         for i, case in enumerate(CASES):
@@ -209,13 +231,22 @@ def main():
                 f.write(program(cases))
             np.savez(os.path.join(tmp, "in.npz"), **arrays)
             env = dict(os.environ, TSR_EXECUTOR=executor)
-            cmd = [tsr, "run", src, "--device", "cpu", "--inputs", os.path.join(tmp, "in.npz"), "--out", os.path.join(tmp, "out.npz")]
+            trace = os.path.join(tmp, "trace.json")
+            cmd = [tsr, "run", src, "--device", device] + (["--profile", trace] if executor == "compiled" else []) + [
+                "--inputs", os.path.join(tmp, "in.npz"), "--out", os.path.join(tmp, "out.npz")]
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp)
             if p.returncode != 0:
                 print(f"FAIL: {' '.join(cmd)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
                 return 1
             ours = dict(np.load(os.path.join(tmp, "out.npz")))
-        dt = np.dtype(dtype).name
+            dt = np.dtype(dtype).name
+            if executor == "compiled":
+                launches, library = window_steps(trace)
+                ok = launches > 0 and library == 0
+                passed += ok
+                failed += not ok
+                print(f"{'ok  ' if ok else 'FAIL: window steps'} {dt} ({executor}, {device}): {launches} launches of window "
+                      f"programs, {library} library steps of conv or pool ops")
         for tag, (name, shapes, _, _, _) in cases:
             keys = [f"{tag}.y"] + [f"{tag}.g.{n}" for n in shapes]
             errs = {k.split(".", 1)[1]: rel(ours[k], refs[k]) for k in keys}
@@ -225,12 +256,14 @@ def main():
             ok = worst <= tol
             passed += ok
             failed += not ok
+            case_failed += not ok
             detail = ", ".join(f"{k} {v:.1e}" for k, v in errs.items())
-            print(f"{'ok  ' if ok else 'FAIL'} {name} {dt} ({executor}): {detail} (tolerance {tol:.0e})")
+            print(f"{'ok  ' if ok else 'FAIL'} {name} {dt} ({executor}, {device}): {detail} (tolerance {tol:.0e})")
     if negative:
-        # The control: every case must have failed against the altered references.
-        print(f"negative: {failed} of {passed + failed} cases failed")
-        return 1 if failed == passed + failed else 0
+        # The control: every case must have failed against the altered references (the window
+        # steps' check, which does not depend on them, aside).
+        print(f"negative: {case_failed} of {2 * len(CASES)} cases failed")
+        return 1 if case_failed == 2 * len(CASES) else 0
     return summary(passed, failed, minimum=2 * len(CASES))
 
 
