@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what tools/gpu/suite.sh needs: the binaries (tsr, tsrc, tsr-eval, schedule_check and
+# Packs what tools/gpu/suite.sh needs: the binaries (tsr, tsrc, tsr-eval, schedule_check, tsr-onnx-test and
 # tsr-run-bundle from build/) stripped and xz-compressed, and three bundles of
 # examples/train_regression.tsr, into DIR (default .gpu-bin, which .gitignore keeps out of the
 # repository), for a GPU host that has no LLVM to build them. They need libz, libzstd and
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 DIR=${1:-.gpu-bin}
 mkdir -p "$DIR"
 for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check \
-         build/tools/tsr-run-bundle/tsr-run-bundle; do
+         build/tools/tsr-run-bundle/tsr-run-bundle build/tools/onnx/tsr-onnx-test; do
   n=$(basename "$b")
   strip -o "$DIR/$n" "$b"
   xz -T0 -6 -f "$DIR/$n"
@@ -21,12 +21,18 @@ done
 # it on LD_LIBRARY_PATH.
 mkdir -p "$DIR/lib"
 for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check \
-         build/tools/tsr-run-bundle/tsr-run-bundle; do
+         build/tools/tsr-run-bundle/tsr-run-bundle build/tools/onnx/tsr-onnx-test; do
   ldd "$b" | awk '/=> \// {print $3}'
 done | sort -u | grep -E 'lib(onnx|protobuf|gloo|hiredis|ibverbs|nl-)' | while read -r l; do
   xz -T0 -6 -c "$l" >"$DIR/lib/$(basename "$l").xz"
   echo "packed $DIR/lib/$(basename "$l").xz ($(du -h "$DIR/lib/$(basename "$l").xz" | cut -f1))"
 done
+# ONNX's backend test data (Debian's libonnx-testdata, 40 MB, about 6 MB packed) for the suite's
+# onnx_backend_gpu, where the GPU host has no libonnx-testdata.
+if [[ -d /usr/share/libonnx-testdata/data ]]; then
+  tar cf - -C /usr/share/libonnx-testdata data | xz -T0 -6 >"$DIR/onnx-testdata.tar.xz"
+  echo "packed $DIR/onnx-testdata.tar.xz ($(du -h "$DIR/onnx-testdata.tar.xz" | cut -f1))"
+fi
 # Bundles for the suite's bundle steps, made by this compiler (the GPU host has none).
 for t in cuda cpu; do
   build/tools/tsrc/tsrc examples/train_regression.tsr -o "$DIR/train_regression.$t.bundle" --target "$t"

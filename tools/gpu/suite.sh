@@ -4,9 +4,11 @@
 #
 #   tools/gpu/suite.sh BIN_DIR [OUT_DIR]
 #
-# BIN_DIR holds tsr, tsrc, tsr-eval, schedule_check and tsr-run-bundle built for this machine's processor (or
-# their .xz), and bundles of examples/train_regression.tsr for the cuda and cpu targets: a GPU
-# host without LLVM gets them made elsewhere (tools/gpu/pack.sh). OUT_DIR
+# BIN_DIR holds tsr, tsrc, tsr-eval, schedule_check, tsr-run-bundle and tsr-onnx-test built for this machine's
+# processor (or their .xz), bundles of examples/train_regression.tsr for the cuda and cpu targets,
+# and ONNX's backend test data (onnx-testdata.tar.xz, where the host has no
+# /usr/share/libonnx-testdata): a GPU host without LLVM gets them made elsewhere
+# (tools/gpu/pack.sh). OUT_DIR
 # (default: a temporary folder) receives each step's log. Needs python3 with torch and numpy.
 #
 # Steps (each PASS or FAIL with its log's last lines):
@@ -47,8 +49,16 @@
 #                     the installed onnxruntime has it) against `tsr run --device cuda` (issue 19;
 #                     tests/onnx/ort_examples.py); its control negative_onnx_ort_examples turns each
 #                     model's first Add into a Sub (gemm's reference: its output negated): all fail.
-#                     (No GPU step for tools/onnx/backend_test.sh: tsr-onnx-test runs the models on
-#                     the reference evaluator only and takes no device; docs/onnx.md.)
+#   onnx_backend_gpu  ONNX's backend tests (issue 19): each model imported and run by the compiled
+#                     executor on the GPU (tools/onnx/backend_test.sh --device cuda), the per-category
+#                     lines, no regression against tools/onnx/passing-compiled.txt (the CPU compiled
+#                     executor's passes); its control negative_onnx_backend_gpu lists a test that
+#                     cannot pass (the string cast): one regression
+#   conv_torch_cuda   convolution and pooling (1-3 d, strides, pads, dilation, groups, transposed,
+#                     max/avg/global pools; 26 cases, f32 and f64) and their gradients on the GPU's
+#                     window programs (ir/schedule/LowerWindow.cpp) against torch.nn.functional and
+#                     torch.autograd, the profile showing window programs and no library step of them;
+#                     its control negative_conv_torch_cuda alters PyTorch's side: all 52 cases fail
 #   digits_vit        the main job on the GPU and on the CPU: accuracy and time side by side; a
 #                     second GPU run reads every program from the compilation cache (0 misses)
 #   gpu_ops_bench     tools/bench/gpu/ops.sh: GEMM, layer_norm, rms_norm, softmax (row steps and multi-step) against PyTorch (figures)
@@ -59,7 +69,7 @@ BIN=${1:?usage: tools/gpu/suite.sh BIN_DIR [OUT_DIR]}
 OUT=${2:-$(mktemp -d)}
 mkdir -p "$OUT"
 BIN=$(cd "$BIN" && pwd)
-for b in tsr tsrc tsr-eval schedule_check tsr-run-bundle; do
+for b in tsr tsrc tsr-eval schedule_check tsr-run-bundle tsr-onnx-test; do
   if [[ ! -x "$BIN/$b" && -f "$BIN/$b.xz" ]]; then xz -dc "$BIN/$b.xz" >"$BIN/$b" && chmod +x "$BIN/$b"; fi
   [[ -x "$BIN/$b" ]] || { echo "suite: $BIN/$b is missing"; echo "0 passed, 1 failed"; exit 1; }
 done
@@ -129,6 +139,20 @@ step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/
 ORT_EXAMPLES="python3 tests/onnx/ort_examples.py '$BIN/tsr' '$BIN/tsrc' --device cuda --also tests/onnx/ort_fixture.tsr"
 step onnx_ort_examples "python3 tests/expect.py --exit 0 --has '^PASS examples/gemm.tsr:reference ' --has '^PASS tests/onnx/ort_fixture.tsr:mlp2 ' --has '^[0-9]+ passed, 0 failed, [0-9]+ skipped' -- $ORT_EXAMPLES"
 step negative_onnx_ort_examples "python3 tests/expect.py --exit 1 --has '^FAIL examples/gemm.tsr:reference .*control: ' --has '^FAIL tests/onnx/ort_fixture.tsr:mlp2 .*control: first Add -> Sub' --has '^0 passed, [1-9][0-9]* failed, [0-9]+ skipped' -- $ORT_EXAMPLES --negative"
+# ONNX's backend tests on the GPU: the host's libonnx-testdata, else the copy pack.sh ships.
+ONNX_DATA=/usr/share/libonnx-testdata/data
+if [[ ! -d $ONNX_DATA && -f "$BIN/onnx-testdata.tar.xz" ]]; then
+  mkdir -p "$OUT/onnx-testdata" && tar xJf "$BIN/onnx-testdata.tar.xz" -C "$OUT/onnx-testdata" && ONNX_DATA="$OUT/onnx-testdata/data"
+fi
+ONNX_BACKEND="tools/onnx/backend_test.sh '$ONNX_DATA' --device cuda --tool '$BIN/tsr-onnx-test'"
+# (exit 1 on a regression: a test of passing-compiled.txt that does not pass; the log keeps the
+# per-category lines, the verdicts file every test's line)
+step onnx_backend_gpu "$ONNX_BACKEND --log '$OUT/onnx_backend_gpu.verdicts'"
+step negative_onnx_backend_gpu "python3 tests/expect.py --exit 1 --has 'REGRESSIONS .*: 1' --has 'node/test_cast_FLOAT_to_STRING' --has 'node: 1 passed, 0 failed, 1 unsupported' -- $ONNX_BACKEND --match 'test_(abs|cast_FLOAT_to_STRING)\$' --passing tests/onnx/negative_passing.txt"
+[[ -f "$OUT/onnx_backend_gpu.log" ]] && grep -hE '^(node|pytorch-converted|pytorch-operator|simple|total|compiled executor):' "$OUT/onnx_backend_gpu.log" | sed 's/^/   /'
+# Convolution and pooling as the GPU's window programs, values and gradients against PyTorch.
+step conv_torch_cuda "python3 tests/nn/conv_torch.py '$BIN/tsr' --device cuda"
+step negative_conv_torch_cuda "python3 tests/expect.py --exit 1 --has 'negative: 52 of 52 cases failed' -- python3 tests/nn/conv_torch.py '$BIN/tsr' --device cuda --negative"
 
 # The main job on both devices (the CPU with every core of this machine).
 epochs=${DIGITS_EPOCHS:-30}

@@ -1,11 +1,25 @@
-// tsr-onnx-test MODEL_DIR: one test of ONNX's backend test data (MODEL_DIR/model.onnx and its
-// test_data_set_*/input_N.pb, output_N.pb). Imports the model as `onnx.load` does (onnx/Import.h),
-// runs it on every data set on the reference evaluator, and compares each output with ONNX's
-// backend tolerances: |got - want| <= atol + rtol * |want| with rtol 1e-3, atol 1e-7 for floats
-// (NaN equals NaN), exact for integers and booleans; dtypes and shapes must be equal.
+// tsr-onnx-test [--executor reference|compiled] [--device cpu|cuda[:N]] MODEL_DIR: one test of
+// ONNX's backend test data (MODEL_DIR/model.onnx and its test_data_set_*/input_N.pb, output_N.pb).
+// Imports the model as `onnx.load` does (onnx/Import.h), runs it on every data set, and compares
+// each output with ONNX's backend tolerances: |got - want| <= atol + rtol * |want| with rtol 1e-3,
+// atol 1e-7 for floats (NaN equals NaN), exact for integers and booleans; dtypes and shapes must be
+// equal.
 //
-// Prints one line, `PASS NAME`, `FAIL NAME: WHY` or `UNSUPPORTED NAME: WHY`, and exits 0, 1 or 2.
+// Where it runs: `--executor reference` (the default) runs the imported graph on the reference
+// evaluator (ir/eval/Evaluator.h); `--executor compiled` runs it as `tsr run` runs a graph: the
+// Graph IR pipeline (ir/passes/Pipeline.h), then the compiled executor (exec/CompiledExecutor.h,
+// every step compiled at its first call) on `--device`: the host CPU's JIT (cpu, the default) or
+// a GPU (cuda, cuda:N; exec/cuda/CudaBackend.h), which implies `--executor compiled`.
+//
+// Prints one line, `PASS NAME`, `FAIL NAME: WHY` or `UNSUPPORTED NAME: WHY`, and exits 0, 1 or 2
+// (64 for a usage error, 3 when the GPU asked for cannot be used). The compiled executor also
+// prints on stderr what it ran: `compiled: L launches; steps: C compiled, I interpreted, U with
+// unknown dims, B library`.
+#include "exec/CompiledExecutor.h"
+#include "exec/cpu/CpuBackend.h"
+#include "exec/cuda/NvptxCompiler.h"
 #include "ir/eval/Evaluator.h"
+#include "ir/passes/Pipeline.h"
 #include "onnx/Import.h"
 
 #include <algorithm>
@@ -20,6 +34,28 @@ using namespace tsr;
 namespace {
 
 constexpr double kRtol = 1e-3, kAtol = 1e-7;
+
+/// Where graphs run: null for the reference evaluator, else the compiled executor's backend.
+std::shared_ptr<exec::StepBackend> gBackend;
+/// What the compiled executor ran, over every data set (printed on stderr at the end).
+exec::CompiledExecutor::Stats gStats;
+
+/// Runs `g` where the command line asked. The compiled path runs the Graph IR pipeline on the
+/// graph first, as `tsr run` does after lowering a call (the passes reach a fixed point, so the
+/// later data sets' runs of the same graph find nothing more to rewrite).
+std::vector<rt::Tensor> runGraph(const ir::Module &module, ir::Graph &g, const std::vector<rt::Tensor> &inputs) {
+  if (!gBackend) return ir::evaluate(module, g, inputs);
+  ir::runGraphPipeline(g, true);
+  exec::CompiledExecutor exec(gBackend);
+  auto outputs = exec.run(module, g, inputs);
+  const auto st = exec.stats();
+  gStats.launches += st.launches;
+  gStats.compiledSteps += st.compiledSteps;
+  gStats.interpretedSteps += st.interpretedSteps;
+  gStats.unknownDimSteps += st.unknownDimSteps;
+  gStats.librarySteps += st.librarySteps;
+  return outputs;
+}
 
 int report(const std::string &verdict, const std::string &name, const std::string &why) {
   std::cout << verdict << " " << name << (why.empty() ? "" : ": " + why) << "\n";
@@ -69,9 +105,11 @@ std::pair<std::string, std::string> runSet(const ir::Module &module, const onnxi
   for (auto &c : m.constants) inputs.push_back(c);
   std::vector<rt::Tensor> outputs;
   try {
-    outputs = ir::evaluate(module, *m.graph, inputs);
+    outputs = runGraph(module, *m.graph, inputs);
   } catch (const std::exception &e) {
     return {"FAIL", set.filename().string() + ": " + e.what()};
+  } catch (const ir::IRError &e) { // the pipeline left an ill-formed graph: an internal error
+    return {"FAIL", set.filename().string() + ": internal error: " + e.message};
   }
   size_t next = 0; // the graph's outputs are the model's outputs that are not strings
   for (size_t i = 0; i < m.outputNames.size(); ++i) {
@@ -177,9 +215,38 @@ int run(const fs::path &dir) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    std::cerr << "usage: tsr-onnx-test MODEL_DIR\n";
+  const char *usage = "usage: tsr-onnx-test [--executor reference|compiled] [--device cpu|cuda[:N]] MODEL_DIR\n";
+  std::string executor = "reference", device = "cpu", dir;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if ((a == "--executor" || a == "--device") && i + 1 < argc) (a == "--executor" ? executor : device) = argv[++i];
+    else if (a.rfind("--executor=", 0) == 0) executor = a.substr(11);
+    else if (a.rfind("--device=", 0) == 0) device = a.substr(9);
+    else if (a.rfind("--", 0) == 0 || !dir.empty()) { std::cerr << usage; return 64; }
+    else dir = a;
+  }
+  if (dir.empty() || (executor != "reference" && executor != "compiled") ||
+      (device != "cpu" && device != "cuda" && device.rfind("cuda:", 0) != 0)) {
+    std::cerr << usage;
     return 64;
   }
-  return run(argv[1]);
+  if (device != "cpu") {
+    if (executor == "reference") executor = "compiled"; // a GPU runs compiled programs only
+    try {
+      gBackend = exec::cudaBackend(device);
+    } catch (const std::exception &e) {
+      std::cerr << "tsr-onnx-test: --device " << device << ": " << e.what() << "\n";
+      return 3;
+    }
+  } else if (executor == "compiled") {
+    gBackend = exec::cpuBackend();
+  }
+  const int rc = run(dir);
+  // The compiled executor's account, one line on stderr (backend_test.sh sums them): tests assert
+  // from it that compiled programs ran.
+  if (gBackend)
+    std::cerr << "compiled: " << gStats.launches << " launches; steps: " << gStats.compiledSteps << " compiled, "
+              << gStats.interpretedSteps << " interpreted, " << gStats.unknownDimSteps << " with unknown dims, "
+              << gStats.librarySteps << " library\n";
+  return rc;
 }
