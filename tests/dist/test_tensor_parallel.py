@@ -10,7 +10,12 @@ Cases:
   order, equal the reference's gradients (tolerance of summation order: 1e-5 relative, 1e-6
   absolute); each rank's A shard has hidden/n columns. TSR_DIST_REPORT=1 counts the collectives
   each graph call ran: the forward call 1 all-reduce, value_and_grad (forward and backward) 2,
-  so the backward pass 1. Ten SGD steps end at the reference's loss.
+  so the backward pass 1; for the parameters alone (the SGD steps) 1, the forward pass's. Ten
+  SGD steps end at the reference's loss.
+- rules: tests/dist/tp_rules.tsr on 2 and 4 ranks against 1: X used by two column-parallel
+  products (its cotangent still one all-reduce: the call runs 2), all_reduce with op="mean" and
+  "max", and a graph function that differentiates and takes SGD steps inside (3 steps: the
+  updated shards and the loss; 1 all-reduce per step, X not being differentiated).
 - dp_tp: tests/dist/tp_dp.tsr on a dp x tp mesh of 2 x 2 (4 ranks): the loss and the gradients
   (averaged over dp, sharded over tp) equal the reference's.
 - bad: a shard that does not divide (the checker's error where the mesh is a literal, the run's
@@ -18,7 +23,8 @@ Cases:
   the checker and from the run), a mesh that does not match --devices, the checker's shard type.
 --negative: the mlp case's comparisons on tests/dist/tp_plain.tsr, whose shards are sliced by
   hand instead of by dist.tensor: its gradients (the replicated loss counted once per rank, X's
-  cotangent partial) must fail them.
+  cotangent partial) must fail them, and its value_and_grad for the parameters alone runs 2
+  all-reduces (all_reduce transposed to all_reduce), which must fail the count.
 """
 import argparse
 import os
@@ -48,7 +54,7 @@ def check(ok, what):
     global passed, failed
     if ok:
         passed += 1
-        print(f"PASS {what}")
+        print(f"PASS {what.splitlines()[0]}")  # the output a failure shows, only then
     else:
         failed += 1
         print(f"FAIL {what}")
@@ -105,6 +111,12 @@ def final_loss(stdout):
     return float(m[-1]) if m else None
 
 
+def params_only(label, calls):
+    """value_and_grad of the loss for the parameters alone (X not differentiated) runs only the
+    forward pass's all-reduce: g's transpose is the identity."""
+    check(bool(calls) and all(c == 1 for c in calls), f"{label}: value_and_grad for the parameters alone ran {calls} all-reduce(s), 1 each expected")
+
+
 def case_mlp(tmp, negative):
     ref, ref_out = reference(tmp)
     for n in (2, 4):
@@ -114,9 +126,11 @@ def case_mlp(tmp, negative):
         got = os.path.join(tmp, f"tp{n}")
         os.makedirs(got)
         if negative:
-            p = run(n, os.path.join(HERE, "tp_plain.tsr"), "--out", got)
+            p = run(n, os.path.join(HERE, "tp_plain.tsr"), "--out", got, TSR_DIST_REPORT="1")
             check(p.returncode == 0, f"plain ({n}): runs\n" + p.stderr[-2000:])
             compare(f"plain ({n})", ref, got, n, GRADS)
+            calls = [int(c) for c in re.findall(r"collectives: rank 0: graph `[^`]+` ran (\d+)", p.stderr)]
+            params_only(f"plain ({n})", calls[2:3])
             continue
         p = run(n, EXAMPLE, "--out", got, "--steps", "10", TSR_DIST_REPORT="1", TSR_DIST_OUTPUT="all")
         check(p.returncode == 0, f"mlp ({n}): runs\n" + p.stderr[-2000:])
@@ -133,9 +147,41 @@ def case_mlp(tmp, negative):
         check(fwd == 1, f"mlp ({n}): the forward pass ran {fwd} all-reduce(s), 1 expected")
         check(both is not None and fwd is not None and both - fwd == 1,
               f"mlp ({n}): the backward pass ran {None if both is None else both - (fwd or 0)} all-reduce(s), 1 expected")
+        params_only(f"mlp ({n})", calls[2:])
         want, have = final_loss(ref_out), final_loss(p.stdout)
         check(want is not None and have is not None and abs(want - have) <= 1e-5 * max(1.0, abs(want)),
               f"mlp ({n}): 10 SGD steps end at the reference's loss ({have} vs {want})")
+
+
+RULES = {"two_uses_loss": None, "two_uses_gx": None, "two_uses_ga": 1, "two_uses_gb": 0, "two_uses_gc": 1,
+         "mean_loss": None, "mean_gx": None, "mean_ga": 1, "mean_gb": 0,
+         "maxcol_loss": None, "maxcol_gx": None, "maxcol_ga": 1,
+         "step_loss": None, "step_a": 1, "step_b": 0}
+
+
+def case_rules(tmp):
+    prog = os.path.join(HERE, "tp_rules.tsr")
+    ref = os.path.join(tmp, "rules1")
+    os.makedirs(ref)
+    p = run(1, prog, "--out", ref)
+    check(p.returncode == 0, "rules: one rank runs\n" + p.stderr[-2000:])
+    GRADS.update(RULES)
+    for n in (2, 4):
+        if n > MAX[0]:
+            print(f"SKIP rules ({n}): {MAX[0]} device(s)")
+            continue
+        got = os.path.join(tmp, f"rules{n}")
+        os.makedirs(got)
+        p = run(n, prog, "--out", got, TSR_DIST_REPORT="1")
+        check(p.returncode == 0, f"rules ({n}): runs\n" + p.stderr[-2000:])
+        if p.returncode != 0:
+            continue
+        compare(f"rules ({n})", ref, got, n, RULES)
+        calls = re.findall(r"collectives: rank 0: graph `([^`#]+)[^`]*` ran (\d+)", p.stderr)
+        check(bool(calls) and calls[0][0].startswith("eager") and calls[0][1] == "2",
+              f"rules ({n}): two_uses's value_and_grad ran 2 all-reduces (forward 1, X's cotangent 1): {calls[:1]}")
+        steps = [int(c) for name, c in calls if name == "train_step"]
+        check(steps == [1, 1, 1], f"rules ({n}): each train_step call ran 1 all-reduce: {steps}")
 
 
 def case_dp_tp(tmp):
@@ -206,6 +252,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         if a.case in (None, "mlp"):
             case_mlp(os.path.join(tmp), a.negative)
+        if a.case in (None, "rules") and not a.negative:
+            case_rules(tmp)
         if a.case in (None, "dp_tp") and not a.negative and MAX[0] >= 4:
             d = os.path.join(tmp, "dp")
             os.makedirs(d)
