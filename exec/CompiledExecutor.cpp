@@ -261,6 +261,11 @@ struct CompiledExecutor::Impl {
     auto it = plans.find(g.serial);
     if (it != plans.end() && it->second.ops == g.ops.size()) return it->second;
     GraphPlan p{g.ops.size(), sched::planFusion(g), std::to_string(ir::structureHash(g, m)) + "/"};
+    // Convolution and pooling: window programs on a GPU; on the host CPU the evaluator's
+    // im2col product stays the faster code (windowStepsOnCpu).
+    if (!tiles().gpuTarget() && !windowStepsOnCpu())
+      for (sched::Step &st : p.plan.steps)
+        if (st.kind == sched::StepKind::Window) st.kind = sched::StepKind::Library;
     p.notCapturable = whyNotCapturable(p.plan);
     return plans.insert_or_assign(g.serial, std::move(p)).first->second;
   }
@@ -569,6 +574,14 @@ CompiledExecutor::Stats CompiledExecutor::stats() const {
   }
   s.launches = impl_->launches.load();
   return s;
+}
+
+bool windowStepsOnCpu() {
+  static const bool on = [] {
+    const char *v = std::getenv("TSR_WINDOW_STEPS");
+    return v && std::string(v) == "1";
+  }();
+  return on;
 }
 
 bool forceInterpretForTests() {

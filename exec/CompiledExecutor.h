@@ -80,6 +80,14 @@ private:
 /// still interprets a step until it has done N element-ops.
 constexpr int64_t kDefaultJitThreshold = 0;
 
+/// Whether the host CPU's executor runs conv, conv_transpose, the pools and their gradients as
+/// window programs (ir/schedule/LowerWindow.cpp) rather than as library steps (the evaluator's
+/// ir/eval/ConvPool.cpp: im2col and a blocked product, about 10 times faster on the host for a
+/// 3x3 conv of 64 channels; docs/performance.md). A GPU always runs the window programs (no copy
+/// to the host and back); TSR_WINDOW_STEPS=1 runs them on the CPU too, which is how the tests
+/// check the programs that the GPU runs on a machine without one.
+bool windowStepsOnCpu();
+
 /// TSR_TEST_FORCE_INTERPRET=1 makes every kernel step run interpreted as if below the JIT
 /// threshold. It exists for the tests' negative controls only (a test that asserts compiled code
 /// ran must fail under it); no user-facing behaviour depends on it.

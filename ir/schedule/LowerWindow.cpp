@@ -181,65 +181,73 @@ Kernel lowerWindow(const Op &op, const std::vector<int64_t> &shape, const std::s
     TV *result = nullptr;
 
     switch (op.kind) {
-    case OpKind::Conv: {
-      // y[n, m, o] = sum over the group's channels c and taps k of x[n, g*Cg + c, o*s + k*d - pb] w[m, c, k]
-      TV *x = in[0], *w = in[1];
-      TV *Cg = b.dim(w, 1), *Mg = b.bin(TK::Div, b.dim(out, 1), b.bin(TK::Div, b.dim(x, 1), Cg));
-      TV *T = b.i64(1);
-      for (size_t j = 0; j < n; ++j) T = b.bin(TK::Mul, T, b.dim(w, int(2 + j)));
-      TV *cbase = b.bin(TK::Mul, b.bin(TK::Div, idx[1], W.splat(Mg)), W.splat(Cg)); // g * Cg
-      TV *xn = b.bin(TK::Mul, idx[0], W.stride(b, x, 0)), *wm = b.bin(TK::Mul, idx[1], W.stride(b, w, 0));
-      Loop L = beginLoop(b, b.i64(0), b.bin(TK::Mul, Cg, T), {b.constant(ts, acc, 0.0)});
-      Builder &lb = L.b;
-      TV *ch = lb.bin(TK::Div, L.iv, T), *tap = lb.bin(TK::Sub, L.iv, lb.bin(TK::Mul, ch, T));
-      std::vector<TV *> kk = W.tapsOfDims(lb, tap, w);
-      TV *chs = W.splatIn(lb, ch);
-      TV *xoff = lb.bin(TK::Add, xn, lb.bin(TK::Mul, lb.bin(TK::Add, cbase, chs), W.stride(lb, x, 1)));
-      TV *woff = lb.bin(TK::Add, wm, lb.bin(TK::Mul, chs, W.stride(lb, w, 1)));
-      TV *ok = inside;
-      for (size_t j = 0; j < n; ++j) {
-        TV *kj = W.splatIn(lb, kk[j]);
-        TV *i = lb.bin(TK::Add, lb.bin(TK::Mul, idx[2 + j], W.ci(lb, W.strides[j])),
-                       lb.bin(TK::Sub, lb.bin(TK::Mul, kj, W.ci(lb, W.dilations[j])), W.ci(lb, W.pads[j])));
-        ok = W.all(lb, ok, W.inRange(lb, i, W.dimOf(lb, x, 2 + j)));
-        xoff = lb.bin(TK::Add, xoff, lb.bin(TK::Mul, i, W.stride(lb, x, 2 + j)));
-        woff = lb.bin(TK::Add, woff, lb.bin(TK::Mul, kj, W.stride(lb, w, 2 + j)));
-      }
-      TV *xv = lb.cast(lb.op(TK::Load, {x, xoff, ok}), acc), *wv = lb.cast(lb.op(TK::Load, {w, woff, inside}), acc);
-      result = endLoop(L, {lb.bin(TK::Add, L.carried[0], lb.bin(TK::Mul, xv, wv))})[0];
-      break;
-    }
+    case OpKind::Conv:
     case OpKind::ConvTranspose: {
-      // y[n, m, o] = sum over the group's input channels c and taps k with o = i*s + k*d - pb of
-      // x[n, c, i] w[c, m % Mg, k], m's group g = m / Mg, c in [g*Cg, (g+1)*Cg)
+      // conv: y[n, m, o] = sum over the group's channels c and taps k of
+      //   x[n, g*Cg + c, o*s + k*d - pb] w[m, c, k], g = m / Mg;
+      // conv_transpose: y[n, m, o] = sum over the group's input channels c and the taps k with
+      //   o = i*s + k*d - pb of x[n, g*Cg + c, i] w[g*Cg + c, m % Mg, k], g = m / Mg.
+      // Two loops: the taps outside, where each tap's positions, padding mask and offsets are
+      // computed once; the channels inside, two loads and a multiply-add per element.
+      const bool tr = op.kind == OpKind::ConvTranspose;
       TV *x = in[0], *w = in[1];
-      TV *Mg = b.dim(w, 1), *Cg = b.bin(TK::Div, b.dim(x, 1), b.bin(TK::Div, b.dim(out, 1), Mg));
+      TV *Mg = tr ? b.dim(w, 1) : nullptr, *Cg = tr ? nullptr : b.dim(w, 1);
+      if (tr) Cg = b.bin(TK::Div, b.dim(x, 1), b.bin(TK::Div, b.dim(out, 1), Mg));
+      else Mg = b.bin(TK::Div, b.dim(out, 1), b.bin(TK::Div, b.dim(x, 1), Cg));
       TV *T = b.i64(1);
       for (size_t j = 0; j < n; ++j) T = b.bin(TK::Mul, T, b.dim(w, int(2 + j)));
+      // The weight's offsets are the same for the whole tile when m is (the channel axis outside
+      // the tile): one scalar load per channel and tap, broadcast.
+      const bool wScalar = c.block[1] == 0;
+      TV *mS = c.start[1];
       TV *grp = b.bin(TK::Div, idx[1], W.splat(Mg));
-      TV *mi = b.bin(TK::Sub, idx[1], b.bin(TK::Mul, grp, W.splat(Mg)));
-      TV *cbase = b.bin(TK::Mul, grp, W.splat(Cg));
-      TV *xn = b.bin(TK::Mul, idx[0], W.stride(b, x, 0)), *wm = b.bin(TK::Mul, mi, W.stride(b, w, 1));
-      Loop L = beginLoop(b, b.i64(0), b.bin(TK::Mul, Cg, T), {b.constant(ts, acc, 0.0)});
+      TV *cbase = b.bin(TK::Mul, grp, W.splat(Cg)); // the group's first input channel
+      TV *xrow = b.bin(TK::Add, b.bin(TK::Mul, idx[0], W.stride(b, x, 0)), b.bin(TK::Mul, cbase, W.stride(b, x, 1)));
+      TV *wrow; // w's offset of channel 0 of the group (tile, or scalar when wScalar)
+      if (!tr) {
+        wrow = wScalar ? b.bin(TK::Mul, mS, b.op(TK::TensorStride, {w}, {{"axis", int64_t(0)}})) : b.bin(TK::Mul, idx[1], W.stride(b, w, 0));
+      } else {
+        auto rowOf = [&](Builder &lb, TV *m, TV *mg, TV *cg, bool tile) {
+          TV *g = lb.bin(TK::Div, m, mg);
+          TV *mi = lb.bin(TK::Sub, m, lb.bin(TK::Mul, g, mg));
+          TV *s0 = lb.op(TK::TensorStride, {w}, {{"axis", int64_t(0)}}), *s1 = lb.op(TK::TensorStride, {w}, {{"axis", int64_t(1)}});
+          if (tile) { s0 = W.splatIn(lb, s0); s1 = W.splatIn(lb, s1); }
+          return lb.bin(TK::Add, lb.bin(TK::Mul, mi, s1), lb.bin(TK::Mul, lb.bin(TK::Mul, g, cg), s0));
+        };
+        wrow = wScalar ? rowOf(b, mS, Mg, Cg, false) : rowOf(b, idx[1], W.splat(Mg), W.splat(Cg), true);
+      }
+      TV *sxc = b.op(TK::TensorStride, {x}, {{"axis", int64_t(1)}});
+      TV *swc = b.op(TK::TensorStride, {w}, {{"axis", int64_t(tr ? 0 : 1)}});
+      Loop L = beginLoop(b, b.i64(0), T, {b.constant(ts, acc, 0.0)});
       Builder &lb = L.b;
-      TV *ch = lb.bin(TK::Div, L.iv, T), *tap = lb.bin(TK::Sub, L.iv, lb.bin(TK::Mul, ch, T));
-      std::vector<TV *> kk = W.tapsOfDims(lb, tap, w);
-      TV *cs = lb.bin(TK::Add, cbase, W.splatIn(lb, ch));
-      TV *xoff = lb.bin(TK::Add, xn, lb.bin(TK::Mul, cs, W.stride(lb, x, 1)));
-      TV *woff = lb.bin(TK::Add, wm, lb.bin(TK::Mul, cs, W.stride(lb, w, 0)));
-      TV *ok = inside;
+      std::vector<TV *> kk = W.tapsOfDims(lb, L.iv, w);
+      TV *xoff = xrow, *ok = inside;
+      TV *woff = wrow;
       for (size_t j = 0; j < n; ++j) {
         TV *kj = W.splatIn(lb, kk[j]);
-        TV *num = lb.bin(TK::Sub, lb.bin(TK::Add, idx[2 + j], W.ci(lb, W.pads[j])), lb.bin(TK::Mul, kj, W.ci(lb, W.dilations[j])));
-        TV *s = W.ci(lb, W.strides[j]);
-        TV *i = lb.bin(TK::FloorDiv, num, s);
-        ok = W.all(lb, ok, lb.bin(TK::Eq, lb.bin(TK::Mod, num, s), W.ci(lb, 0)));
+        TV *i;
+        if (!tr) {
+          i = lb.bin(TK::Add, lb.bin(TK::Mul, idx[2 + j], W.ci(lb, W.strides[j])),
+                     lb.bin(TK::Sub, lb.bin(TK::Mul, kj, W.ci(lb, W.dilations[j])), W.ci(lb, W.pads[j])));
+        } else {
+          TV *num = lb.bin(TK::Sub, lb.bin(TK::Add, idx[2 + j], W.ci(lb, W.pads[j])), lb.bin(TK::Mul, kj, W.ci(lb, W.dilations[j])));
+          TV *st = W.ci(lb, W.strides[j]);
+          i = lb.bin(TK::FloorDiv, num, st);
+          ok = W.all(lb, ok, lb.bin(TK::Eq, lb.bin(TK::Mod, num, st), W.ci(lb, 0)));
+        }
         ok = W.all(lb, ok, W.inRange(lb, i, W.dimOf(lb, x, 2 + j)));
         xoff = lb.bin(TK::Add, xoff, lb.bin(TK::Mul, i, W.stride(lb, x, 2 + j)));
-        woff = lb.bin(TK::Add, woff, lb.bin(TK::Mul, kj, W.stride(lb, w, 2 + j)));
+        TV *sw = lb.op(TK::TensorStride, {w}, {{"axis", int64_t(2 + j)}});
+        woff = lb.bin(TK::Add, woff, wScalar ? lb.bin(TK::Mul, kk[j], sw) : lb.bin(TK::Mul, kj, W.splatIn(lb, sw)));
       }
-      TV *xv = lb.cast(lb.op(TK::Load, {x, xoff, ok}), acc), *wv = lb.cast(lb.op(TK::Load, {w, woff, ok}), acc);
-      result = endLoop(L, {lb.bin(TK::Add, L.carried[0], lb.bin(TK::Mul, xv, wv))})[0];
+      // The channels of the group: x's and w's offsets advance by their channel strides.
+      Loop C = beginLoop(lb, lb.i64(0), Cg, {L.carried[0]});
+      Builder &cb = C.b;
+      TV *xv = cb.op(TK::Load, {x, cb.bin(TK::Add, xoff, W.splatIn(cb, cb.bin(TK::Mul, C.iv, sxc))), ok});
+      TV *wo = cb.bin(TK::Add, woff, wScalar ? cb.bin(TK::Mul, C.iv, swc) : W.splatIn(cb, cb.bin(TK::Mul, C.iv, swc)));
+      TV *wv = wScalar ? W.splatIn(cb, cb.op(TK::Load, {w, wo})) : cb.op(TK::Load, {w, wo, inside});
+      TV *sum = endLoop(C, {cb.bin(TK::Add, C.carried[0], cb.bin(TK::Mul, cb.cast(xv, acc), cb.cast(wv, acc)))})[0];
+      result = endLoop(L, {sum})[0];
       break;
     }
     case OpKind::MaxPool:

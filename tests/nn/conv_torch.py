@@ -16,7 +16,8 @@ executor by default; `reference` the evaluator), --device where the compiled exe
 default; cuda: a GPU, the GPU suite's step conv_torch_cuda).
 
 On the compiled executor the ops run as window steps (ir/schedule/LowerWindow.cpp: one compiled
-program per op, docs/ir.md), and the run's profile (`tsr run --profile`) must show it: launches of
+program per op, docs/ir.md; on the CPU under TSR_WINDOW_STEPS=1, which the test sets unless the
+environment gives it), and the run's profile (`tsr run --profile`) must show it: launches of
 `window` programs, and no library step of conv, conv_transpose or a pool op (`FAIL: window steps`
 otherwise; TSR_TEST_FORCE_INTERPRET=1, which runs every kernel step on the evaluator, is that
 check's control: ctest negative_conv_torch_window_steps).
@@ -231,6 +232,9 @@ def main():
                 f.write(program(cases))
             np.savez(os.path.join(tmp, "in.npz"), **arrays)
             env = dict(os.environ, TSR_EXECUTOR=executor)
+            # On the CPU the window programs run only under TSR_WINDOW_STEPS=1 (exec/CompiledExecutor.h:
+            # the evaluator's im2col is faster there); the test checks the programs a GPU runs.
+            env.setdefault("TSR_WINDOW_STEPS", "1")
             trace = os.path.join(tmp, "trace.json")
             cmd = [tsr, "run", src, "--device", device] + (["--profile", trace] if executor == "compiled" else []) + [
                 "--inputs", os.path.join(tmp, "in.npz"), "--out", os.path.join(tmp, "out.npz")]
