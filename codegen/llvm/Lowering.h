@@ -375,6 +375,7 @@ private:
   Value *isNan(Value *x) { return B.CreateFCmpUNO(x, x); }
   Value *expF32(Value *x, bool base2);
   Value *tanhF32(Value *x);
+  Value *erfF32(Value *x);
   Value *libm(const char *name, Value *x) {
     std::string n = name;
     if (x->getType()->isFloatTy()) n += "f";

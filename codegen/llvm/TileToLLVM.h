@@ -63,6 +63,11 @@ public:
   /// keeps its result's error bound (tanhF32).
   virtual llvm::Value *approxExp2(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
   virtual llvm::Value *approxRcp(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
+  /// Whether f32 erf (and gelu's exact form) is computed inline by a rational approximation
+  /// (Lowering::erfF32: branch-free, so loops over it vectorize; absolute error 4.2e-7) rather
+  /// than by the math library. The CPU's libm erff is a call per element; the GPU's libdevice
+  /// __nv_erff is inline, within 2 ulp, and as fast, so the GPU keeps it.
+  virtual bool inlineErf() const { return true; }
   /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
   /// from f64): `name` is one of the tsr_cg_* functions of runtime/CodegenHelpers.h.
   virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,

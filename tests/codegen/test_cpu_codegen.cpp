@@ -7,9 +7,11 @@
 #include "TileBuild.h"
 #include "ir/tile/TileText.h"
 
+#include "runtime/GridLauncher.h"
 #include "runtime/Numeric.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -257,7 +259,7 @@ TEST_CASE("unary float ops against libm, per dtype") {
       {OpKind::Silu, [](double x, double) { return x / (1 + std::exp(-x)); }, 5e-7},
       {OpKind::Sin, [](double x, double) { return std::sin(x); }, 2e-7},
       {OpKind::Cos, [](double x, double) { return std::cos(x); }, 2e-7},
-      {OpKind::Erf, [](double x, double) { return std::erf(x); }, 2e-7},
+      {OpKind::Erf, [](double x, double) { return std::erf(x); }, 5e-7}, // erfF32: 4.2e-7 near 3.3
       {OpKind::Floor, [](double x, double) { return std::floor(x); }, 0},
       {OpKind::Ceil, [](double x, double) { return std::ceil(x); }, 0},
       {OpKind::Round, [](double x, double) { return std::nearbyint(x); }, 0},
@@ -280,9 +282,11 @@ TEST_CASE("unary float ops against libm, per dtype") {
                      [](double x, double y) { return x + y; }, 0, 0);
     checkElementwise(OpKind::Mul, d, small, small, [](double x, double y) { return x * y; }, 0, 0);
   }
-  checkElementwise(OpKind::Gelu, DType::F32, xs, {}, gelu, 1e-6, 1e-7, {A("approximate", std::string("none"))});
+  // The CPU's erf is erfF32 (absolute error 4.2e-7), so gelu's error is up to 2.1e-7 |x|: 1.2e-6
+  // absolute at this list's |x| <= 5.55, where the negative tail's values are below 1e-7.
+  checkElementwise(OpKind::Gelu, DType::F32, xs, {}, gelu, 1e-6, 1.2e-6, {A("approximate", std::string("none"))});
   checkElementwise(OpKind::Gelu, DType::F32, xs, {}, geluT, 1e-6, 1e-7, {A("approximate", std::string("tanh"))});
-  checkElementwise(OpKind::Gelu, DType::BF16, xs, {}, gelu, 1.0 / 128, 1e-7, {A("approximate", std::string("none"))});
+  checkElementwise(OpKind::Gelu, DType::BF16, xs, {}, gelu, 1.0 / 128, 1.2e-6, {A("approximate", std::string("none"))});
 }
 
 TEST_CASE("binary and comparison ops, floats and integers") {
@@ -601,8 +605,9 @@ TEST_CASE("launch errors and empty grids") {
   CHECK_THROWS_AS(k->launch(args, 1, {-1, 1, 1}), codegen::CodegenError);
 }
 
-TEST_CASE("elementwise math vectorizes: no per-element calls for exp, tanh, sigmoid, silu, gelu(tanh)") {
-  for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Tanh, OpKind::Sigmoid, OpKind::Silu, OpKind::Gelu, OpKind::Max, OpKind::Round}) {
+TEST_CASE("elementwise math vectorizes: no per-element calls for exp, tanh, sigmoid, silu, gelu, erf") {
+  for (OpKind k : {OpKind::Exp, OpKind::Exp2, OpKind::Tanh, OpKind::Sigmoid, OpKind::Silu, OpKind::Gelu, OpKind::Erf, OpKind::Max,
+                   OpKind::Round}) {
     Function f("vec");
     Value *x = f.addParam("x", Type::tensor(1, DType::F32));
     Value *o = f.addParam("o", Type::tensor(1, DType::F32));
