@@ -60,7 +60,23 @@ TypeRef ruleShardSpec(CallSite &s) {
         s.wrongKind(p, "a tuple of partition names (\"row\", \"col\", an axis index or None)", "partition");
         return T::unknown();
       }
-  if (!meshAxisArg(s, m, "mesh_axes")) return T::unknown();
+  // mesh_axes: a name, or one entry per partition entry (a name, or None where it is None).
+  if (given(m) && !isUnknown(m) && !m->type->is(K::None)) {
+    const Type &mt = *m->type;
+    bool ok = mt.is(K::Str) || ((mt.is(K::Tuple) || mt.is(K::List)) &&
+                                std::all_of(mt.elems.begin(), mt.elems.end(), [](auto &e) { return isUnknown(e) || e->is(K::Str) || e->is(K::None); }));
+    if (!ok) {
+      s.wrongKind(m, "a mesh axis name or a tuple of names (or None)", "mesh_axes");
+      return T::unknown();
+    }
+    const size_t np = !given(p) || isUnknown(p) || p->type->is(K::None) ? 0 : p->type->is(K::Str) ? 1 : p->type->elems.size();
+    const size_t nm = mt.is(K::Str) ? 1 : mt.elems.size();
+    const bool known = given(p) && !isUnknown(p) && (p->type->is(K::Str) || p->type->lengthKnown) && (mt.is(K::Str) || mt.lengthKnown);
+    if (known && np != nm) {
+      s.wrongKind(m, "one mesh axis per partition entry (" + std::to_string(np) + ")", "mesh_axes");
+      return T::unknown();
+    }
+  }
   Type t = *T::opaque("ShardSpec");
   t.fields = {{"partition", given(p) ? p->type : T::none()}, {"mesh_axes", given(m) ? m->type : T::none()}};
   return std::make_shared<const Type>(std::move(t));
@@ -96,7 +112,7 @@ TypeRef ruleDistTensor(CallSite &s) {
   std::optional<StaticMesh> mesh = s.enclosing && s.enclosing->module ? staticMesh(*s.enclosing->module) : std::nullopt;
   std::vector<Dim> dims = t->dims;
   const auto *xn = x->expr ? dyn_cast<ast::Name>(x->expr) : nullptr;
-  const std::string name = xn ? "`" + xn->id + "`" : "x";
+  const std::string name = xn ? "`" + xn->id + "`" : "a tensor";
   for (size_t i = 0; i < parts.size(); ++i) {
     const TypeRef &p = parts[i];
     if (!p || p->is(K::None)) continue;
