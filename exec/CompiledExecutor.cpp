@@ -223,11 +223,14 @@ struct CompiledExecutor::Impl {
   // walk GraphReplay asked for is under way (its nested call must not replay again).
   // In its warm-up and capture walks, index checks count into device memory and the counters are
   // kept in `deferredChecks` to the walk's end (so both walks allocate alike); the warm-up reads
-  // each at once, a capture leaves them to GraphReplay, which reads them after each replay.
+  // each at once, a capture leaves them to GraphReplay, which reads them lazily after replays.
+  // `outputDest`: the walk's output destinations (GraphReplay::WalkFn), taken by the walk's
+  // top-level run (not the composites' nested ones).
   std::unique_ptr<GraphReplay> replay;
   bool walking = false;
   GraphReplay::Walk walkMode = GraphReplay::Walk::Plain;
-  std::vector<Tensor> *deferredChecks = nullptr;
+  std::vector<DeferredCheck> *deferredChecks = nullptr;
+  const GraphReplay::Dests *outputDest = nullptr;
   // Library ops as graphs of device ops in those walks (DeviceComposites.h), by step and shapes.
   std::unordered_map<std::string, std::unique_ptr<ir::Graph>> composites;
   // Work (element-ops) each step has run interpreted so far, by its program key.
@@ -571,6 +574,10 @@ CompiledExecutor::Stats CompiledExecutor::stats() const {
     s.graphReplays = impl_->replay->stats().replays;
     s.graphKernels = impl_->replay->stats().capturedKernels;
     s.graphSlotCopies = impl_->replay->stats().slotCopies;
+    s.graphFedInPlace = impl_->replay->stats().fedInPlace;
+    s.graphOutputCopies = impl_->replay->stats().outputCopies;
+    s.graphHostWaits = impl_->replay->stats().hostWaits;
+    s.graphHeldFallbacks = impl_->replay->stats().heldFallbacks;
   }
   s.launches = impl_->launches.load();
   return s;
@@ -700,14 +707,16 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     std::string signature = graphKey;
     for (const auto &[name, size] : sizes) signature += name + "=" + std::to_string(size) + ",";
     for (const Tensor &t : inputs) signature += shapeKey(t.shape()) + std::string(dtypeName(t.dtype()));
-    auto walk = [&](const std::vector<Tensor> &in, GraphReplay::Walk mode, std::vector<Tensor> *deferred) {
+    auto walk = [&](const std::vector<Tensor> &in, GraphReplay::Walk mode, std::vector<DeferredCheck> *deferred,
+                    const GraphReplay::Dests *dests) {
       const uint64_t before = I.launches;
       I.walking = true;
       I.walkMode = mode;
       I.deferredChecks = deferred;
+      I.outputDest = dests;
       struct Reset {
         Impl &I;
-        ~Reset() { I.walking = false, I.walkMode = GraphReplay::Walk::Plain, I.deferredChecks = nullptr; }
+        ~Reset() { I.walking = false, I.walkMode = GraphReplay::Walk::Plain, I.deferredChecks = nullptr, I.outputDest = nullptr; }
       } reset{I};
       std::vector<Tensor> out = run(m, g, in, given);
       if (mode == GraphReplay::Walk::Capture) I.launches = before; // recorded into the graph, not launched
@@ -721,6 +730,21 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     for (const auto &[name, size] : sizes) signature += name + "=" + std::to_string(size) + ",";
     if (I.prepared.insert(signature).second) I.prepare(plan, graphKey, shapeOf);
   }
+
+  // Output destinations of a graph-replay walk (GraphReplay::WalkFn): an elementwise step whose
+  // root is such an output writes it there; any other output is copied there at the end.
+  const GraphReplay::Dests *dests = I.outputDest;
+  I.outputDest = nullptr;
+  std::unordered_map<const Value *, Tensor> destOf;
+  if (dests)
+    for (size_t k = 0; k < g.outputs.size() && k < dests->size(); ++k)
+      if ((*dests)[k] && std::find(g.params.begin(), g.params.end(), g.outputs[k]) == g.params.end())
+        destOf.emplace(g.outputs[k], *(*dests)[k]);
+  auto allocateFor = [&](const Value *v, const Shape &S) {
+    auto it = destOf.find(v);
+    if (it != destOf.end() && it->second.shape() == S && it->second.dtype() == v->type.dtype) return it->second;
+    return I.allocate(S, v->type.dtype);
+  };
 
   // The step after which each value is last read.
   std::unordered_map<const Value *, size_t> lastUse;
@@ -899,7 +923,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       case sched::StepKind::Elementwise: {
         const Value *root = st.outputs[0];
         const Shape S = shapeOf(root);
-        Tensor out = I.allocate(S, root->type.dtype);
+        Tensor out = allocateFor(root, S);
         std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
         for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
         Checks checks(st.cone);
@@ -951,7 +975,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
                                         argOf(whole(bad), I.backend->address(bad, true, "index checks"))};
         const Compiled &c = I.program(I.gatherProgram(op, key, S, work));
         I.launch(c, args, S);
-        if (I.deferredChecks) I.deferredChecks->push_back(bad);
+        if (I.deferredChecks) I.deferredChecks->push_back({bad, {}, whereOf(m, g, op), describe(op), ""});
         if (I.walkMode != GraphReplay::Walk::Capture && static_cast<const Tensor &>(bad).data<int64_t>()[0] != 0) {
           interpret(op, {&op}, {op.operands[0], op.operands[1]}, st.outputs, key);
           throw OpFailure{"an index is out of range (counted by the compiled step; the evaluator found none)"};
@@ -1210,7 +1234,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (sub) {
             const std::vector<Tensor> out = run(m, *sub, args, {});
             const bool check = op.kind == OpKind::CheckLe;
-            if (check && I.deferredChecks) I.deferredChecks->push_back(out[0]);
+            if (check && I.deferredChecks) {
+              const std::string *msg = op.attrAs<std::string>("message");
+              I.deferredChecks->push_back({out[0], args, whereOf(m, g, op), describe(op), msg ? *msg : "check_le: {0} > {1}"});
+            }
             if (!check || I.walkMode == GraphReplay::Walk::Capture || static_cast<const Tensor &>(out[0]).data<int64_t>()[0] == 0) {
               views[op.result()] = check ? viewOf(op.operands[0]) : whole(out[0]);
               break;
@@ -1269,6 +1296,15 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     if (it == views.end()) throw EvalError("graph @" + g.name, "the output %" + std::to_string(v->id) + " is never defined");
     if (v->type.isKey()) { outs.push_back(it->second.buf); continue; }
     outs.push_back(I.materialize(it->second, v->type.dtype, {}, graphKey + "out/"));
+    const size_t k = outs.size() - 1;
+    if (dests && k < dests->size() && (*dests)[k] && !outs[k].sharesStorageWith(*(*dests)[k])) {
+      const Tensor &d = *(*dests)[k];
+      if (d.shape() != outs[k].shape() || d.dtype() != outs[k].dtype())
+        throw EvalError("graph @" + g.name, "output " + std::to_string(k) + "'s destination has another shape or dtype");
+      I.backend->copyBytes(I.backend->address(d, true, "an output of a CUDA graph"), I.backend->address(outs[k], false, "an output of a CUDA graph"),
+                           size_t(d.numel()) * d.itemsize());
+      outs[k] = d;
+    }
   }
   return outs;
 }

@@ -59,8 +59,11 @@ public:
     uint64_t compiledAhead = 0;     // programs compiled in a batch before a graph's first run
     uint64_t compiledLazily = 0;    // programs compiled when a step reached them (copies of views included)
     // CUDA graphs (exec/GraphReplay.h): plans captured, calls replayed, the kernels the captures
-    // recorded (not in `launches`), inputs copied into static slots before replays.
+    // recorded (not in `launches`), inputs copied into static slots before replays, fed-back
+    // inputs read in place, outputs copied out after replays, the host's waits for replayed
+    // work (checks read, host reads), calls run uncaptured because a buffer was still held.
     uint64_t graphCaptures = 0, graphReplays = 0, graphKernels = 0, graphSlotCopies = 0;
+    uint64_t graphFedInPlace = 0, graphOutputCopies = 0, graphHostWaits = 0, graphHeldFallbacks = 0;
   };
   Stats stats() const;
   /// Number of kernel launches since construction (stats().launches).

@@ -24,8 +24,20 @@
 //     signature runs uncaptured). Copying in beats patching the graph's kernel parameters: the
 //     slots are the plan's few varying tensors, a copy is one queued driver call, and tensor maps
 //     (Hopper's TMA descriptors) in a kernel's parameters would have to be encoded again.
-//   - Outputs are copied out of the plan's static buffers into fresh tensors at each replay, so a
-//     returned tensor is the caller's for as long as it is held; the next replay never writes it.
+//   - Fed-back inputs (a decoding step's caches, window and scores: an input of call N that is
+//     an output call N-1 returned) are neither copied in nor out: the signature is captured twice,
+//     side 0 reading the slots A and writing its outputs into arena buffers B, side 1 reading B in
+//     place and writing those outputs straight into A (the executor's output destinations), and
+//     the replays alternate. A returned fed-back output is a handle on that buffer (borrow), so
+//     the caller's next call passes it back in place; before a replay writes a buffer it checks
+//     that no handle on it is alive (the caller rebound its variable: the old value is dead, spec
+//     section 14's donation), else the call runs uncaptured. Other outputs (a sampled token) are
+//     copied out into fresh tensors, so a returned tensor is the caller's for as long as it is held.
+//   - Checks (a gather's bad-index count, check_le's count and operands) stay on the device: the
+//     graph's last copies gather them into a record that one queued device-to-host copy puts in a
+//     pinned ring of TSR_CUDA_GRAPHS_CHECK_EVERY (256) slots; the ring is read at the next host
+//     read of device memory (which waits anyway) or when a slot comes round again, so replays do
+//     not wait. A failed check is the program's error at its op and line, as uncaptured.
 //   - Off under --profile (per-kernel events), --debug (the NaN sentinel reads every step back),
 //     TSR_CUDA_LAUNCH_BLOCKING=1, a stream lent by an embedder, and a driver without the graph
 //     entry points (one note on stderr when graphs were asked for).
@@ -38,6 +50,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,49 +81,89 @@ void setCudaGraphsRequested(bool on);
 /// "copy-out" (replays return the static outputs themselves), "signature" (one capture per graph
 /// name, whatever the shapes), "moved" (an in-place input that moved is not noticed), "checks"
 /// (replays do not read the device checks' counters), "warmup" (no
-/// warm-up walk, and the capture allocates from the device's allocator); "" for none. Also
+/// warm-up walk, and the capture allocates from the device's allocator), "feedback" (fed-back
+/// inputs are copied into the slots as any other), "held" (a replay writes a buffer a caller
+/// still holds), "eager-checks" (each replay waits for its checks); "" for none. Also
 /// TSR_TEST_GRAPHS_BREAK=WHAT in the environment (tests/gpu/cuda_graphs.py).
 void breakGraphReplayForTests(const std::string &what);
+
+/// A run-time check of a graph-replay walk whose count stays on the device (GraphReplay reads it
+/// lazily): `count` i64 (nonzero: failed); check_le's operands for its message's {0}, {1}, ...
+struct DeferredCheck {
+  rt::Tensor count;
+  std::vector<rt::Tensor> operands;
+  std::string where, op, message; // the op's source location, its spelling, check_le's message ("": an index check)
+};
 
 class GraphReplay {
 public:
   /// How the executor walks the plan for GraphReplay: as usual, as the warm-up of a capture
   /// (index checks' counters in device memory, read at once), or captured (the counters are
-  /// collected into `deferred`, read after each replay).
+  /// collected into `deferred`, read lazily after the replays).
   enum class Walk { Plain, Warm, Capture };
+  /// One walk; `dests` (or null): per output, a buffer the output is to be written into (none:
+  /// allocated as usual), which the executor writes directly where the output's step allows, else
+  /// copies into.
+  using Dests = std::vector<std::optional<rt::Tensor>>;
   using WalkFn = std::function<std::vector<rt::Tensor>(const std::vector<rt::Tensor> &inputs, Walk mode,
-                                                       std::vector<rt::Tensor> *deferred)>;
+                                                       std::vector<DeferredCheck> *deferred, const Dests *dests)>;
   struct Stats {
-    uint64_t captures = 0;       // plans captured (recaptures included)
-    uint64_t replays = 0;        // calls served by a replay
+    uint64_t captures = 0;        // graphs captured (recaptures and second sides included)
+    uint64_t replays = 0;         // calls served by a replay
     uint64_t capturedKernels = 0; // launches recorded by the captures
-    uint64_t slotCopies = 0;     // inputs copied into static slots before replays
-    uint64_t refusedCalls = 0;   // calls run uncaptured because their signature cannot be captured
+    uint64_t slotCopies = 0;      // inputs copied into static slots before replays
+    uint64_t fedInPlace = 0;      // fed-back inputs a replay read in place (no copy)
+    uint64_t outputCopies = 0;    // outputs copied out of static buffers after replays
+    uint64_t hostWaits = 0;       // waits for the device by the checks (a full ring) or by host reads after a replay
+    uint64_t waitsBetweenReplays = 0; // those followed by another replay (a decoding loop's per-token waits)
+    uint64_t checkReads = 0;      // replays' check records read
+    uint64_t heldFallbacks = 0;   // calls run uncaptured because a buffer the replay writes was still held
+    uint64_t refusedCalls = 0;    // calls run uncaptured because their signature cannot be captured
   };
 
-  explicit GraphReplay(StepBackend &backend) : backend_(backend) {}
+  explicit GraphReplay(StepBackend &backend);
   ~GraphReplay();
 
   /// One call of the plan of graph `name` with `signature` (notCapturable: whyNotCapturable of its
   /// plan). Returns its outputs, from a plain walk, a capture or a replay.
   std::vector<rt::Tensor> call(const std::string &signature, const std::string &name, const std::string &notCapturable,
                                const std::vector<rt::Tensor> &inputs, const WalkFn &walk);
+  /// Reads the check records of the replays so far (waiting for the device unless `waited`);
+  /// throws the first failed check's error (ir::ProgramEvalError at its op).
+  void readChecks(bool waited = false);
   const Stats &stats() const { return stats_; }
 
 private:
   struct Entry;
+  struct Side;
+  struct Record;
   std::vector<rt::Tensor> capture(Entry &e, const std::string &name, const std::vector<rt::Tensor> &inputs,
                                   const std::vector<uint64_t> &addrs, const WalkFn &walk);
+  void captureSecondSide(Entry &e, const std::string &name, const std::vector<rt::Tensor> &inputs,
+                         const std::vector<rt::Tensor> &result, const WalkFn &walk);
   std::vector<rt::Tensor> replay(Entry &e, const std::string &name, const std::vector<rt::Tensor> &inputs,
                                  const std::vector<uint64_t> &addrs, const WalkFn &walk);
   std::vector<rt::Tensor> copyOut(const std::vector<rt::Tensor> &from);
+  void queueChecks(const Entry &e, const Side &s, const std::string &name);
   uint64_t addressOf(const rt::Tensor &t);
+  uint64_t identity(const rt::Tensor &t);
   void evict();
 
   StepBackend &backend_;
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
   uint64_t clock_ = 0;
   Stats stats_;
+  // The pinned ring of replays' check records, oldest first from `ringHead_`: ringStride_
+  // bytes per slot in ringHost_.
+  std::vector<Record> ring_;
+  std::shared_ptr<void> ringHost_;
+  size_t ringStride_ = 0;
+  size_t ringHead_ = 0, ringPending_ = 0;
+  bool replayedSinceRead_ = false;
+  uint64_t waitsSinceReplay_ = 0;
+  // The report of TSR_CUDA_GRAPHS_VERBOSE=1 counts from the replay after kSteadyAfter.
+  static constexpr uint64_t kSteadyAfter = 2;
+  Stats steadyBase_;
 };
 
 } // namespace tsr::exec

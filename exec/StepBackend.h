@@ -159,6 +159,23 @@ public:
     for (const ByteCopy &c : copies) copyBytes(c.dst, c.src, c.bytes);
   }
   virtual void zeroBytes(char *dst, size_t bytes) { std::memset(dst, 0, bytes); }
+  /// For CUDA graphs' lazily read checks and fed-back buffers (GraphReplay.h):
+  ///   hostBuffer: `bytes` of host memory that copyToHostAsync may write (pinned on a GPU).
+  ///   copyToHostAsync: device -> host at `src` (an address of address()), queued in order with
+  ///     launches, no wait: `dst` holds the bytes after the next synchronize() or host read.
+  ///   synchronize: waits for the work queued so far (a host wait: counted by GraphReplay).
+  ///   setHostReadHook: `fn` (null: removes `owner`'s) runs after the wait of every read of
+  ///     device memory by the host (queued copyToHostAsync have landed); it may throw the
+  ///     program's error.
+  ///   borrow: a new handle on t's device memory with a storage of its own that holds `owner`
+  ///     (so owner.use_count() counts the live storages handed out); t itself on the host CPU.
+  virtual std::shared_ptr<void> hostBuffer(size_t bytes) {
+    return std::shared_ptr<void>(::operator new(bytes), [](void *p) { ::operator delete(p); });
+  }
+  virtual void copyToHostAsync(void *dst, const char *src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  virtual void synchronize() {}
+  virtual void setHostReadHook(const void *owner, std::function<void()> fn) {}
+  virtual rt::Tensor borrow(const rt::Tensor &t, std::shared_ptr<void> owner) { return t; }
   /// Milliseconds the device takes for the work `work` queues on this backend (the autotuner's
   /// timing). By default a steady clock around `work`: launches that return when their grid has
   /// run (the host CPU). A GPU records events on its stream around it and waits for the second.

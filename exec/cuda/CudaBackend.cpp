@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -63,6 +64,20 @@ struct Device final : rt::DeviceMemory {
   void toHost(void *dst, uint64_t src, size_t bytes) override {
     stream().copyToHost(dst, src, bytes);
     stream().synchronize();
+    afterHostRead();
+  }
+  // StepBackend::setHostReadHook: CUDA graphs' lazily read checks (GraphReplay.h), run after the
+  // wait of a host read (not reentrant: a hook that reads device memory runs no hook).
+  std::vector<std::pair<const void *, std::function<void()>>> readHooks;
+  bool inHook = false;
+  void afterHostRead() {
+    if (inHook || readHooks.empty()) return;
+    inHook = true;
+    struct Reset {
+      bool &b;
+      ~Reset() { b = false; }
+    } reset{inHook};
+    for (auto &[owner, fn] : std::vector<std::pair<const void *, std::function<void()>>>(readHooks)) fn();
   }
   void copyOnDevice(uint64_t dst, uint64_t src, size_t bytes) override { stream().copyOnDevice(dst, src, bytes); }
 };
@@ -247,6 +262,25 @@ public:
     dev_.stream().copyOnDevice(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes);
   }
   void zeroBytes(char *dst, size_t bytes) override { dev_.stream().fill(reinterpret_cast<uintptr_t>(dst), 0, bytes); }
+  std::shared_ptr<void> hostBuffer(size_t bytes) override {
+    auto b = std::make_shared<cuda::PinnedBuffer>(dev_.ctx, bytes);
+    return std::shared_ptr<void>(b, b->data());
+  }
+  void copyToHostAsync(void *dst, const char *src, size_t bytes) override {
+    dev_.stream().copyToHost(dst, reinterpret_cast<uintptr_t>(src), bytes);
+  }
+  void synchronize() override {
+    dev_.stream().synchronize();
+    dev_.afterHostRead();
+  }
+  void setHostReadHook(const void *owner, std::function<void()> fn) override {
+    auto &h = dev_.readHooks;
+    h.erase(std::remove_if(h.begin(), h.end(), [&](const auto &e) { return e.first == owner; }), h.end());
+    if (fn) h.emplace_back(owner, std::move(fn));
+  }
+  rt::Tensor borrow(const rt::Tensor &t, std::shared_ptr<void> owner) override {
+    return rt::Tensor::wrapDevice(dev_, t.deviceAddress(dev_, "a CUDA graph's buffer"), t.shape(), t.dtype(), std::move(owner));
+  }
   void copyBatch(const std::vector<ByteCopy> &copies) override {
     std::vector<cuda::DevicePtr> d, s;
     std::vector<size_t> b;

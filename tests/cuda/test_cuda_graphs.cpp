@@ -84,6 +84,18 @@ graph @keepw(%w: tensor<"D", "D", f32>, %x: tensor<"B", "D", f32>) -> (tensor<"D
   return %w, %5
 }
 
+graph @feed(%w: tensor<"D", "D", f32>, %c: tensor<"B", "D", f32>, %x: tensor<"B", "D", f32>, %n: tensor<1, i32>, %inc: tensor<1, i32>, %at: tensor<1, i32>, %cap: tensor<1, i32>) -> (tensor<"B", "D", f32>, tensor<"B", f32>, tensor<1, i32>) {
+  %7 = matmul %x, %w : tensor<"B", "D", f32>
+  %8 = tanh %7 : tensor<"B", "D", f32>
+  %9 = add %c, %8 : tensor<"B", "D", f32>
+  %10 = exp %9 : tensor<"B", "D", f32>
+  %11 = reduce_sum %10 {axes = [1], keepdims = false} : tensor<"B", f32>
+  %12 = add %n, %inc : tensor<1, i32>
+  %13 = check_le %at, %cap {message = "cache full: {0} is past {1}"} : tensor<1, i32>
+  %14 = add %12, %13 : tensor<1, i32>
+  return %9, %11, %14
+}
+
 graph @sized(%x: tensor<"N", f32>) -> (tensor<"N", f32>) {
   %1 = dim_value {dim = <"N">} : tensor<i64>
   %2 = cast %1 {dtype = dtype f32} : tensor<f32>
@@ -282,8 +294,8 @@ TEST_CASE("negative control: a capture keyed by the graph alone replays B = 2's 
 }
 
 // A gather that counts a bad index during a replay (the fake's gather programs do under
-// FAKECUDA_GATHER_BAD=1): the replay's checks are read, the call runs again uncaptured, and the
-// gather's step reports it at its op. Negative control: replays that skip the checks return.
+// FAKECUDA_GATHER_BAD=1): the replay's check record is read at the next host read of a value,
+// which raises the error at the gather's op. Negative control: replays that skip the checks.
 void badIndexOnReplay(bool expectError) {
   Fixture f;
   exec::setCudaGraphsRequested(true);
@@ -295,7 +307,9 @@ void badIndexOnReplay(bool expectError) {
   setenv("FAKECUDA_GATHER_BAD", "1", 1);
   bool threw = false;
   try {
-    ex.run(*f.module, g, {w, filled({2, 8}, DType::F32, 0.7), t, i});
+    // (the replay does not wait for its checks: the next host read of a value reads them)
+    auto out = ex.run(*f.module, g, {w, filled({2, 8}, DType::F32, 0.7), t, i});
+    (void)static_cast<const Tensor &>(out[1]).data<float>();
   } catch (const std::exception &e) {
     threw = true;
     CHECK(std::string(e.what()).find("index is out of range") != std::string::npos);
@@ -316,6 +330,169 @@ TEST_CASE("negative control: replays that do not read their checks miss the bad 
   exec::breakGraphReplayForTests("checks");
   badIndexOnReplay(false);
   exec::breakGraphReplayForTests("");
+}
+
+// A decoding-like chain (@feed): c and n are the outputs of the previous call passed back (a
+// cache and its length), x and at new at each call (the token and the position), w, inc and cap
+// the same tensors. Calls 1..`calls`, nothing read between them; then every call's sum (the
+// chain runs through c) against the chain of an executor without graphs.
+struct FeedRun {
+  int graphLaunches = 0, kernelLaunches = 0, syncs = 0, driverCopies = 0;
+  exec::CompiledExecutor::Stats steady; // the stats' growth over calls from..calls
+  exec::CompiledExecutor::Stats stats;
+  bool valuesEqual = true, heldIntact = true;
+  std::string error;
+};
+
+FeedRun runFeed(Fixture &f, int calls, int from, int holdAt = -1, int atPast = -1) {
+  const ir::Graph &g = f.graph("feed");
+  Tensor w = filled({8, 8}, DType::F32, 0.01), inc = Tensor::full({1}, DType::I32, 1), cap = Tensor::full({1}, DType::I32, 6);
+  auto x = [](int k) { return filled({2, 8}, DType::F32, 0.1 * k); };
+  auto at = [&](int k) { return Tensor::full({1}, DType::I32, k == atPast ? 7 : 1); };
+  // The reference chain first (it stops at a failed check, as the program would).
+  std::vector<Tensor> refSums;
+  Tensor refHeld;
+  {
+    Tensor c = filled({2, 8}, DType::F32, 0.3), n = Tensor::full({1}, DType::I32, 0);
+    try {
+      for (int k = 1; k <= calls; ++k) {
+        std::vector<Tensor> out = reference(f, g, {w, c, x(k), n, inc, at(k), cap});
+        refSums.push_back(out[1]);
+        if (k == holdAt) refHeld = out[0];
+        c = out[0], n = out[2];
+      }
+    } catch (const std::exception &) {
+    }
+  }
+  exec::setCudaGraphsRequested(true);
+  exec::CompiledExecutor ex(f.backend);
+  Tensor c = filled({2, 8}, DType::F32, 0.3), n = Tensor::full({1}, DType::I32, 0);
+  // The new inputs stay alive, so that each is at an address of its own (a freed one could be
+  // handed to the next, which would then be read in place); the outputs fed back do not (the
+  // caller rebinds them: the old value is dead), except the one held on purpose.
+  std::vector<Tensor> keep, sums;
+  Tensor held;
+  FakeCudaCounters &fc = fake();
+  FakeCudaCounters before = fc;
+  exec::CompiledExecutor::Stats s0;
+  FeedRun r;
+  try {
+    for (int k = 1; k <= calls; ++k) {
+      if (k == from) before = fc, s0 = ex.stats();
+      std::vector<Tensor> in{w, c, x(k), n, inc, at(k), cap};
+      keep.push_back(in[2]), keep.push_back(in[5]);
+      std::vector<Tensor> out = ex.run(*f.module, g, in);
+      in.clear();
+      sums.push_back(out[1]);
+      if (k == holdAt) held = out[0];
+      c = out[0], n = out[2];
+    }
+    r.graphLaunches = fc.graphLaunches - before.graphLaunches;
+    r.kernelLaunches = fc.launches - before.launches;
+    r.syncs = (fc.streamSyncs - before.streamSyncs) + (fc.streamQueries - before.streamQueries) + (fc.ctxSyncs - before.ctxSyncs);
+    r.driverCopies = (fc.asyncCopies - before.asyncCopies) + (fc.batchCopies - before.batchCopies);
+    const exec::CompiledExecutor::Stats s1 = ex.stats();
+    r.steady.graphReplays = s1.graphReplays - s0.graphReplays;
+    r.steady.graphSlotCopies = s1.graphSlotCopies - s0.graphSlotCopies;
+    r.steady.graphFedInPlace = s1.graphFedInPlace - s0.graphFedInPlace;
+    r.steady.graphOutputCopies = s1.graphOutputCopies - s0.graphOutputCopies;
+    r.steady.graphHostWaits = s1.graphHostWaits - s0.graphHostWaits;
+    r.stats = s1;
+    // The first host read (of the last sum): the replays' checks are read here.
+    (void)static_cast<const Tensor &>(sums.back()).data<float>();
+    r.valuesEqual = refSums.size() == sums.size();
+    for (size_t k = 0; k < sums.size() && k < refSums.size(); ++k) r.valuesEqual = sameBytes(sums[k], refSums[k]) && r.valuesEqual;
+    if (holdAt > 0) r.heldIntact = sameBytes(held, refHeld);
+  } catch (const std::exception &e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+TEST_CASE("graphs: fed-back inputs are read in place by two alternating graphs; only new inputs are copied, no wait") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  FeedRun r = runFeed(f, 12, 6);
+  REQUIRE(r.error == "");
+  CHECK(r.stats.graphCaptures == 2); // side 0 and side 1, at call 3
+  CHECK(r.stats.graphReplays == 9);  // calls 4..12
+  CHECK(r.valuesEqual);
+  // Calls 6..12: 7 replays, each one graph launch; x copied in (at's value, 1 at every call, is
+  // its slot's already), c and n read in place (2), the sum copied out (1); no kernel launch, no
+  // synchronize.
+  CHECK(r.graphLaunches == 7);
+  CHECK(r.kernelLaunches == 0);
+  CHECK(r.steady.graphReplays == 7);
+  CHECK(r.steady.graphSlotCopies == 7);
+  CHECK(r.steady.graphFedInPlace == 2 * 7);
+  CHECK(r.steady.graphOutputCopies == 7);
+  CHECK(r.steady.graphHostWaits == 0);
+  CHECK(r.syncs == 0);
+  MESSAGE("7 replays: " << r.driverCopies << " copy calls to the driver (uploads of the new inputs, the batched copies, the checks' records)");
+}
+
+TEST_CASE("negative control: fed-back inputs copied like any other (no feedback) are copied at every replay") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("feedback");
+  FeedRun r = runFeed(f, 12, 6);
+  exec::breakGraphReplayForTests("");
+  REQUIRE(r.error == "");
+  CHECK(r.valuesEqual);
+  CHECK(r.stats.graphCaptures == 1);
+  CHECK_FALSE(r.steady.graphSlotCopies == 7); // what the case above checks
+  CHECK(r.steady.graphSlotCopies == 3 * 7);  // x, c and n
+}
+
+TEST_CASE("negative control: replays that wait for their checks synchronize between calls") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("eager-checks");
+  FeedRun r = runFeed(f, 12, 6);
+  exec::breakGraphReplayForTests("");
+  REQUIRE(r.error == "");
+  CHECK(r.valuesEqual);
+  CHECK(r.syncs >= 7); // what the case above checks to be 0
+  CHECK(r.steady.graphHostWaits == 7);
+}
+
+TEST_CASE("graphs: an old value still held is not overwritten (the call runs uncaptured)") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  FeedRun r = runFeed(f, 10, 6, /*holdAt=*/6);
+  REQUIRE(r.error == "");
+  CHECK(r.heldIntact);
+  CHECK(r.valuesEqual);
+  CHECK(r.stats.graphHeldFallbacks > 0);
+}
+
+TEST_CASE("negative control: replays that write a buffer still held overwrite the old value") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("held");
+  FeedRun r = runFeed(f, 10, 6, /*holdAt=*/6);
+  exec::breakGraphReplayForTests("");
+  REQUIRE(r.error == "");
+  CHECK_FALSE(r.heldIntact);
+}
+
+// check_le fails in the replay of call 9 (at = 7 past cap 6): the error is raised at the next host
+// read of a value (the reference comparison), with the operands of that replay in its message and
+// the op's place. Negative control: replays that skip their checks raise nothing.
+TEST_CASE("graphs: a check that fails in a replay is the program's error at the next host read") {
+  if (noGraphsDriver || faultMode) return;
+  Fixture f;
+  exec::breakGraphReplayForTests("");
+  FeedRun r = runFeed(f, 10, 6, -1, /*atPast=*/9);
+  CHECK(r.error.find("cache full: 7 is past 6") != std::string::npos);
+  CHECK(r.error.find("check_le") != std::string::npos);
+  MESSAGE(r.error);
+  exec::breakGraphReplayForTests("checks");
+  FeedRun broken = runFeed(f, 10, 6, -1, 9);
+  exec::breakGraphReplayForTests("");
+  CHECK(broken.error == "");
 }
 
 TEST_CASE("graphs: an input read in place that moves is captured again, with equal values") {
