@@ -59,6 +59,9 @@
 #                     window programs (ir/schedule/LowerWindow.cpp) against torch.nn.functional and
 #                     torch.autograd, the profile showing window programs and no library step of them;
 #                     its control negative_conv_torch_cuda alters PyTorch's side: all 52 cases fail
+#   window_dtypes_cuda the window programs in bf16, f16, f32 and i32, i64, i8 on the GPU against the
+#                     reference evaluator (tests/nn/window_dtypes.py); its control
+#                     negative_window_dtypes_cuda changes the GPU run's weight: all six differ
 #   digits_vit        the main job on the GPU and on the CPU: accuracy and time side by side; a
 #                     second GPU run reads every program from the compilation cache (0 misses)
 #   gpu_ops_bench     tools/bench/gpu/ops.sh: GEMM, layer_norm, rms_norm, softmax (row steps and multi-step) against PyTorch (figures)
@@ -153,6 +156,8 @@ step negative_onnx_backend_gpu "python3 tests/expect.py --exit 1 --has 'REGRESSI
 # Convolution and pooling as the GPU's window programs, values and gradients against PyTorch.
 step conv_torch_cuda "python3 tests/nn/conv_torch.py '$BIN/tsr' --device cuda"
 step negative_conv_torch_cuda "python3 tests/expect.py --exit 1 --has 'negative: 52 of 52 cases failed' -- python3 tests/nn/conv_torch.py '$BIN/tsr' --device cuda --negative"
+step window_dtypes_cuda "python3 tests/nn/window_dtypes.py '$BIN/tsr' --device cuda"
+step negative_window_dtypes_cuda "python3 tests/expect.py --exit 1 --has 'negative: 6 of 6 dtypes differ' -- python3 tests/nn/window_dtypes.py '$BIN/tsr' --device cuda --negative"
 
 # The main job on both devices (the CPU with every core of this machine).
 epochs=${DIGITS_EPOCHS:-30}
