@@ -116,6 +116,12 @@ private:
   std::unordered_map<Value *, int> bufRefs;
   std::unordered_map<const TValue *, Value *> valueBuf;
   std::unordered_map<const TValue *, bool> pinned;
+  // Tiles computed where they are read (CPU; fusesIntoReaders, Math.cpp): element i of such a
+  // value, emitted at the insertion point inside its reader's loop.
+  std::unordered_map<const TValue *, std::function<Value *(Value *)>> lazy;
+  // store_box ops whose tile the op before them wrote into the tensor already where the box lies
+  // inside it with unit stride (storesInPlace, Math.cpp): their fast path copies nothing.
+  std::unordered_set<const TOp *> storedInPlace;
 
   // ---- types ----
   Type *i1() { return B.getInt1Ty(); }
@@ -154,6 +160,7 @@ private:
   // ---- values ----
   Value *get(const TValue *v) {
     auto it = vals.find(v);
+    if (it == vals.end() && lazy.count(v)) return materialize(v);
     if (it == vals.end()) fail(F, "value %" + std::to_string(v->id) + " is used before it is lowered");
     return it->second;
   }
@@ -428,6 +435,16 @@ private:
   /// Whether the CPU may read the load_box `op` (of the block being lowered) from the tensor in
   /// place instead of copying it into a tile (Memory.cpp).
   bool readsInPlace(const TOp &op);
+  /// Whether the elementwise op or broadcast `op` (of the block being lowered) is computed inside
+  /// its readers' loops instead of into a tile (Math.cpp).
+  bool fusesIntoReaders(const TOp &op);
+  /// The store_box that may take the elementwise op `op`'s result where it lies in the tensor
+  /// (Math.cpp); null where none may.
+  const TOp *storesInPlace(const TOp &op);
+  /// Element i of tile `v`: computed at the insertion point where v is lazy, else loaded.
+  Value *elemOf(const TValue *v, Value *i);
+  /// A lazy tile written to a buffer at the insertion point (a reader that needs its buffer).
+  Value *materialize(const TValue *v);
   /// Whether the box at `starts` (extents `box`, 0 for an axis indexed by its start alone) lies
   /// inside the tensor; whether the axes indexed by their start alone are in range.
   Value *boxInside(const TensorInfo &ti, const std::vector<Value *> &starts, const std::vector<int64_t> &box);

@@ -145,7 +145,7 @@ llvm::Function *lowerTileFunction(const tile::Function &f, llvm::Module &m, cons
                                   const std::string &name);
 
 /// The environment switches that change what lowerTileFunction emits (TSR_REGISTER_TILES,
-/// TSR_FLASH_LOOP), as text for the keys of compiled-code caches.
+/// TSR_FLASH_LOOP, TSR_WELFORD, TSR_FUSE_ELEMENTWISE), as text for the keys of compiled-code caches.
 std::string loweringSwitches();
 
 /// Bytes of tile buffers (allocas) one program of `f` uses: the launcher sizes thread stacks by it.

@@ -990,3 +990,123 @@ TEST_CASE("layer_norm statistics in one pass (Welford lanes, Chan merge): accura
   CHECK(tev < 1e-3);
   CHECK(std::memcmp(tv.data(), fv.data(), rows * 4) != 0);
 }
+
+// Row programs as ir/schedule/RowFusion.cpp writes them for nn.softmax and nn.layer_norm (weight
+// and bias) over rows of D = 1000 (a partial chunk for the sums and Welford's lanes).
+static std::string rowProgramText(const std::string &name, bool layerNorm) {
+  const std::string head = "tile @" + name + "(%out: tensor<2, f32>, %x: tensor<2, f32>" +
+                           (layerNorm ? ", %w: tensor<2, f32>, %b: tensor<2, f32>" : "") + R"() grid 1 {
+  %0 = constant {value = 0, dtype = dtype i64} : i64
+  %1 = program_id {axis = 0} : i64
+  %2 = load_box %x, %1, %0 {box = [1, 1000]} : tile<1x1000xf32>
+)";
+  if (!layerNorm)
+    return head + R"(  %3 = reduce_max %2 {axis = 1} : tile<1xf32>
+  %4 = expand_dims %3 {axis = 1} : tile<1x1xf32>
+  %5 = broadcast %4 {shape = [1, 1000]} : tile<1x1000xf32>
+  %6 = sub %2, %5 : tile<1x1000xf32>
+  %7 = exp %6 : tile<1x1000xf32>
+  %8 = reduce_sum %7 {axis = 1} : tile<1xf32>
+  %9 = expand_dims %8 {axis = 1} : tile<1x1xf32>
+  %10 = broadcast %9 {shape = [1, 1000]} : tile<1x1000xf32>
+  %11 = div %7, %10 : tile<1x1000xf32>
+  store_box %out, %1, %0, %11 {box = [1, 1000]}
+}
+)";
+  return head + R"(  %3 = reduce_sum %2 {axis = 1} : tile<1xf32>
+  %4 = expand_dims %3 {axis = 1} : tile<1x1xf32>
+  %5 = constant {value = 1000.0, dtype = dtype f32, shape = [1, 1]} : tile<1x1xf32>
+  %6 = div %4, %5 : tile<1x1xf32>
+  %7 = broadcast %6 {shape = [1, 1000]} : tile<1x1000xf32>
+  %8 = sub %2, %7 : tile<1x1000xf32>
+  %9 = mul %8, %8 : tile<1x1000xf32>
+  %10 = reduce_sum %9 {axis = 1} : tile<1xf32>
+  %11 = expand_dims %10 {axis = 1} : tile<1x1xf32>
+  %12 = div %11, %5 : tile<1x1xf32>
+  %13 = constant {value = 0.00001, dtype = dtype f32, shape = [1, 1]} : tile<1x1xf32>
+  %14 = add %12, %13 : tile<1x1xf32>
+  %15 = rsqrt %14 : tile<1x1xf32>
+  %16 = broadcast %15 {shape = [1, 1000]} : tile<1x1000xf32>
+  %17 = mul %8, %16 : tile<1x1000xf32>
+  %18 = load_box %w, %0, %0 {box = [1, 1000]} : tile<1x1000xf32>
+  %19 = mul %17, %18 : tile<1x1000xf32>
+  %20 = load_box %b, %0, %0 {box = [1, 1000]} : tile<1x1000xf32>
+  %21 = add %19, %20 : tile<1x1000xf32>
+  store_box %out, %1, %0, %21 {box = [1, 1000]}
+}
+)";
+}
+
+TEST_CASE("row programs: elementwise chains computed in their reader's loop, the last one into the output row") {
+  const int64_t rows = 37, D = 1000;
+  auto X = rt::Tensor::empty({rows, D}, DType::F32), W = rt::Tensor::empty({1, D}, DType::F32),
+       Bv = rt::Tensor::empty({1, D}, DType::F32);
+  std::mt19937 rng(11);
+  std::normal_distribution<double> g(0, 1);
+  for (int64_t i = 0; i < rows * D; ++i) X.data<float>()[i] = float(3.0 * g(rng) + 1.0);
+  for (int64_t j = 0; j < D; ++j) {
+    W.data<float>()[j] = float(g(rng));
+    Bv.data<float>()[j] = float(g(rng));
+  }
+  for (bool layerNorm : {false, true}) {
+    // `fuse` false: TSR_FUSE_ELEMENTWISE=0 (keyed in loweringSwitches: a program of its own).
+    auto build = [&](bool fuse) {
+      auto mod = tile::parseTileModule(rowProgramText(layerNorm ? "ln_row" : "softmax_row", layerNorm));
+      REQUIRE(mod->functions.size() == 1);
+      std::shared_ptr<tile::Module> keep(std::move(mod));
+      Function &f = *keep->functions[0];
+      REQUIRE(tile::verify(f).empty());
+      if (!fuse) ::setenv("TSR_FUSE_ELEMENTWISE", "0", 1);
+      auto k = codegen::compileForHost(f, codegen::OptTier::Full);
+      std::string ir = codegen::hostLLVMText(f, true);
+      ::unsetenv("TSR_FUSE_ELEMENTWISE");
+      return std::pair{k, ir};
+    };
+    // `strided`: the output rows are every other element of a wider buffer, so the store's box
+    // is not unit-stride and its slow path copies the tile.
+    auto run = [&](const codegen::CompiledKernel &k, bool strided) {
+      auto O = rt::Tensor::zeros({rows, 2 * D}, DType::F32);
+      KernelArg args[4] = {arg(O), arg(X), arg(W), arg(Bv)};
+      args[0].shape[1] = D;
+      args[0].strides[0] = 2 * D;
+      args[0].strides[1] = strided ? 2 : 1;
+      k.launch(args, layerNorm ? 4 : 2, {rows, 1, 1});
+      std::vector<float> y(size_t(rows * D));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < D; ++j) y[size_t(r * D + j)] = O.data<float>()[r * 2 * D + j * (strided ? 2 : 1)];
+      return y;
+    };
+    auto [fused, fusedIr] = build(true);
+    auto [plain, plainIr] = build(false);
+    const std::string which = layerNorm ? "layer_norm" : "softmax";
+    INFO(which);
+    // The fused program copies no tile into the output (its last op wrote the row); the plain
+    // one does (the negative control of this check).
+    CHECK(fusedIr.find("llvm.memcpy") == std::string::npos);
+    CHECK(plainIr.find("llvm.memcpy") != std::string::npos);
+    for (bool strided : {false, true}) {
+      INFO("strided output " << strided);
+      const std::vector<float> a = run(*fused, strided), b = run(*plain, strided);
+      // The same operations in the same order on every element: the same bits.
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float *x = X.data<float>() + r * D;
+        double m = -kInf, s = 0, mu = 0, v = 0;
+        for (int64_t j = 0; j < D; ++j) m = std::max(m, double(x[j]));
+        for (int64_t j = 0; j < D; ++j) s += std::exp(double(x[j]) - m);
+        for (int64_t j = 0; j < D; ++j) mu += x[j];
+        mu /= double(D);
+        for (int64_t j = 0; j < D; ++j) v += (x[j] - mu) * (x[j] - mu);
+        const double rstd = 1.0 / std::sqrt(v / double(D) + 1e-5);
+        for (int64_t j = 0; j < D; ++j) {
+          const double want = layerNorm ? (x[j] - mu) * rstd * W.data<float>()[j] + Bv.data<float>()[j] : std::exp(double(x[j]) - m) / s;
+          worst = std::max(worst, std::fabs(a[size_t(r * D + j)] - want) / (layerNorm ? 1.0 : want));
+        }
+      }
+      INFO("worst error " << worst);
+      CHECK(worst < 1e-5);
+    }
+  }
+}
+

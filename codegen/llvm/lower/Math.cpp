@@ -387,6 +387,104 @@ Value *Lowering::compare(OpKind k, DType d, Value *a, Value *b) {
 
 // ---- elementwise ----
 
+// ---- elementwise fusion on the CPU ----
+//
+// The general lowering writes every tile op's result to a buffer and its readers load it back:
+// a row program of layer_norm ran x - mean, * rstd, * weight, + bias as four loops over 4 KiB
+// tiles and then copied the last tile into the output row, softmax x - max and exp as two. On
+// the CPU (one thread a program) an elementwise op read once, by a later elementwise op of its
+// block, is computed inside that reader's loop instead (loop fusion of a producer into its one
+// consumer), as is a broadcast of one element (a row's mean or max) read only by elementwise
+// ops; and the last elementwise op before a store_box of a row inside the tensor writes the
+// tensor's row directly. Each element is computed by the same operations in the same order, so
+// the results are the same bits. TSR_FUSE_ELEMENTWISE=0 turns both off (for measuring;
+// loweringSwitches keys it).
+
+namespace {
+bool fuseElementwise() {
+  const char *e = std::getenv("TSR_FUSE_ELEMENTWISE");
+  return !(e && e[0] == '0');
+}
+// Ops after which a tile read in place (readsInPlace) or a carried buffer may hold other data.
+bool writesOrBranches(const TOp &o) {
+  return !o.regions.empty() || o.kind == OpKind::Yield || o.kind == OpKind::Store || o.kind == OpKind::StoreBox ||
+         o.kind == OpKind::AtomicAdd || o.kind == OpKind::AtomicAddBox;
+}
+} // namespace
+
+bool Lowering::fusesIntoReaders(const TOp &op) {
+  if (threads != 1 || !curBlock || !fuseElementwise() || op.results.size() != 1) return false;
+  const TType &rt = op.result()->type;
+  if (rt.isScalar()) return false;
+  if (op.kind == OpKind::Broadcast) {
+    if (op.operands[0]->type.numElements() != 1) return false; // element i would need i's source index
+  } else if (!tile::isElementwise(op.kind) || uses[op.result()] != 1) {
+    return false; // read twice, it would be computed twice (an exp)
+  }
+  const auto &ops = curBlock->ops;
+  size_t at = 0;
+  while (at < ops.size() && ops[at] != &op) ++at;
+  int left = uses[op.result()];
+  for (size_t j = at + 1; j < ops.size() && left > 0; ++j) {
+    const TOp *u = ops[j];
+    // Its operands are read at the last reader: nothing between may write what they point at.
+    if (writesOrBranches(*u)) return false;
+    for (const TValue *v : u->operands) {
+      if (v != op.result()) continue;
+      if (!tile::isElementwise(u->kind) || u->result()->type.numElements() != rt.numElements()) return false;
+      --left;
+    }
+  }
+  return left == 0;
+}
+
+const TOp *Lowering::storesInPlace(const TOp &op) {
+  if (threads != 1 || !curBlock || !fuseElementwise() || uses[op.result()] != 1) return nullptr;
+  const TType &rt = op.result()->type;
+  const DType d = rt.dtype;
+  if (rt.isScalar() || !(d == DType::F32 || d == DType::F64 || d == DType::I32 || d == DType::I64)) return nullptr;
+  for (size_t i = 0; i + 1 < rt.shape.size(); ++i)
+    if (rt.shape[i] != 1) return nullptr; // a row: contiguous in the tensor where the box is inside it
+  const auto &ops = curBlock->ops;
+  size_t at = 0;
+  while (at < ops.size() && ops[at] != &op) ++at;
+  for (size_t j = at + 1; j < ops.size(); ++j) {
+    const TOp *u = ops[j];
+    if (u->kind == OpKind::StoreBox) {
+      const TValue *tv = u->operands[0];
+      const size_t rank = tv->type.rank;
+      const bool *masked = u->attrAs<bool>("masked");
+      if ((masked && *masked) || u->operands.size() < rank + 2 || u->operands[rank + 1] != op.result() ||
+          tv->type.dtype != d)
+        return nullptr;
+      for (size_t q = 1; q <= rank; ++q)
+        if (!vals.count(u->operands[q])) return nullptr; // a start computed after `op`
+      return u;
+    }
+    // Nothing between the two may read or write memory: the row is written before the store.
+    if (writesOrBranches(*u) || u->kind == OpKind::Load || u->kind == OpKind::LoadBox) return nullptr;
+    for (const TValue *v : u->operands)
+      if (v == op.result()) return nullptr;
+  }
+  return nullptr;
+}
+
+Value *Lowering::elemOf(const TValue *v, Value *i) {
+  if (!vals.count(v))
+    if (auto it = lazy.find(v); it != lazy.end()) return it->second(i);
+  return loadElem(get(v), v->type.dtype, i);
+}
+
+Value *Lowering::materialize(const TValue *v) {
+  const TType &t = v->type;
+  Value *out = alloc(t);
+  loopN(t.numElements(), [&](Value *i) { storeElem(out, t.dtype, i, lazy.at(v)(i)); });
+  set(v, out);
+  return out;
+}
+
+// ---- elementwise ----
+
 void Lowering::elementwise(const TOp &op, const std::function<Value *(const std::vector<Value *> &)> &f) {
   const TType &rt = op.result()->type;
   if (rt.isScalar()) {
@@ -395,12 +493,37 @@ void Lowering::elementwise(const TOp &op, const std::function<Value *(const std:
     set(op.result(), f(xs));
     return;
   }
+  if (fusesIntoReaders(op)) {
+    // `f` is copied: it runs when the reader is lowered (the lowerClass lambdas copy what they use).
+    lazy[op.result()] = [this, o = &op, f](Value *i) {
+      std::vector<Value *> xs;
+      for (const TValue *v : o->operands) xs.push_back(elemOf(v, i));
+      return f(xs);
+    };
+    return;
+  }
   Value *out = alloc(rt);
-  std::vector<Value *> bufs;
-  for (const TValue *v : op.operands) bufs.push_back(get(v));
+  if (const TOp *st = storesInPlace(op)) {
+    // The store's row in the tensor where its box lies inside it with unit stride (lowerBox's
+    // fast path, which then copies nothing), else the tile its slow path copies from.
+    TensorInfo &ti = tensor(st->operands[0]);
+    const auto &box = *st->attrAs<std::vector<int64_t>>("box");
+    std::vector<Value *> starts;
+    Value *off = c64(0);
+    for (size_t q = 0; q < box.size(); ++q) {
+      starts.push_back(get(st->operands[1 + q]));
+      off = B.CreateAdd(off, B.CreateMul(starts.back(), ti.strides[q]));
+    }
+    size_t last = box.size();
+    while (last > 0 && box[last - 1] == 0) --last;
+    Value *fast = boxInside(ti, starts, box);
+    if (last > 0) fast = B.CreateAnd(fast, B.CreateICmpEQ(ti.strides[last - 1], c64(1)));
+    out = B.CreateSelect(fast, B.CreateInBoundsGEP(mtype(rt.dtype), ti.data, off), out);
+    storedInPlace.insert(st);
+  }
   loopN(rt.numElements(), [&](Value *i) {
     std::vector<Value *> xs;
-    for (size_t k = 0; k < bufs.size(); ++k) xs.push_back(loadElem(bufs[k], op.operands[k]->type.dtype, i));
+    for (const TValue *v : op.operands) xs.push_back(elemOf(v, i));
     storeElem(out, rt.dtype, i, f(xs));
   });
   set(op.result(), out);
@@ -408,23 +531,23 @@ void Lowering::elementwise(const TOp &op, const std::function<Value *(const std:
 
 void Lowering::lowerClassUnary(const TOp &op) {
   DType d = op.operands[0]->type.dtype;
-  elementwise(op, [&](const std::vector<Value *> &x) { return unary(op, d, x[0]); });
+  elementwise(op, [this, o = &op, d](const std::vector<Value *> &x) { return unary(*o, d, x[0]); });
 }
 void Lowering::lowerClassBinary(const TOp &op) {
   DType d = op.operands[0]->type.dtype;
-  elementwise(op, [&](const std::vector<Value *> &x) { return binary(op.kind, d, x[0], x[1]); });
+  elementwise(op, [this, k = op.kind, d](const std::vector<Value *> &x) { return binary(k, d, x[0], x[1]); });
 }
 void Lowering::lowerClassCompare(const TOp &op) {
   DType d = op.operands[0]->type.dtype;
-  elementwise(op, [&](const std::vector<Value *> &x) { return compare(op.kind, d, x[0], x[1]); });
+  elementwise(op, [this, k = op.kind, d](const std::vector<Value *> &x) { return compare(k, d, x[0], x[1]); });
 }
 void Lowering::lowerClassSelect(const TOp &op) {
-  elementwise(op, [&](const std::vector<Value *> &x) { return B.CreateSelect(x[0], x[1], x[2]); });
+  elementwise(op, [this](const std::vector<Value *> &x) { return B.CreateSelect(x[0], x[1], x[2]); });
 }
 void Lowering::lowerCast(const TOp &op) {
   const auto *dt = op.attrAs<ir::DTypeAttr>("dtype");
   DType from = op.operands[0]->type.dtype;
-  elementwise(op, [&](const std::vector<Value *> &x) { return convert(x[0], from, dt->dtype, dt->policies.saturate); });
+  elementwise(op, [this, dt, from](const std::vector<Value *> &x) { return convert(x[0], from, dt->dtype, dt->policies.saturate); });
 }
 
 } // namespace tsr::codegen::lower

@@ -231,6 +231,15 @@ void Lowering::lowerBox(const TOp &op) {
     });
   };
   B.SetInsertPoint(fastBB);
+  if (storedInPlace.count(&op)) {
+    // The op before wrote the row where it lies (elementwise, Math.cpp): nothing to copy.
+    B.CreateBr(endBB);
+    B.SetInsertPoint(slowBB);
+    nest(false);
+    B.CreateBr(endBB);
+    B.SetInsertPoint(endBB);
+    return;
+  }
   if (inPlace) {
     Value *row = elemAt(baseOff);
     BasicBlock *fastEnd = B.GetInsertBlock();

@@ -542,7 +542,7 @@ namespace tsr::codegen {
 
 std::string loweringSwitches() {
   std::string s;
-  for (const char *name : {"TSR_REGISTER_TILES", "TSR_FLASH_LOOP", "TSR_WELFORD"}) {
+  for (const char *name : {"TSR_REGISTER_TILES", "TSR_FLASH_LOOP", "TSR_WELFORD", "TSR_FUSE_ELEMENTWISE"}) {
     const char *sw = std::getenv(name);
     s += std::string(name) + "=" + (sw ? sw : "") + ";";
   }
