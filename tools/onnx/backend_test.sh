@@ -92,7 +92,7 @@ for cat in "${categories[@]}"; do
   [[ -d "$data/$cat" ]] || continue
   # One process per test, so that a crash or a hang is that test's failure alone.
   find "$data/$cat" -mindepth 1 -maxdepth 1 -type d | sort | while read -r d; do [[ -z "$match" || "$cat/${d##*/}" =~ $match ]] && echo "$d"; done |
-    xargs -P "$jobs" -I{} sh -c 'e=$(mktemp); timeout 120 "$0" --executor "$2" --device "$3" "$1" 2>"$e"; rc=$?; grep "^compiled: " "$e" >>"$4"; rm -f "$e"; [ $rc -le 2 ] || echo "FAIL $(basename "$1"): crashed or timed out"' "$tool" {} "$executor" "$device" "$steps" |
+    xargs -P "$jobs" -I{} sh -c 'e=$(mktemp); timeout 120 "$0" --executor "$2" --device "$3" "$1" 2>"$e"; rc=$?; grep "^compiled: " "$e" | sed "s|^|$(basename "$1") |" >>"$4"; rm -f "$e"; [ $rc -le 2 ] || echo "FAIL $(basename "$1"): crashed or timed out"' "$tool" {} "$executor" "$device" "$steps" |
     sed "s|^\([A-Z]*\) |\1 $cat/|" >> "$out"
 done
 sort -k2,2 -o "$out" "$out"
@@ -109,7 +109,10 @@ echo "total: $tp passed, $tf failed, $tu unsupported"
 if [[ $executor == compiled ]]; then
   # What the compiled executor ran over the suite: programs launched, and the steps compiled, run
   # on the evaluator below the JIT threshold or with unknown dims, and library steps.
-  awk '{l += $2; c += $5; i += $7; u += $9; b += $13} END {printf "compiled executor: %d launches; steps: %d compiled, %d interpreted, %d with unknown dims, %d library\n", l, c, i, u, b}' "$steps"
+  awk '{l += $3; c += $6; i += $8; u += $10; b += $14} END {printf "compiled executor: %d launches; steps: %d compiled, %d interpreted, %d with unknown dims, %d library\n", l, c, i, u, b}' "$steps"
+  # The tests whose graphs still have library steps (the evaluator's code on the host, also on a GPU).
+  lib=$(awk '$14 > 0 {printf "%s%s (%d)", (n++ ? ", " : ""), $1, $14}' "$steps")
+  [[ -n "$lib" ]] && echo "library steps in: $lib"
 fi
 
 now=$(grep "^PASS " "$out" | awk '{print $2}' | sort)
