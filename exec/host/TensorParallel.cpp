@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace tsr::host {
 
@@ -128,15 +129,21 @@ std::string varyingKey(const ir::autodiff::VaryingParams &vp) {
 }
 
 void tagResult(const ValueRef &result, const ir::Graph &g, const ir::autodiff::VaryingParams &vp) {
-  ir::autodiff::VaryingAnalysis va(g, vp);
+  // The outputs' axes, once per graph (its cache key includes the parameters' axes, so a graph
+  // always meets the same ones; the op count guards against a graph rewritten since).
+  static std::map<uint64_t, std::pair<size_t, std::vector<AxisSet>>> known;
+  auto &[ops, axes] = known[g.serial];
+  if (ops != g.ops.size() || axes.size() != g.outputs.size()) {
+    ir::autodiff::VaryingAnalysis va(g, vp);
+    axes.clear();
+    for (const ir::Value *o : g.outputs) axes.push_back(va.of(o));
+    ops = g.ops.size();
+  }
   std::vector<const Value *> leaves;
   leavesOf(result, leaves);
-  for (size_t i = 0; i < leaves.size() && i < g.outputs.size(); ++i) {
-    const AxisSet &s = va.of(g.outputs[i]);
-    // Results are fresh values of this call (rebuild made them), so tagging them in place
-    // changes no value the program holds elsewhere.
-    const_cast<Value *>(leaves[i])->varying = std::set<std::string>(s.begin(), s.end());
-  }
+  // Results are fresh values of this call (rebuild made them), so tagging them in place changes
+  // no value the program holds elsewhere.
+  for (size_t i = 0; i < leaves.size() && i < axes.size(); ++i) const_cast<Value *>(leaves[i])->varying = axes[i];
 }
 
 void reportCollectives(const ir::Graph &g, int64_t before) {
