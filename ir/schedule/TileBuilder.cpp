@@ -27,7 +27,7 @@ std::pair<int64_t, int64_t> gpuTileWide(int64_t rows, int64_t cols, const TileTa
       bc = c;
       break;
     }
-  if (!bc) bc = std::min(E, bucket(cols, {8, 32, 128, 512, 1024, E}));
+  if (!bc) bc = std::min(E, bucket(cols, {8, 16, 32, 64, 128, 256, 512, 1024, E}));
   const int64_t br = rows <= 1 ? 1 : std::min(bucket(rows, {2, 4, 8, 16, 32, 64, 128}), std::max<int64_t>(1, E / bc));
   return {br, bc};
 }

@@ -51,7 +51,8 @@ std::pair<int64_t, int64_t> gpuTile2d(int64_t rows, int64_t cols, const TileTarg
 // in registers (codegen/llvm/RegisterPlan.h: elementwise steps, copies, reductions along the
 // last axis): the columns first, as wide as the tile's elements allow, so that a warp's threads
 // read consecutive 16-byte vectors of one row; the largest power of two from 128 up that divides
-// the extent (no masked lanes), else the bucket above it; then as many rows as fill the tile.
+// the extent (no masked lanes), else the power of two above it (a head dimension of 64 takes
+// 64, not 128 with half the lanes masked); then as many rows as fill the tile.
 std::pair<int64_t, int64_t> gpuTileWide(int64_t rows, int64_t cols, const TileTarget &t);
 
 // The dtype of the tile that holds a value of dtype t: t itself. Tile IR's elementwise ops on
