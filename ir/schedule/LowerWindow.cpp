@@ -134,6 +134,7 @@ bool isWindowStepOp(const Op &op) {
   if (!sized("strides", n) || !sized("dilations", n) || !sized("pads", 2 * n)) return false;
   for (int64_t s : intsAttr(op, "strides", {})) if (s < 1) return false;
   for (int64_t d : intsAttr(op, "dilations", {})) if (d < 1) return false;
+  if (conv && op.attrAs<int64_t>("groups") && *op.attrAs<int64_t>("groups") < 1) return false;
   if (conv) return op.operands.size() == 2 && isFloat(r.dtype) && op.operands[0]->type.dtype == r.dtype && op.operands[1]->type.dtype == r.dtype;
   const auto *k = op.attrAs<std::vector<int64_t>>("kernel");
   if (!k || k->size() != n) return false;
@@ -191,9 +192,11 @@ Kernel lowerWindow(const Op &op, const std::vector<int64_t> &shape, const std::s
       // computed once; the channels inside, two loads and a multiply-add per element.
       const bool tr = op.kind == OpKind::ConvTranspose;
       TV *x = in[0], *w = in[1];
-      TV *Mg = tr ? b.dim(w, 1) : nullptr, *Cg = tr ? nullptr : b.dim(w, 1);
-      if (tr) Cg = b.bin(TK::Div, b.dim(x, 1), b.bin(TK::Div, b.dim(out, 1), Mg));
-      else Mg = b.bin(TK::Div, b.dim(out, 1), b.bin(TK::Div, b.dim(x, 1), Cg));
+      // The group sizes from the attribute (>= 1), so that no program divides by a run-time
+      // extent that may be 0 (a conv of no channels gives zeros, as the evaluator's).
+      TV *G = b.i64(op.attrAs<int64_t>("groups") ? *op.attrAs<int64_t>("groups") : 1);
+      TV *Mg = tr ? b.dim(w, 1) : b.bin(TK::Div, b.dim(out, 1), G);
+      TV *Cg = tr ? b.bin(TK::Div, b.dim(x, 1), G) : b.dim(w, 1);
       TV *T = b.i64(1);
       for (size_t j = 0; j < n; ++j) T = b.bin(TK::Mul, T, b.dim(w, int(2 + j)));
       // The weight's offsets are the same for the whole tile when m is (the channel axis outside
