@@ -616,7 +616,11 @@ void simulate(const Func &f, const unsigned char *params) {
   }
   // FAKECUDA_GATHER_BAD=1 (read at each launch): a gather program counts an index out of range in
   // its last argument (the executor's counter), as a real one does for a bad index.
-  if (const char *bad = std::getenv("FAKECUDA_GATHER_BAD"); bad && *bad == '1' && f.name.rfind("gather", 0) == 0 && args >= 2) {
+  // FAKECUDA_GATHER_BAD_AFTER=N: the same from the N-th graph launch on (a replay's, for `tsr run`).
+  const char *bad = std::getenv("FAKECUDA_GATHER_BAD");
+  const char *after = std::getenv("FAKECUDA_GATHER_BAD_AFTER");
+  const bool badNow = (bad && *bad == '1') || (after && *after && counters.graphLaunches >= std::atoi(after));
+  if (badNow && f.name.rfind("gather", 0) == 0 && args >= 2) {
     uint64_t counter;
     std::memcpy(&counter, params + (args - 1) * kArg, 8);
     const int64_t one = 1;
