@@ -9,6 +9,12 @@ and 8. Each comparison is a line PASS/FAIL:
   - tokens: the tokens with graphs equal those without;
   - negative control: with the static inputs' copies skipped (TSR_TEST_GRAPHS_BREAK=copy-in) the
     tokens differ (else the comparison could not see a stale input);
+  - steady: TSR_CUDA_GRAPHS_VERBOSE's report: from the 3rd replay on, the caches, window and
+    scores (8 inputs at 2 layers) read in place, at most 3 inputs copied in, 1 output copied out,
+    0 host waits between replays; negative control: with TSR_TEST_GRAPHS_BREAK=feedback none is
+    read in place;
+  - error: positions run past the context (--overrun): the gather's error inside a replay, read
+    lazily, has the exit code and the source line of the run without graphs;
   - profile: under --profile nothing is captured.
 
 Prints both rates (tokens/s after the 4th token), and ends with `N passed, N failed`.
@@ -72,10 +78,32 @@ def main():
         report(same, f"batch {batch}: the tokens with graphs equal those without",
                "" if same else f"row {first} differs:\n  without: {rows0[first][:200]}\n  with:    {rows1[first][:200]}")
         print(f"     rate at batch {batch}: {rate0} tokens/s without graphs, {rate1} with", flush=True)
+        steady = re.search(r"cuda graphs: \d+ replays; from the 3rd on, per replay ([\d.]+) inputs copied in, ([\d.]+) fed back in place, "
+                           r"([\d.]+) outputs copied out, ([\d.]+) host waits between replays.*", graphs.stderr)
+        ok = bool(steady) and float(steady.group(1)) <= 3 and float(steady.group(2)) == 8 and float(steady.group(3)) == 1 \
+            and float(steady.group(4)) == 0
+        report(ok, f"batch {batch}: steady replays copy only the new inputs and do not wait", steady.group(0) if steady else "no report")
+        nofeed, rows4, _ = run(a.tsr, {"TSR_CUDA_GRAPHS": "1", "TSR_CUDA_GRAPHS_VERBOSE": "1", "TSR_TEST_GRAPHS_BREAK": "feedback"},
+                               batch, a.tokens)
+        report(nofeed.returncode == 0 and rows4 == rows0 and ", 0 fed back in place" in nofeed.stderr,
+               f"batch {batch}: negative control (feedback off) reads nothing in place, same tokens",
+               f"exit {nofeed.returncode}" if nofeed.returncode else "")
         broken, rows2, _ = run(a.tsr, {"TSR_CUDA_GRAPHS": "1", "TSR_TEST_GRAPHS_BREAK": "copy-in"}, batch, a.tokens)
         report(broken.returncode == 0 and rows2 != rows0,
                f"batch {batch}: negative control (the static inputs' copies skipped) gives other tokens",
                f"exit {broken.returncode}" if broken.returncode else ("the same tokens" if rows2 == rows0 else ""))
+
+    # An error inside a replay (positions past the context: the position embedding's gather).
+    over = ("--overrun", "true", "--context", "32")
+    e0, _, _ = run(a.tsr, {"TSR_CUDA_GRAPHS": "0"}, 1, 40, over)
+    e1, _, _ = run(a.tsr, {"TSR_CUDA_GRAPHS": "1", "TSR_CUDA_GRAPHS_VERBOSE": "1"}, 1, 40, over)
+    where0 = re.search(r"(\S+\.tsr:\d+):\d+: error", e0.stderr)
+    where1 = re.search(r"(\S+\.tsr:\d+):\d+: error", e1.stderr)
+    report(e0.returncode == 1 and e1.returncode == 1 and where0 and where1 and where0.group(1) == where1.group(1)
+           and "replayed" in e1.stderr,
+           "an error inside a replay: the exit code and line of the run without graphs",
+           f"without graphs exit {e0.returncode} {where0.group(0) if where0 else e0.stderr.strip()[-300:]}; "
+           f"with exit {e1.returncode} {where1.group(0) if where1 else e1.stderr.strip()[-300:]}")
 
     prof_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "cuda_graphs_profile.json")
     prof, rows3, _ = run(a.tsr, {"TSR_CUDA_GRAPHS": "1", "TSR_CUDA_GRAPHS_VERBOSE": "1"}, 1, 16, ("--profile", prof_path))

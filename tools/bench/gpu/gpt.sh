@@ -35,8 +35,8 @@ echo "== tessera train (--amp true, $steps steps)"
 tail -n 4 "$tmp/train.txt"
 train_ms=$(grep -o '[0-9.]* ms/step' "$tmp/train.txt" | tail -n 1 | cut -d' ' -f1)
 # Decoding twice per batch: kernels launched one by one (TSR_CUDA_GRAPHS=0), and the cached step
-# captured as a CUDA graph and replayed (TSR_CUDA_GRAPHS=1, exec/GraphReplay.h; its verbose line
-# says whether cached_step was captured).
+# captured as a CUDA graph and replayed (TSR_CUDA_GRAPHS=1, exec/GraphReplay.h; its verbose lines
+# say whether cached_step was captured, and what a steady token copies and waits for).
 for bs in 1 64; do
   for g in 0 1; do
     TSR_CUDA_GRAPHS=$g TSR_CUDA_GRAPHS_VERBOSE=$g "$TSR" run examples/gpt/generate.tsr --checkpoint "$tmp/gpt.safetensors" --length 256 \
@@ -44,7 +44,7 @@ for bs in 1 64; do
       echo "tessera decoding at batch $bs (TSR_CUDA_GRAPHS=$g) failed: $(tail -3 "$tmp/gen$bs-$g.txt" | tr '\n' ' ')"
     echo "batch $bs, TSR_CUDA_GRAPHS=$g: $(grep -- '^--- .* tokens/s' "$tmp/gen$bs-$g.txt")"
   done
-  grep -h 'cuda graphs: @cached_step' "$tmp/gen$bs-1.txt" | head -n 3 || true
+  grep -h -E 'cuda graphs: (@cached_step|[0-9]+ replays)' "$tmp/gen$bs-1.txt" | head -n 4 || true
   grep -q 'cuda graphs: @cached_step[^ ]* captured' "$tmp/gen$bs-1.txt" || echo "NOTE: cached_step was not captured at batch $bs"
 done
 # The steady rate (after the first sampled token, which compiles), as PyTorch's second round.
