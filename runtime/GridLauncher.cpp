@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -28,7 +31,50 @@ unsigned usableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// Persistent workers, one per core; one launch at a time.
+// How long a worker that finished its part of a launch, or the launching thread waiting for the
+// workers, polls for the next event before sleeping on the condition variable. Consecutive
+// launches (a graph's steps, a benchmark's calls) come microseconds apart; a thread woken from a
+// futex takes 5-50 us to run again (more from a deep C-state), and notify_all wakes the workers
+// one at a time through the mutex, so on 16 cores a launch of a few hundred microseconds (a
+// layer_norm of [4096, 1024]) may lose a sizable part of it to waking the pool. OpenMP runtimes
+// spin likewise before blocking (libgomp's GOMP_SPINCOUNT, Intel's KMP_BLOCKTIME). The launching
+// thread polls for less: it does not join every launch, and then it polls on a core a worker
+// may need. TSR_POOL_SPIN_US sets the workers' time; the default is 0 (sleep at once): on the
+// shared 2-core build machine polling workers took the core the launching thread needed for its
+// host code between launches (docs/performance.md, "CPU execution", has the figures), and a
+// many-core host's gain is yet to be measured.
+int64_t workerSpinNs() {
+  static const int64_t ns = [] {
+    const char *e = std::getenv("TSR_POOL_SPIN_US");
+    const long us = e && *e ? std::strtol(e, nullptr, 10) : 0;
+    return int64_t(std::max(0L, us)) * 1000;
+  }();
+  return ns;
+}
+constexpr int64_t kCallerSpinNs = 20000;
+
+// Polls `ready` for up to `ns` nanoseconds; whether it became true.
+template <typename F> bool spinFor(int64_t ns, F &&ready) {
+  if (ns <= 0) return ready();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    // The first polls pause; later ones yield the core, so that a thread that has work there
+    // (the launching thread's host code, another process on a shared machine) runs first.
+    if (i < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      sched_yield();
+    }
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+// Persistent workers, one per core; one launch at a time. A launch publishes its job under mu_
+// and bumps `generation_` (mirrored in the atomic `published_`, which idle workers poll);
+// `pending_` counts the workers still on it.
 class Pool {
 public:
   static Pool &instance() {
@@ -36,6 +82,7 @@ public:
     return *p;
   }
   int size() const { return std::max(int(workers_.size()), 1); }
+  uint64_t sleeps() const { return sleeps_.load(); }
 
   // Runs fn over [0, total) in chunks on up to `threads` threads (the caller among them when
   // `callerJoins`); chunks of `chunk` indices, or 0: about four per thread.
@@ -55,19 +102,27 @@ public:
       chunk_ = chunk > 0 ? chunk : std::max<int64_t>(1, total / (int64_t(parts) * 4));
       next_.store(0);
       wanted_ = nWorkers;
-      pending_ = nWorkers;
+      pending_.store(nWorkers);
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
+      // Only the workers this launch wants are woken (a worker per condition variable).
+      for (int i = 0; i < nWorkers; ++i)
+        if (asleep_[size_t(i)]) cvs_[size_t(i)].notify_one();
     }
-    cv_.notify_all();
     if (callerJoins) work(fn);
-    std::unique_lock<std::mutex> lk(mu_);
-    done_.wait(lk, [&] { return pending_ == 0; });
+    if (!spinFor(kCallerSpinNs, [&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_.wait(lk, [&] { return pending_.load() == 0; });
+    }
+    std::lock_guard<std::mutex> lk(mu_);
     job_ = nullptr;
   }
 
 private:
   Pool() {
     const unsigned hw = usableCores();
+    cvs_.reset(new std::condition_variable[hw]);
+    asleep_.assign(hw, 0);
     for (unsigned i = 0; i < hw; ++i) {
       pthread_attr_t attr;
       pthread_attr_init(&attr);
@@ -89,15 +144,28 @@ private:
   void loop(int index) {
     uint64_t seen = 0;
     for (;;) {
+      // The last worker never polls: with the launching thread, which runs host code between
+      // launches, the pollers then leave it a core.
+      if (index + 1 < int(workers_.size()))
+        spinFor(workerSpinNs(), [&] { return published_.load(std::memory_order_acquire) != seen; });
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return generation_ != seen; });
+      if (generation_ == seen || index >= wanted_) {
+        // Asleep until a launch wants this worker (one that wants fewer leaves it asleep).
+        asleep_[size_t(index)] = 1;
+        sleeps_.fetch_add(1, std::memory_order_relaxed);
+        cvs_[size_t(index)].wait(lk, [&] { return generation_ != seen && index < wanted_ && job_; });
+        asleep_[size_t(index)] = 0;
+      }
+      // The job's fields are read under mu_ with the generation they belong to.
       seen = generation_;
       if (index >= wanted_ || !job_) continue;
       const auto *fn = job_;
       lk.unlock();
       work(*fn);
-      lk.lock();
-      if (--pending_ == 0) done_.notify_all();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> g(mu_); // the launcher checks pending_ under mu_ before it waits
+        done_.notify_all();
+      }
     }
   }
   void work(const std::function<void(int64_t, int64_t)> &fn) {
@@ -110,17 +178,24 @@ private:
 
   std::vector<pthread_t> workers_;
   std::mutex launchMu_, mu_;
-  std::condition_variable cv_, done_;
+  std::unique_ptr<std::condition_variable[]> cvs_; // one per worker, by index
+  std::vector<char> asleep_;                        // by worker index, under mu_
+  std::condition_variable done_;
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
   int64_t total_ = 0, chunk_ = 1;
   std::atomic<int64_t> next_{0};
-  int wanted_ = 0, pending_ = 0;
+  int wanted_ = 0;
+  std::atomic<int> pending_{0};
   uint64_t generation_ = 0;
+  std::atomic<uint64_t> published_{0};
+  std::atomic<uint64_t> sleeps_{0};
 };
 
 } // namespace
 
 int launcherThreads() { return Pool::instance().size(); }
+
+uint64_t workerSleeps() { return Pool::instance().sleeps(); }
 
 void launchGrid(HostEntry fn, const KernelArg *args, std::array<int64_t, 3> grid, int threads, bool callerJoins) {
   for (int64_t g : grid)

@@ -28,6 +28,10 @@ constexpr size_t kWorkerStackBytes = size_t(256) << 20;
 /// Threads a launch can use: one per core.
 int launcherThreads();
 
+/// How many times a worker has gone to sleep on the pool's condition variable, having found no
+/// launch in its TSR_POOL_SPIN_US of polling (GridLauncher.cpp): what the polling saves.
+uint64_t workerSleeps();
+
 /// Runs `fn` over every program of `grid` (sizes >= 0; a zero axis runs nothing) on up to
 /// `threads` threads (0: one per core), `callerJoins`: the calling thread among them. Programs of
 /// one launch may run in any order and concurrently, as on a GPU, in contiguous chunks taken from

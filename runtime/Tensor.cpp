@@ -2,6 +2,8 @@
 
 #include "runtime/Profile.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -68,12 +70,35 @@ void countProfiled(int64_t delta) {
   profile::counter("host", "tensor memory (host)", profile::nowNs(), double(now));
 }
 
+// Buffers of kHugeBytes and more are aligned to 2 MiB and advised as transparent huge pages
+// (madvise(MADV_HUGEPAGE): hosts whose THP setting is `madvise`, the common default, give a
+// large mapping 4 KiB pages otherwise). A 4096^2 f32 operand spans 16,384 4 KiB pages, more
+// than the second-level TLB holds, and a GEMM tile's rows lie a page or more apart; in 2 MiB
+// pages it spans 32. TSR_HUGE_PAGES=0 turns this off (for measuring).
+constexpr size_t kHugeBytes = size_t(4) << 20, kHugeAlign = size_t(2) << 20;
+
+bool hugePages() {
+  static const bool on = [] {
+    const char *e = std::getenv("TSR_HUGE_PAGES");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+size_t alignFor(size_t cap) { return cap >= kHugeBytes && hugePages() ? kHugeAlign : kAlign; }
+
 std::shared_ptr<std::byte> allocate(size_t nbytes) {
   // Round up to whole 64-byte blocks (at least one) and zero the padding: see Tensor.h.
   const size_t cap = std::max<size_t>(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
   const bool pooled = cap >= kPooledBytes;
+  const size_t align = alignFor(cap);
   std::byte *p = pooled ? BufferPool::instance().take(cap) : nullptr;
-  if (!p) p = static_cast<std::byte *>(::operator new(cap, std::align_val_t{kAlign}));
+  if (!p) {
+    p = static_cast<std::byte *>(::operator new(cap, std::align_val_t{align}));
+#ifdef MADV_HUGEPAGE
+    if (align == kHugeAlign) ::madvise(p, cap / kHugeAlign * kHugeAlign, MADV_HUGEPAGE);
+#endif
+  }
   std::memset(p + nbytes, 0, cap - nbytes);
   // Only buffers made while a profile records are counted (and uncounted when freed).
   const bool counted = profile::recording();
@@ -83,9 +108,9 @@ std::shared_ptr<std::byte> allocate(size_t nbytes) {
       if (counted) countProfiled(-int64_t(cap));
       ::operator delete(q, std::align_val_t{kAlign});
     });
-  return std::shared_ptr<std::byte>(p, [cap, counted](std::byte *q) {
+  return std::shared_ptr<std::byte>(p, [cap, counted, align](std::byte *q) {
     if (counted) countProfiled(-int64_t(cap));
-    if (!BufferPool::instance().give(q, cap)) ::operator delete(q, std::align_val_t{kAlign});
+    if (!BufferPool::instance().give(q, cap)) ::operator delete(q, std::align_val_t{align});
   });
 }
 

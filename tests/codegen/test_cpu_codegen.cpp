@@ -1110,3 +1110,20 @@ TEST_CASE("row programs: elementwise chains computed in their reader's loop, the
   }
 }
 
+// Run by ctest pool_spin with TSR_POOL_SPIN_US=1000000 (and negative_pool_spin with 0, where it
+// must fail): back-to-back launches find the polling workers awake.
+TEST_CASE("the pool's workers poll between back-to-back launches" * doctest::skip()) {
+  const int launches = 200;
+  std::atomic<int64_t> ran{0};
+  static std::atomic<int64_t> *counter = nullptr;
+  counter = &ran;
+  rt::HostEntry fn = [](const rt::KernelArg *, int64_t b, int64_t e, const int64_t *) { counter->fetch_add(e - b); };
+  const int threads = rt::launcherThreads();
+  rt::launchGrid(fn, nullptr, {64, 1, 1}, threads, true); // starts the pool
+  const uint64_t before = rt::workerSleeps();
+  for (int i = 0; i < launches; ++i) rt::launchGrid(fn, nullptr, {64, 1, 1}, threads, true);
+  const uint64_t slept = rt::workerSleeps() - before;
+  CHECK(ran.load() == 64 * (launches + 1));
+  INFO(slept << " sleeps over " << launches << " launches on " << threads << " threads");
+  if (threads > 1) CHECK(slept < uint64_t(launches / 4));
+}
