@@ -444,6 +444,9 @@ std::vector<Tensor> GraphReplay::capture(Entry &e, const std::string &name, cons
     if (verbose()) std::cerr << "cuda graphs: @" << name << " is no longer captured: " << e.refused << "\n";
     return walk(inputs, Walk::Plain, nullptr, nullptr);
   }
+  // Earlier replays' records first (one wait, at a capture): a failure among them is raised
+  // here, never taken for this call's own (side 1's warm-up turns its failures into one graph).
+  readChecks();
   // The warm-up: the call as usual, its allocations in the arena, then every block freed again.
   e.arena = backend_.newArena();
   const bool noWarmup = broken == "warmup";
