@@ -880,9 +880,20 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
                                 {}, whereOf(m, g, *st.anchor));
   };
 
+  // Results of collectives the backend left running beside later steps (an all_reduce with the
+  // attribute `overlap`: data parallelism's gradient buckets, exec/host/DataParallel.cpp): the
+  // first step that reads one, or the outputs, first joins them (StepBackend::joinCollectives).
+  std::unordered_set<const Value *> deferred;
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const sched::Step &st = plan.steps[si];
     const Op &op = *st.anchor;
+    if (!deferred.empty())
+      for (const Value *v : st.inputs)
+        if (deferred.count(v)) {
+          I.backend->joinCollectives();
+          deferred.clear();
+          break;
+        }
     I.site = whereOf(m, g, op);
     const std::string key = graphKey + std::to_string(si) + "/";
     // A step's span: "step 3 matmul" (its kind and anchor op), with where its op is written.
@@ -1261,6 +1272,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           }
           if (ran) {
             views[op.result()] = whole(out);
+            if (const int64_t *ov = op.attrAs<int64_t>("overlap"); ov && *ov) deferred.insert(op.result());
             break;
           }
         }
@@ -1290,6 +1302,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     }
   }
 
+  if (!deferred.empty()) I.backend->joinCollectives();
   std::vector<Tensor> outs;
   for (const Value *v : g.outputs) {
     auto it = views.find(v);

@@ -127,6 +127,11 @@ public:
   /// device's own library (NCCL for GPUs: exec/cuda/NcclSteps.h); `out` receives the result.
   /// False (the default): the executor runs the op on host tensors (Gloo; ir::runCollective).
   virtual bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) { return false; }
+  /// Orders the work queued after this call behind every collective runCollective deferred (an
+  /// op with the attribute `overlap`: its compute-side wait postponed until its result is read).
+  /// The executor calls it before the first step that reads such a result and before a graph's
+  /// outputs. No-op by default (Gloo's collectives are done when runCollective returns).
+  virtual void joinCollectives() {}
   virtual std::string tuningTarget() const { return name(); }
 
   /// Device graphs (exec/GraphReplay.h: CUDA graphs). canCapture: whether this backend can

@@ -296,6 +296,7 @@ public:
   bool runCollective(const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) override {
     return ncclCollective(*this, dev_.ctx.ordinal(), dev_.stream().handle(), op, x, out);
   }
+  void joinCollectives() override { ncclJoin(dev_.ctx.ordinal(), dev_.stream().handle()); }
 
   std::shared_ptr<const BackendProgram> compile(const tile::Function &fn, const CompileHints &) override {
     if (!source_.compile)

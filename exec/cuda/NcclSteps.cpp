@@ -7,6 +7,21 @@
 
 namespace tsr::exec {
 
+namespace {
+// The buffers of deferred collectives, kept until ncclJoin. Never destroyed: after an error
+// between a deferred collective and its join, the process's exit must not free device memory
+// after the driver's teardown.
+std::vector<rt::Tensor> &held() {
+  static auto *h = new std::vector<rt::Tensor>;
+  return *h;
+}
+} // namespace
+
+void ncclJoin(int device, void *computeStream) {
+  rt::dist::nccl::joinCommStream(device, computeStream);
+  held().clear();
+}
+
 bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::Op &op, const rt::Tensor &x, rt::Tensor &out) {
   namespace d = rt::dist;
   using ir::OpKind;
@@ -64,6 +79,17 @@ bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::O
   const void *in = b.address(x, false, "a collective's operand");
   void *res = b.address(out, true, "a collective's result");
   const DType dt = x.dtype();
+  // An all-reduce that data parallelism put inside the backward graph (exec/host/DataParallel.cpp,
+  // attribute `overlap`): the compute stream goes on with the backward's later steps and waits
+  // for it only where its result is read (ncclJoin, called by the executor). Its operand and
+  // result stay referenced until then, so that neither buffer returns to the allocator while the
+  // communication stream may still use it.
+  const int64_t *overlap = op.attrAs<int64_t>("overlap");
+  const bool defer = overlap && *overlap != 0;
+  if (defer) {
+    held().push_back(x);
+    held().push_back(out);
+  }
   d::nccl::onCommStream(device, computeStream, g, what, [&](void *comm) {
     switch (op.kind) {
     case OpKind::AllReduce: d::nccl::allReduce(g, device, in, res, count, dt, reduction(), comm, what); break;
@@ -73,7 +99,7 @@ bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::O
     case OpKind::AllToAll: d::nccl::allToAll(g, device, in, res, count / size_t(n), dt, comm, what); break;
     default: break;
     }
-  });
+  }, defer);
   d::countCollective(spelled);
   return true;
 }

@@ -16,5 +16,9 @@ namespace tsr::exec {
 /// rt::dist::DistError when libnccl cannot be opened (naming it and how to install it), for
 /// extents that do not divide, and for NCCL's errors.
 bool ncclCollective(StepBackend &b, int device, void *computeStream, const ir::Op &op, const rt::Tensor &x, rt::Tensor &out);
+/// An all_reduce with the attribute `overlap` (set by data parallelism's gradient buckets in the
+/// backward graph) is deferred: `computeStream` does not wait for it until ncclJoin.
+/// Makes `computeStream` wait for the deferred collectives of `device` and releases their buffers.
+void ncclJoin(int device, void *computeStream);
 
 } // namespace tsr::exec

@@ -232,7 +232,7 @@ ValueRef Interpreter::Impl::callValue(const ValueRef &callee, std::vector<ValueR
         (callee->transform == sema::Transform::Grad || callee->transform == sema::Transform::ValueAndGrad))
       if (auto axes = dataParallelAxes(*callee->inner->fn))
         return callDataParallel(*this, *callee->inner->fn, *axes, args,
-                                [&](const std::vector<ValueRef> &a) { return callTransform(callee, a, kwargs, c, env); }, at);
+                                [&](const std::vector<ValueRef> &a) { return callTransform(callee, a, kwargs, c, env); }, at, true);
     return callTransform(callee, args, kwargs, c, env);
   case K::DType:
     // A dtype whose name is also a builtin's (`bool`): calling it calls the builtin.

@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
+#include <unordered_map>
 
 namespace tsr::host {
 
@@ -82,7 +84,133 @@ size_t bucketBytes() {
   return b;
 }
 
+// Where the gradient all-reduces go (TSR_DP_OVERLAP): "1" (default) inside the backward graph,
+// each bucket's right after the step that completes it; "end": inside the graph but after the
+// whole backward (the overlap test's control); "0": the host path after the graph call.
+enum class Placement { Overlap, End, Host };
+Placement placement() {
+  static const Placement p = [] {
+    const char *e = std::getenv("TSR_DP_OVERLAP");
+    std::string v = e ? e : "";
+    return v == "0" ? Placement::Host : v == "end" ? Placement::End : Placement::Overlap;
+  }();
+  return p;
+}
+
+// The data-parallel call whose graph is being asked for (callDataParallel sets it around the
+// transform's call; the first graph lowered or fetched under it takes it).
+struct InGraph {
+  std::string axes;
+  int64_t group = 1;
+  bool claimed = false; // a graph call took it
+  bool averaged = false; // that graph averages its float outputs
+  size_t tensors = 0, buckets = 0;
+};
+thread_local InGraph *current = nullptr;
+
+// The graphs given the averages, with their (tensors, buckets).
+std::map<const ir::Graph *, std::pair<size_t, size_t>> &averagedGraphs() {
+  static std::map<const ir::Graph *, std::pair<size_t, size_t>> m;
+  return m;
+}
+
 } // namespace
+
+std::string dataParallelGraphKey() {
+  if (!current || current->claimed) return "";
+  current->claimed = true;
+  return "|dp-mean:" + current->axes + ":" + std::to_string(current->group) + ":" + std::to_string(bucketBytes()) +
+         (placement() == Placement::End ? ":end" : "");
+}
+
+void addDataParallelMeans(ir::Graph &g) {
+  if (!current) return;
+  // The float outputs, each once, in the order the graph computes them (a parameter first): the
+  // backward produces the last layer's gradients first, so buckets fill in that order, as DDP's
+  // buckets follow the reverse order of the parameters.
+  std::unordered_map<const ir::Op *, size_t> index;
+  for (size_t i = 0; i < g.ops.size(); ++i) index[g.ops[i]] = i;
+  std::vector<ir::Value *> vals;
+  for (ir::Value *v : g.outputs) {
+    if (v->type.isKey() || !isFloat(v->type.dtype) || std::find(vals.begin(), vals.end(), v) != vals.end()) continue;
+    for (const Dim &d : v->type.dims)
+      if (!d.constantValue()) return; // a symbolic extent: left to the host path
+    vals.push_back(v);
+  }
+  if (vals.empty()) return;
+  auto pos = [&](const ir::Value *v) { return v->def ? int64_t(index.at(v->def)) : int64_t(-1); };
+  std::stable_sort(vals.begin(), vals.end(), [&](const ir::Value *a, const ir::Value *b) { return pos(a) < pos(b); });
+  auto numel = [](const ir::Value *v) {
+    int64_t n = 1;
+    for (const Dim &d : v->type.dims) n *= *d.constantValue();
+    return n;
+  };
+  const size_t n0 = g.ops.size(), cap = bucketBytes();
+  std::vector<std::pair<int64_t, std::vector<ir::Op *>>> early; // (after which op, the bucket's flatten, concat, all_reduce)
+  std::vector<ir::Op *> tail;                                   // the slices back, after the backward
+  std::map<const ir::Value *, ir::Value *> replaced;
+  const std::vector<ir::Attr> reduce = {{"axes", current->axes}, {"group", current->group}, {"op", std::string("mean")}, {"overlap", int64_t(1)}};
+  size_t buckets = 0;
+  for (size_t i = 0; i < vals.size();) {
+    const DType dt = vals[i]->type.dtype;
+    size_t j = i + 1, bytes = size_t(numel(vals[i])) * size_t(dtypeBits(dt) / 8);
+    while (cap > 0 && j < vals.size() && vals[j]->type.dtype == dt) {
+      size_t b = size_t(numel(vals[j])) * size_t(dtypeBits(dt) / 8);
+      if (bytes + b > cap) break;
+      bytes += b;
+      ++j;
+    }
+    size_t before = g.ops.size();
+    if (j == i + 1) {
+      replaced[vals[i]] = g.add(ir::OpKind::AllReduce, {vals[i]}, reduce);
+      early.push_back({pos(vals[i]), {g.ops.begin() + long(before), g.ops.end()}});
+    } else {
+      std::vector<ir::Value *> flat;
+      for (size_t k = i; k < j; ++k)
+        flat.push_back(g.add(ir::OpKind::Reshape, {vals[k]}, {{"shape", std::vector<Dim>{Dim::constant(numel(vals[k]))}}}));
+      ir::Value *cat = g.add(ir::OpKind::Concat, flat, {{"axis", int64_t(0)}});
+      ir::Value *avg = g.add(ir::OpKind::AllReduce, {cat}, reduce);
+      early.push_back({pos(vals[j - 1]), {g.ops.begin() + long(before), g.ops.end()}});
+      before = g.ops.size();
+      int64_t off = 0;
+      for (size_t k = i; k < j; ++k) {
+        ir::Value *part = g.add(ir::OpKind::Slice, {avg},
+                                {{"start", std::vector<Dim>{Dim::constant(off)}}, {"stop", std::vector<Dim>{Dim::constant(off + numel(vals[k]))}},
+                                 {"step", std::vector<int64_t>{1}}});
+        replaced[vals[k]] = g.add(ir::OpKind::Reshape, {part}, {{"shape", vals[k]->type.dims}});
+        off += numel(vals[k]);
+      }
+      tail.insert(tail.end(), g.ops.begin() + long(before), g.ops.end());
+    }
+    ++buckets;
+    i = j;
+  }
+  // The new order: each bucket's all-reduce right after the op that completes it (the compute
+  // stream goes on with the rest of the backward while NCCL reduces it), or, under
+  // TSR_DP_OVERLAP=end, all after the backward; the slices back last.
+  std::vector<ir::Op *> ops(g.ops.begin(), g.ops.begin() + long(n0)), order;
+  const bool atEnd = placement() == Placement::End;
+  size_t e = 0;
+  for (int64_t p = -1; p < int64_t(n0); ++p) {
+    if (p >= 0) order.push_back(ops[size_t(p)]);
+    for (; !atEnd && e < early.size() && early[e].first == p; ++e) order.insert(order.end(), early[e].second.begin(), early[e].second.end());
+  }
+  for (; e < early.size(); ++e) order.insert(order.end(), early[e].second.begin(), early[e].second.end());
+  order.insert(order.end(), tail.begin(), tail.end());
+  g.ops = std::move(order);
+  for (ir::Value *&o : g.outputs)
+    if (auto it = replaced.find(o); it != replaced.end()) o = it->second;
+  averagedGraphs()[&g] = {vals.size(), buckets};
+}
+
+void dataParallelGraphRan(const ir::Graph &g) {
+  if (!current) return;
+  auto it = averagedGraphs().find(&g);
+  if (it == averagedGraphs().end()) return;
+  current->averaged = true;
+  current->tensors = it->second.first;
+  current->buckets = it->second.second;
+}
 
 std::optional<std::string> dataParallelAxes(const sema::FunctionInfo &fn) {
   if (!fn.distributed || !fn.def) return std::nullopt;
@@ -100,7 +228,7 @@ std::optional<std::string> dataParallelAxes(const sema::FunctionInfo &fn) {
 }
 
 ValueRef callDataParallel(Interpreter::Impl &I, const sema::FunctionInfo &fn, const std::string &axes, const std::vector<ValueRef> &args,
-                          const std::function<ValueRef(const std::vector<ValueRef> &)> &call, SourceRange at) {
+                          const std::function<ValueRef(const std::vector<ValueRef> &)> &call, SourceRange at, bool inGraph) {
   rt::dist::Group g;
   try {
     g = rt::dist::groupOf(axes);
@@ -139,7 +267,27 @@ ValueRef callDataParallel(Interpreter::Impl &I, const sema::FunctionInfo &fn, co
     std::string name = i < fn.params.size() ? "`" + fn.params[i].name + "`" : "#" + std::to_string(i);
     local[i] = shard(local[i], name);
   }
-  ValueRef r = call(local);
+  // A grad / value_and_grad: the averages inside its graph (addDataParallelMeans), unless
+  // TSR_DP_OVERLAP=0 or the graph could not take them (then the host path below).
+  InGraph in{axes, n};
+  ValueRef r;
+  {
+    InGraph *saved = current;
+    current = (inGraph && placement() != Placement::Host) ? &in : nullptr;
+    try {
+      r = call(local);
+    } catch (...) {
+      current = saved;
+      throw;
+    }
+    current = saved;
+  }
+  if (in.averaged) {
+    if (const char *rep = std::getenv("TSR_DP_REPORT"); rep && *rep == '1')
+      std::fprintf(stderr, "data_parallel `%s`: %zu tensor(s) in %zu all-reduce(s) (in the backward graph%s)\n", fn.name.c_str(), in.tensors,
+                   in.buckets, placement() == Placement::End ? ", after it" : "");
+    return r;
+  }
   // The mean over the ranks of every float tensor of the result, in buckets: the tensors in the
   // result's order (tuples, lists, dicts), consecutive ones of one dtype joined while the bucket
   // stays within bucketBytes(), one all-reduce per bucket.

@@ -1,5 +1,6 @@
 // The host interpreter: host values and their checker types, eager tensor operations (one graph
 // per expression and operand types), printing, and the public entry points (Interpreter.h).
+#include "exec/host/DataParallel.h"
 #include "exec/host/InterpreterImpl.h"
 #include "exec/host/TensorParallel.h"
 #include "runtime/dist/Dist.h"
@@ -152,6 +153,11 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
   for (auto &o : operands) leavesOf(o, leaves);
   const auto vp = varyingParams(leaves);
   if (vp) k += varyingKey(*vp);
+  // A data-parallel grad / value_and_grad (DataParallel.h): its graph averages its float outputs
+  // over the ranks itself, in buckets that overlap the backward. Not with shards, whose outputs'
+  // varying axes (tagResult) the buckets' concatenation would mix.
+  const std::string dp = vp ? std::string() : dataParallelGraphKey();
+  k += dp;
   const ir::Graph *g = nullptr;
   auto it = cache.find(k);
   if (it != cache.end()) {
@@ -161,7 +167,9 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
     try {
       rt::profile::Scope span("compile", [&] { return "lower an expression of host code to Graph IR"; });
       ir::autodiff::VaryingScope scope(vp ? &*vp : nullptr);
-      g = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
+      ir::Graph *lowered = ir::lowerEagerExpression(graphs, P, mod, e, inputs, "eager" + std::to_string(graphs.graphs.size()), &result);
+      if (!dp.empty()) addDataParallelMeans(*lowered);
+      g = lowered;
     } catch (ir::CompileError &err) {
       failCompile(err, e->range);
     } catch (ir::IRError &err) {
@@ -188,6 +196,7 @@ ValueRef Interpreter::Impl::eager(Expr *e, const std::vector<ValueRef> &operands
     fail(err.what(), e->range, 3);
   }
   reportCollectives(*g, ran);
+  if (!dp.empty()) dataParallelGraphRan(*g);
   size_t next = 0;
   ValueRef r = rebuild(cacheResult[k], outs, next);
   if (vp) tagResult(r, *g, *vp);

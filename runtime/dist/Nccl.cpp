@@ -383,16 +383,32 @@ void allToAll(const Group &g, int device, const void *send, void *recv, size_t c
   check(a.ncclGroupEnd(), "all_to_all", what);
 }
 
-void onCommStream(int device, void *computeStream, const Group &g, const std::string &label, const std::function<void(void *commStream)> &enqueue) {
+namespace {
+// Per device: the communication stream and two events (CU_EVENT_DISABLE_TIMING = 2), reused:
+// an event recorded again replaces its earlier capture, and the waits were queued before.
+// `deferred`: a collective queued with deferWait whose end the compute stream has not waited for.
+struct CommSide { void *comm = nullptr; void *ready = nullptr, *done = nullptr; bool deferred = false; };
+std::map<int, CommSide> &commSides() {
+  static std::map<int, CommSide> sides;
+  return sides;
+}
+} // namespace
+
+void joinCommStream(int device, void *computeStream) {
+  auto it = commSides().find(device);
+  if (it == commSides().end() || !it->second.deferred) return;
+  it->second.deferred = false;
+  if (api().cuStreamWaitEvent(computeStream, it->second.done, 0) != 0)
+    throw DistError("NCCL: cannot order the compute of cuda:" + std::to_string(device) + " after its collectives");
+}
+
+void onCommStream(int device, void *computeStream, const Group &g, const std::string &label, const std::function<void(void *commStream)> &enqueue,
+                  bool deferWait) {
   const Api &a = api();
-  // Per device: the communication stream and two events (CU_EVENT_DISABLE_TIMING = 2), reused:
-  // an event recorded again replaces its earlier capture, and the waits were queued before.
-  struct Side { CUstream comm = nullptr; void *ready = nullptr, *done = nullptr; };
-  static std::map<int, Side> sides;
-  Side &sd = sides[device];
+  CommSide &sd = commSides()[device];
   if (!sd.comm) {
     constexpr unsigned kNonBlocking = 1, kDisableTiming = 2;
-    if (a.cuStreamCreate(&sd.comm, kNonBlocking) != 0 || a.cuEventCreate(&sd.ready, kDisableTiming) != 0 ||
+    if (a.cuStreamCreate(reinterpret_cast<CUstream *>(&sd.comm), kNonBlocking) != 0 || a.cuEventCreate(&sd.ready, kDisableTiming) != 0 ||
         a.cuEventCreate(&sd.done, kDisableTiming) != 0)
       throw DistError("NCCL: cannot make the communication stream of cuda:" + std::to_string(device));
   }
@@ -408,7 +424,14 @@ void onCommStream(int device, void *computeStream, const Group &g, const std::st
     }
   }
   watch(sd.comm, g, label);
-  if (a.cuEventRecord(sd.done, sd.comm) != 0 || a.cuStreamWaitEvent(computeStream, sd.done, 0) != 0)
+  if (a.cuEventRecord(sd.done, sd.comm) != 0)
+    throw DistError("NCCL: cannot order the compute of cuda:" + std::to_string(device) + " after its collective");
+  if (deferWait) {
+    sd.deferred = true;
+    return;
+  }
+  sd.deferred = false;
+  if (a.cuStreamWaitEvent(computeStream, sd.done, 0) != 0)
     throw DistError("NCCL: cannot order the compute of cuda:" + std::to_string(device) + " after its collective");
 }
 

@@ -40,7 +40,16 @@ void allToAll(const Group &g, int device, const void *send, void *recv, size_t c
 /// communicator (ncclCommAbort) and ends the process with exit 1 and `error: LABEL failed on
 /// rank R (group of ranks ...): ...` (watchdogVerdict), as the Gloo path's DistError does. `g`
 /// and `label` (`all_reduce over mesh axis dp (all_reduce %5)`) name it there.
-void onCommStream(int device, void *computeStream, const Group &g, const std::string &label, const std::function<void(void *commStream)> &enqueue);
+///
+/// deferWait (data parallelism's gradient buckets inside the backward graph): the compute stream
+/// does not wait for the collective now, so that the backward's later steps run beside it
+/// (PyTorch DDP's overlap); joinCommStream makes it wait, before the result is read.
+void onCommStream(int device, void *computeStream, const Group &g, const std::string &label, const std::function<void(void *commStream)> &enqueue,
+                  bool deferWait = false);
+/// Makes `computeStream` wait for every collective queued on `device`'s communication stream so
+/// far (the stream is in order, so one event recorded after the latest covers all). No-op when no
+/// deferred collective is outstanding.
+void joinCommStream(int device, void *computeStream);
 /// The watchdog's decision on the oldest unfinished collective (pure, so that a test can drive it
 /// with a fake clock): "" to go on waiting, else the error. done: its event completed; cuResult:
 /// cuEventQuery's (600 = not ready); ncclError: a communicator's asynchronous error (0 = none);

@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace {
 
 constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kInvalidDevice = 101,
@@ -660,6 +662,13 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   auto *f = static_cast<Func *>(fn);
   if (!f || gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return kInvalidValue;
   if (uint64_t(bx) * by * bz > 1024) return kInvalidValue;
+  // TSR_FAKE_TRACE=DIR: every launch appended to DIR/trace.PID, beside the fake libnccl's
+  // collectives (tests/dist/test_dp_overlap.py reads their order).
+  if (const char *dir = std::getenv("TSR_FAKE_TRACE"))
+    if (FILE *t = std::fopen((std::string(dir) + "/trace." + std::to_string(getpid())).c_str(), "a")) {
+      std::fprintf(t, "launch\n");
+      std::fclose(t);
+    }
   if (shared > 48 * 1024 && int(shared) > f->maxDynShared) return kInvalidValue;
   if (f->paramBytes > sizeof lastLaunch.params) return kInvalidValue;
   FakeCudaLaunch l{};

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 namespace {
 int queued = 0;
@@ -17,7 +18,19 @@ extern "C" {
 struct ncclUniqueId { char internal[128]; };
 int ncclGetUniqueId(ncclUniqueId *id) { std::memset(id->internal, 7, sizeof id->internal); return 0; }
 int ncclCommInitRank(void **comm, int, ncclUniqueId, int) { *comm = &token; return 0; }
-int ncclAllReduce(const void *, void *, size_t, int, int, void *, void *) { ++queued; return 0; }
+// TSR_FAKE_TRACE=DIR: every all-reduce appended to DIR/trace.PID (with the fake libcuda's launches).
+int ncclAllReduce(const void *, void *, size_t count, int, int, void *, void *) {
+  ++queued;
+  if (const char *dir = std::getenv("TSR_FAKE_TRACE")) {
+    char path[4096];
+    std::snprintf(path, sizeof path, "%s/trace.%d", dir, int(getpid()));
+    if (FILE *t = std::fopen(path, "a")) {
+      std::fprintf(t, "all_reduce %zu\n", count);
+      std::fclose(t);
+    }
+  }
+  return 0;
+}
 int ncclAllGather(const void *, void *, size_t, int, void *, void *) { ++queued; return 0; }
 int ncclReduceScatter(const void *, void *, size_t, int, int, void *, void *) { ++queued; return 0; }
 int ncclBroadcast(const void *, void *, size_t, int, int, void *, void *) { ++queued; return 0; }

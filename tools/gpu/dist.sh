@@ -2,8 +2,9 @@
 # Distributed runs on 2 GPUs (docs/distributed.md): tests/dist/test_dist.py's cases with
 # `--devices 2 --device cuda` (one rank per GPU, cuda:LOCAL_RANK), then
 # tests/dist/test_tensor_parallel.py's (Megatron's MLP on 2 GPUs, and on 4 and a dp x tp mesh of
-# 2 x 2 where 4 GPUs are visible), printing a PASS or FAIL line per check and the counts. Builds
-# nothing.
+# 2 x 2 where 4 GPUs are visible), and tests/dist/test_dp_overlap.py's checks of data
+# parallelism's all-reduces inside the backward graph with --device cuda, printing a PASS or FAIL
+# line per check and the counts. Builds nothing.
 #
 #   tools/gpu/dist.sh PATH/TO/tsr [--case collectives|data_parallel|digits|killed|failed|outer|bad]
 #   tools/gpu/dist.sh PATH/TO/tsr --tp [--case mlp|dp_tp|bad]     # the tensor-parallel cases only
@@ -34,6 +35,8 @@ fi
 rc=0
 "$python" "$root/tests/dist/test_dist.py" "$tsr" "$root" --device cuda "$@" || rc=$?
 if [[ $# -eq 0 ]]; then
+  echo "== data parallelism's all-reduces in the backward graph (NCCL)"
+  "$python" "$root/tests/dist/test_dp_overlap.py" "$tsr" - - --gpu || rc=$?
   echo "== tensor parallelism"
   "$python" "$root/tests/dist/test_tensor_parallel.py" "$tsr" "$root" "${tp[@]}" || rc=$?
 fi
