@@ -23,7 +23,9 @@
 #include "support/RunModes.h"
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdlib>
+#include <execinfo.h>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -150,7 +152,28 @@ int runSource(const std::vector<std::string> &rest) {
 
 } // namespace
 
+namespace {
+// A fault inside tsr itself (not the program's error: those are diagnostics) prints the stack
+// before the signal's default action ends the process, so that a crash on a machine without a
+// debugger can be located: each frame is the module and its offset (`tsr(+0x...)`), which
+// `addr2line -Cfe tsr OFFSET` resolves against the unstripped binary of the same build.
+// Only async-signal-safe calls (backtrace_symbols_fd writes, it does not allocate).
+void crashed(int sig) {
+  static const char head[] = "tsr: internal error: fatal signal; the stack (addr2line -Cfe tsr OFFSET):\n";
+  ssize_t ignored = write(2, head, sizeof head - 1);
+  (void)ignored;
+  void *frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+} // namespace
+
 int main(int argc, char **argv) {
+  // backtrace() loads libgcc on its first call, which is not signal-safe: call it once now.
+  void *warm[1];
+  backtrace(warm, 1);
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) std::signal(sig, crashed);
   tsr::onnxio::installLanguageHooks(); // onnx.load in programs (spec 15)
   CLI::App app{"tsr: run Tessera (.tsr) programs and serve editors"};
   app.set_version_flag("--version", "tsr 0.1 (Tessera)");
