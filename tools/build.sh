@@ -10,3 +10,10 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTSR_PYTHON=ON "$@"
 fi
 ninja -C "$BUILD_DIR" -j "$JOBS"
+# ninja 1.11 keeps an object whose source or header changed while it was compiled (someone's save
+# during the build): tools/stale_outputs.py removes such objects, and the second ninja rebuilds
+# them and relinks.
+if ! python3 tools/stale_outputs.py -C "$BUILD_DIR" --quiet >/dev/null; then
+  python3 tools/stale_outputs.py -C "$BUILD_DIR" --fix
+  ninja -C "$BUILD_DIR" -j "$JOBS"
+fi

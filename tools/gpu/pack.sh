@@ -8,6 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DIR=${1:-.gpu-bin}
+# No binary linked from an object that ninja kept though a source or header changed while it was
+# compiled (ninja 1.11 does; tools/stale_outputs.py): such a mix of two versions of a class is
+# a crash on the GPU host (issue 20's SIGSEGV in graphReplayWanted was one).
+if ! python3 tools/stale_outputs.py -C build --quiet; then
+  echo "pack: not packing; run: flock /tmp/tsr-build.lock sh -c 'tools/stale_outputs.py -C build --fix && ninja -C build', then pack again" >&2
+  exit 1
+fi
 mkdir -p "$DIR"
 for b in build/tools/tsr/tsr build/tools/tsrc/tsrc build/tools/tsr-eval/tsr-eval build/tests/schedule_check \
          build/tools/tsr-run-bundle/tsr-run-bundle build/tools/onnx/tsr-onnx-test; do
