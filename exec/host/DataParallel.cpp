@@ -84,15 +84,18 @@ size_t bucketBytes() {
   return b;
 }
 
-// Where the gradient all-reduces go (TSR_DP_OVERLAP): "1" (default) inside the backward graph,
-// each bucket's right after the step that completes it; "end": inside the graph but after the
-// whole backward (the overlap test's control); "0": the host path after the graph call.
+// Where the gradient all-reduces go (TSR_DP_OVERLAP): "1" inside the backward graph, each
+// bucket's right after the step that completes it; "end": inside the graph but after the whole
+// backward (the overlap test's control); "0" (default): the host path after the graph call. The
+// default is the host path because it measured faster: the ViT-B step on 2 H200s (dp_scaling.sh,
+// 6 steps, one call) took 77.2 ms per step (mean; best 59.2) with the overlap against 63.2 (best
+// 54.9) without; docs/performance.md, "Collectives".
 enum class Placement { Overlap, End, Host };
 Placement placement() {
   static const Placement p = [] {
     const char *e = std::getenv("TSR_DP_OVERLAP");
     std::string v = e ? e : "";
-    return v == "0" ? Placement::Host : v == "end" ? Placement::End : Placement::Overlap;
+    return v == "1" ? Placement::Overlap : v == "end" ? Placement::End : Placement::Host;
   }();
   return p;
 }

@@ -90,7 +90,7 @@ def case_cpu(tsr):
         check(p.returncode == 0, f"{where}: 1 rank ran" + ("" if p.returncode == 0 else "\n" + p.stderr[-2000:]))
         for mb, want in (("25", 1), ("0", 6), ("0.0001", 3)):
             runs = {}
-            for name, env_extra, extra in (("graph", {}, ()), ("host", {"TSR_DP_OVERLAP": "0"}, ()), ("again", {}, ("--deterministic",)),
+            for name, env_extra, extra in (("graph", {"TSR_DP_OVERLAP": "1"}, ()), ("host", {"TSR_DP_OVERLAP": "0"}, ()), ("again", {"TSR_DP_OVERLAP": "1"}, ("--deterministic",)),
                                            ("det", {}, ("--deterministic",))):
                 p = run(tsr, out(f"{mb}-{name}"), 2, dict(env_extra, TSR_DP_BUCKET_MB=mb), tuple(extra) + tuple(DEVICE))
                 check(p.returncode == 0, f"{where}: TSR_DP_BUCKET_MB={mb} {name}: 2 ranks ran" + ("" if p.returncode == 0 else "\n" + p.stderr[-2000:]))
@@ -131,7 +131,8 @@ def case_cuda(tsr, libcuda, libnccl, negative):
         with tempfile.TemporaryDirectory() as t:
             trace = os.path.join(t, "trace")
             os.mkdir(trace)
-            env_extra = {"TSR_LIBCUDA": libcuda, "TSR_LIBNCCL": libnccl, "TSR_FAKE_TRACE": trace, "TSR_DP_BUCKET_MB": mb}
+            env_extra = {"TSR_LIBCUDA": libcuda, "TSR_LIBNCCL": libnccl, "TSR_FAKE_TRACE": trace, "TSR_DP_BUCKET_MB": mb,
+                         "TSR_DP_OVERLAP": "1"}
             if negative:
                 env_extra["TSR_DP_OVERLAP"] = "end"
             p = run(tsr, t, 2, env_extra, ("--device", "cuda"))
