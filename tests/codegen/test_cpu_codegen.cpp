@@ -624,6 +624,7 @@ TEST_CASE("elementwise math vectorizes: no per-element calls for exp, tanh, sigm
     CHECK(ir.find(" x float>") != std::string::npos); // some <N x float> vector code
     CHECK(ir.find("@expf") == std::string::npos);
     CHECK(ir.find("@tanhf") == std::string::npos);
+    CHECK(ir.find("@erff") == std::string::npos);
     CHECK(codegen::hostLLVMText(f, false).find("define void @vec") != std::string::npos);
   }
 }
