@@ -23,6 +23,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distlib import Checks, launch_env  # noqa: E402
 import testlib  # noqa: E402
 from torch_python import reexec_with_torch  # noqa: E402
 
@@ -37,27 +39,13 @@ EXTRA = []  # --device cuda (tools/gpu/dist.sh): after the file, on every run
 def T(*args):
     """`tsr run ARGS` with the extra flags (--device)."""
     return [TSR, "run", *args, *EXTRA]
-passed = failed = 0
 
 
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {what}")
-    else:
-        failed += 1
-        print(f"FAIL {what}")
-    sys.stdout.flush()
+check = Checks()
 
 
 def env(**extra):
-    e = dict(os.environ)
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        e.pop(k, None)
-    e["TSR_DIST_TIMEOUT_S"] = "60"
-    e.update(extra)
-    return e
+    return launch_env(**extra)
 
 
 def expected(negative):
@@ -330,7 +318,7 @@ def main():
     for name, fn in cases.items():
         if a.case in ("all", name):
             fn()
-    sys.exit(testlib.summary(passed, failed, minimum=5 if a.case == "all" else 1))
+    sys.exit(testlib.summary(check.passed, check.failed, minimum=5 if a.case == "all" else 1))
 
 
 if __name__ == "__main__":

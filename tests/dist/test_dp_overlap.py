@@ -29,22 +29,16 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distlib import Checks  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROG = os.path.join(HERE, "dp_overlap.tsr")
 KEYS = ["loss", "g_w1", "g_b1", "g_w2", "g_b2", "g_w3"]
 STEPS = 2
-passed = failed = 0
 
 
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {what}")
-    else:
-        failed += 1
-        print(f"FAIL {what}")
-    sys.stdout.flush()
+check = Checks()
 
 
 def npy(path):
@@ -170,8 +164,8 @@ def main():
         case_cpu(a.tsr)
     if a.case in ("all", "cuda"):
         case_cuda(a.tsr, a.libcuda, a.libnccl, a.negative)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed or passed == 0 else 0
+    print(f"{check.passed} passed, {check.failed} failed")
+    return 1 if check.failed or check.passed == 0 else 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from distlib import Checks, launch_env  # noqa: E402
 import testlib  # noqa: E402,F401
 from torch_python import reexec_with_torch  # noqa: E402
 
@@ -44,30 +46,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TSR = TSRC = ROOT = None
 EXTRA = []  # --device cuda (tools/gpu/dist.sh): after the file, on every run
 MAX = [4]  # --max-devices: the most ranks a run may have (GPUs on a GPU host)
-passed = failed = 0
 
 # name -> the axis along which the ranks' shards join (None: replicated, the same on every rank)
 GRADS = {"y": None, "loss": None, "gx": None, "gb2": None, "ga": 1, "gb1": 0, "gb": 0}
 
 
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {what.splitlines()[0]}")  # the output a failure shows, only then
-    else:
-        failed += 1
-        print(f"FAIL {what}")
-    sys.stdout.flush()
+check = Checks()
 
 
 def env(**extra):
-    e = dict(os.environ)
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TSR_DIST_REPORT"):
-        e.pop(k, None)
-    e["TSR_DIST_TIMEOUT_S"] = "60"
-    e.update(extra)
-    return e
+    return launch_env(drop=("TSR_DIST_REPORT",), **extra)
 
 
 def run(devices, prog, *args, **envs):
@@ -260,8 +248,8 @@ def main():
             case_dp_tp(d)
         if a.case in (None, "bad") and not a.negative:
             case_bad(tmp)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    print(f"{check.passed} passed, {check.failed} failed")
+    sys.exit(1 if check.failed else 0)
 
 
 if __name__ == "__main__":
