@@ -71,6 +71,35 @@ bool contiguous(const View &v) {
   return true;
 }
 
+// The strides of view `v` reshaped to `to` (same element count) without a copy, where there are
+// such: each run of `v`'s axes that is contiguous in memory (stride[d-1] = extent[d] *
+// stride[d]) splits or merges into axes of `to` of the same element count. A reshape that merges
+// axes across runs (the heads of a transposed [B, S, H, D] into B * H) has none. The algorithm of
+// NumPy's _attempt_nocopy_reshape and PyTorch's at::detail::computeStride.
+std::optional<Shape> reshapeStrides(const View &v, const Shape &to) {
+  if (numelOf(v.shape) == 0 || v.shape.empty()) return rowMajor(to);
+  Shape strides(to.size(), 0);
+  int64_t viewD = int64_t(to.size()) - 1;
+  int64_t base = v.strides.back(), tensorNumel = 1, viewNumel = 1;
+  for (int64_t d = int64_t(v.shape.size()) - 1; d >= 0; --d) {
+    tensorNumel *= v.shape[size_t(d)];
+    if (d == 0 || (v.shape[size_t(d - 1)] != 1 && v.strides[size_t(d - 1)] != tensorNumel * base)) {
+      while (viewD >= 0 && (viewNumel < tensorNumel || to[size_t(viewD)] == 1)) {
+        strides[size_t(viewD)] = viewNumel * base;
+        viewNumel *= to[size_t(viewD)];
+        --viewD;
+      }
+      if (viewNumel != tensorNumel) return std::nullopt;
+      if (d > 0) {
+        base = v.strides[size_t(d - 1)];
+        tensorNumel = viewNumel = 1;
+      }
+    }
+  }
+  if (viewD != -1) return std::nullopt;
+  return strides;
+}
+
 // NumPy broadcasting of a view to `to` (aligned on the right; 1s stretch with stride 0).
 View broadcastView(const View &v, const Shape &to) {
   View r{v.buf, v.offset, to, Shape(to.size(), 0)};
@@ -312,14 +341,27 @@ struct CompiledExecutor::Impl {
             work};
   }
   // `given`: a candidate's tiles in place of the heuristic's (exec/MatMulTuning.h).
+  // `chunk` > 0: the partial products of a split-K (sched::matmulSplitK).
   ProgramRequest matmulProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
-                               int64_t work, const std::optional<sched::MatMulTiles> &given = std::nullopt) {
+                               int64_t work, const std::optional<sched::MatMulTiles> &given = std::nullopt,
+                               int64_t chunk = 0) {
     return {key + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)) +
-                (given ? "t" + autotune::tilesText(*given) : std::string()),
-            [this, &op, d, adt, bdt, given] {
-              return sched::lowerMatMul(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K}, "matmul", tiles(), given);
+                (given ? "t" + autotune::tilesText(*given) : std::string()) + (chunk ? "s" + std::to_string(chunk) : std::string()),
+            [this, &op, d, adt, bdt, given, chunk] {
+              return sched::lowerMatMul(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K},
+                                        chunk ? "matmul_parts" : "matmul", tiles(), given, chunk);
             },
             work};
+  }
+  // The split of a matmul step (none for vector operands).
+  sched::SplitK splitOf(const Op &op, const MatMulDims &d, DType adt, DType bdt) const {
+    if (d.av || d.bv) return {};
+    return sched::matmulSplitK(d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K}, numelOf(d.batch), tiles());
+  }
+  ProgramRequest splitSumProgram(const Op &op, const std::string &key, const sched::SplitK &split, const Shape &full) {
+    return {key + "sum" + std::to_string(split.parts) + shapeKey(full),
+            [this, &op, split, full] { return sched::lowerSplitKSum(split, op.result()->type, full, "matmul_sum", tiles()); },
+            numelOf(full) * split.parts};
   }
 
   // The program each matmul step runs, by the heuristic's request key: the tiles that
@@ -441,8 +483,10 @@ struct CompiledExecutor::Impl {
         }
         case sched::StepKind::MatMul: {
           const MatMulDims d = matmulDims(shapeOf(op.operands[0]), shapeOf(op.operands[1]), shapeOf(op.result()));
-          requests.push_back(matmulProgram(op, key, d, op.operands[0]->type.dtype, op.operands[1]->type.dtype,
-                                           stepWork(st, shapeOf).second));
+          const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
+          const sched::SplitK split = splitOf(op, d, adt, bdt);
+          requests.push_back(matmulProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second, std::nullopt, split.chunk));
+          if (split) requests.push_back(splitSumProgram(op, key, split, d.full));
           break;
         }
         case sched::StepKind::Concat: {
@@ -1066,6 +1110,18 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         ash.push_back(d.M); ash.push_back(d.K);
         bsh.push_back(d.K); bsh.push_back(d.N);
         const std::vector<rt::KernelArg> inputs{I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
+        if (const sched::SplitK split = I.splitOf(op, d, a.buf.dtype(), b.buf.dtype())) {
+          // Split-K: the parts' partial products into a workspace, then their sum into the result.
+          Shape ps = full;
+          ps.insert(ps.begin(), split.parts);
+          Tensor partials = I.allocate(ps, split.partials);
+          std::vector<rt::KernelArg> args{I.arg(whole(partials), true)};
+          args.insert(args.end(), inputs.begin(), inputs.end());
+          I.launch(I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work, std::nullopt, split.chunk)), args, ps);
+          I.launch(I.program(I.splitSumProgram(op, key, split, full)), {I.arg(ov, true), I.arg(whole(partials))}, full);
+          views[res] = whole(out);
+          break;
+        }
         const Compiled &c = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
         std::vector<rt::KernelArg> args{I.arg(ov, true)};
         args.insert(args.end(), inputs.begin(), inputs.end());
@@ -1140,6 +1196,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           const Shape s = shapeAttr(op);
           if (numelOf(s) != numelOf(x.shape)) throw OpFailure{"cannot reshape to a different element count"};
           if (contiguous(x)) r = View{x.buf, x.offset, s, rowMajor(s)};
+          else if (std::optional<Shape> st = reshapeStrides(x, s)) r = View{x.buf, x.offset, s, *st};
           else r = whole(I.materialize(x, x.buf.dtype(), {}, key).reshape(s));
         }
         }

@@ -14,8 +14,8 @@
 // - matmul: one matmul; its operands are materialized values or views of them (transposes and
 //   broadcast batch axes cost nothing).
 // - view: transpose, broadcast_to, slice, reverse, reshape: a new (offset, shape, strides) over
-//   the operand's buffer, no kernel (a reshape of a non-contiguous view copies; the executor
-//   decides, since contiguity depends on sizes).
+//   the operand's buffer, no kernel (a reshape of a non-contiguous view is a view where its
+//   strides can express it, else a copy; the executor decides, since strides depend on sizes).
 // - concat: one copy program per operand into its slice of the output (a view), converting to
 //   the result dtype.
 // - row: a normalization over the last axis as one pass over each row (ir/schedule/RowFusion.cpp):

@@ -492,28 +492,41 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
 // Rows of tiles a GPU matmul's program order groups (lowerMatMulTiled).
 constexpr int64_t kMatMulGroupM = 8;
 
+// `chunk` > 0: split-K (matmulSplitK): program_id(2) also runs over the parts, each part sums
+// k in [part * chunk, min(K, part * chunk + chunk)) (chunk a multiple of BK, so that no k tile
+// crosses into the next part: the loads mask at K only), and stores its accumulator unrounded
+// into `out` [parts, batch.., M, N] of the accumulator's dtype.
 Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result,
-                        const std::string &name, const TileTarget &target, int64_t BM, int64_t BN, int64_t BK) {
+                        const std::string &name, const TileTarget &target, int64_t BM, int64_t BN, int64_t BK,
+                        int64_t chunk) {
   Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
   f.loc = op.loc;
   const size_t n = batchRank + 2;
   const DType T = result.dtype;
   const DType acc = isFloat(T) ? accumulatorOf(result) : DType::I64;
-  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), T));
+  const bool split = chunk > 0;
+  if (split && (chunk % BK != 0 || !isFloat(T))) throw tile::TileError{"a split-K chunk that BK does not divide"};
+  const size_t o = split ? 1 : 0; // the output's leading parts axis
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n + o), split ? acc : T));
   TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
   TV *B = f.addParam("b", tile::Type::tensor(uint32_t(n), bdt));
-  k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK);
+  k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK) +
+            (split ? " KC=" + std::to_string(chunk) : std::string());
 
   Builder b{f, f.body, op.loc};
   std::vector<TV *> batch(n, nullptr);
-  k.grid[0] = {{int(n - 1)}, BN};
-  k.grid[1] = {{int(n - 2)}, BM};
-  if (batchRank > 0) {
+  TV *part = nullptr;
+  k.grid[0] = {{int(o + n - 1)}, BN};
+  k.grid[1] = {{int(o + n - 2)}, BM};
+  if (batchRank + o > 0) {
     std::vector<int> lead;
-    for (size_t d = 0; d < batchRank; ++d) lead.push_back(int(d));
+    for (size_t d = 0; d < batchRank + o; ++d) lead.push_back(int(d));
     k.grid[2] = {lead, 1};
-    decompose(b, b.pid(2), lead, out, batch);
+    std::vector<TV *> starts(n + o, nullptr);
+    decompose(b, b.pid(2), lead, out, starts);
+    if (split) part = starts[0];
+    for (size_t d = 0; d < batchRank; ++d) batch[d] = starts[o + d];
   }
   setGrid(f, k.grid);
   TV *pn = b.pid(0), *pm = b.pid(1);
@@ -533,8 +546,13 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
   TV *n0 = b.bin(TK::Mul, pn, b.i64(BN));
   TV *m0 = b.bin(TK::Mul, pm, b.i64(BM));
   TV *K = b.dim(A, int(n - 1));
+  TV *lo = b.i64(0), *hi = K;
+  if (split) {
+    lo = b.bin(TK::Mul, part, b.i64(chunk));
+    hi = b.bin(TK::Min, K, b.bin(TK::Add, lo, b.i64(chunk)));
+  }
   TV *init = b.constant({BM, BN}, acc, isFloat(acc) ? AttrValue(0.0) : AttrValue(int64_t(0)));
-  tile::Op *loop = f.addWithTypes(f.body, TK::For, {b.i64(0), K, b.i64(BK), init}, {}, {init->type}, op.loc);
+  tile::Op *loop = f.addWithTypes(f.body, TK::For, {lo, hi, b.i64(BK), init}, {}, {init->type}, op.loc);
   tile::Block *body = f.newBlock(loop);
   TV *k0 = f.addBlockArg(body, tile::Type::scalar(DType::I64));
   TV *carried = f.addBlockArg(body, init->type);
@@ -559,6 +577,13 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
   TV *bt = operand(B, bdt, coords(k0, BK, n0, BN));
   TV *next = lb.op(TK::Dot, {a, bt, carried});
   f.addWithTypes(body, TK::Yield, {next}, {}, {}, op.loc);
+  if (split) {
+    Coords c = coords(m0, BM, n0, BN);
+    c.start.insert(c.start.begin(), part);
+    c.block.insert(c.block.begin(), 0);
+    storeBox(b, out, c, loop->result());
+    return k;
+  }
   TV *r = b.cast(loop->result(), T, result.policies);
   storeBox(b, out, coords(m0, BM, n0, BN), r);
   return k;
@@ -748,9 +773,66 @@ std::vector<MatMulTiles> matmulTileCandidates(size_t batchRank, DType a, DType b
   return out;
 }
 
+SplitK matmulSplitK(size_t batchRank, DType a, DType b, const Type &result, const std::array<int64_t, 3> &mnk,
+                    int64_t batch, const TileTarget &target) {
+  const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
+  if (!isFloat(result.dtype) || batch < 1 || mnk[0] < 1 || mnk[1] < 1 || mnk[2] < 1) return {};
+  const char *forced = std::getenv("TSR_MATMUL_SPLIT_K");
+  if (!s.tensorCores && !(forced && *forced)) return {};
+  const std::vector<int64_t> t = matmulTiles(mnk, s.target, s.tensorCores, batch);
+  const int64_t BM = t[0], BN = t[1], BK = t[2];
+  const int64_t M = mnk[0], N = mnk[1], K = mnk[2];
+  // The chunk of `parts` parts: cdiv(K, parts) rounded up to a multiple of BK.
+  auto chunkOf = [&](int64_t parts) { return ((K + parts - 1) / parts + BK - 1) / BK * BK; };
+  auto splitOf = [&](int64_t chunk) {
+    SplitK r;
+    if (chunk <= 0 || chunk >= K) return r;
+    r.chunk = chunk;
+    r.parts = (K + chunk - 1) / chunk;
+    r.partials = accumulatorOf(result);
+    return r;
+  };
+  // TSR_MATMUL_SPLIT_K: 0 never splits; P > 1 splits every float product (CPU and CUDA-core ones
+  // too, which is how the split programs are tested without a GPU) into P parts as far as
+  // chunks of whole k tiles allow, for measuring and testing.
+  if (forced && *forced) {
+    const int64_t parts = std::max<int64_t>(0, std::atoll(forced));
+    return parts <= 1 ? SplitK{} : splitOf(chunkOf(parts));
+  }
+  const int64_t tiles = batch * ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  if (tiles >= kGpuMultiprocessors) return {};
+  // Estimated microseconds: the waves of programs, each k tile of a 128 x 256 x 64 program at
+  // about 0.7 us (6 TFLOP/s per multiprocessor, 0.8 of an H100's 989 dense bf16 TFLOP/s over
+  // 132), and for a split the partials' f32 write and read and the result's write at about 3
+  // bytes per ns, plus a launch.
+  const double perStep = 2.0 * double(BM) * double(BN) * double(BK) / 6.0e6;
+  const double outBytes = double(batch) * double(M) * double(N);
+  auto cost = [&](int64_t chunk) {
+    const int64_t parts = (K + chunk - 1) / chunk;
+    const int64_t waves = (tiles * parts + kGpuMultiprocessors - 1) / kGpuMultiprocessors;
+    double us = double(waves) * double((chunk + BK - 1) / BK) * perStep;
+    if (parts > 1) us += (8.0 * double(parts) + double(dtypeBits(result.dtype)) / 8.0) * outBytes / 3.0e3 + 3.0;
+    return us;
+  };
+  // Parts keep at least 8 k tiles each (the copy ring's fill and drain are a few tiles); a split
+  // must save a tenth of the estimate.
+  const double whole = cost(K);
+  int64_t best = 0;
+  double bestCost = 0.9 * whole;
+  for (int64_t parts = 2; parts <= 32; ++parts) {
+    const int64_t c = chunkOf(parts);
+    if (c < 8 * BK || c >= K) break;
+    if (const double e = cost(c); e < bestCost) {
+      bestCost = e;
+      best = c;
+    }
+  }
+  return splitOf(best);
+}
+
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target,
-                   const std::optional<MatMulTiles> &tiles) {
+                   const std::optional<MatMulTiles> &tiles, int64_t splitChunk) {
   if (tiles && ((*tiles)[0] < 1 || (*tiles)[1] < 1 || (*tiles)[2] < 1)) throw tile::TileError{"matmul tiles below 1"};
   const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
   std::vector<int64_t> first = tiles ? std::vector<int64_t>{(*tiles)[0], (*tiles)[1], (*tiles)[2]}
@@ -760,7 +842,7 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type 
     // 64 x 64 accumulators per warp for mma.sync at 128 x 256).
     TileTarget kt = s.target;
     if (s.tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
-    return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2]);
+    return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2], splitChunk);
   });
 }
 
@@ -824,8 +906,19 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
     const std::vector<int64_t> R = shapeOf(op.result());
     const size_t batch = R.size() - (av ? 0 : 1) - (bv ? 0 : 1);
     const std::array<int64_t, 3> mnk{a[a.size() - 2], b.back(), a.back()};
-    out.push_back({lowerMatMul(op, batch, op.operands[0]->type.dtype, op.operands[1]->type.dtype, op.result()->type, mnk,
-                               name, target), ""});
+    const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
+    const Type &rt = op.result()->type;
+    int64_t count = 1;
+    for (size_t d = 0; d < batch; ++d) count *= R[d];
+    const SplitK split = av || bv ? SplitK{} : matmulSplitK(batch, adt, bdt, rt, mnk, count, target);
+    if (!split) {
+      out.push_back({lowerMatMul(op, batch, adt, bdt, rt, mnk, name, target), ""});
+      break;
+    }
+    // A split-K (matmulSplitK): the parts' partial products, then their sum.
+    out.push_back({lowerMatMul(op, batch, adt, bdt, rt, mnk, name + ".parts", target, std::nullopt, split.chunk),
+                   "split-K partials, " + std::to_string(split.parts) + " parts"});
+    out.push_back({lowerSplitKSum(split, rt, R, name + ".sum", target), "split-K sum"});
     break;
   }
   case StepKind::Concat: {

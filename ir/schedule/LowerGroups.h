@@ -158,9 +158,41 @@ Kernel lowerRow(const Step &st, const std::vector<int64_t> &shape, const std::st
 /// [batch.., M, N], A, B. Errors as lowerElementwise's.
 /// `tiles` ({BM, BN, BK}, each >= 1, else tile::TileError) replaces the heuristic's first tiles
 /// (on a GPU the search for the shared-memory budget still halves them).
+/// `splitChunk` > 0 (matmulSplitK's, a multiple of the tiles' BK, else tile::TileError; float
+/// results only): the partial products of a split-K, parameters `out` [parts, batch.., M, N] of
+/// the accumulator's dtype (f32 for 16-bit results; parts = cdiv(K, splitChunk)), A, B; part p
+/// sums k in [p * splitChunk, min(K, (p + 1) * splitChunk)). lowerSplitKSum adds them.
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target = {},
-                   const std::optional<MatMulTiles> &tiles = std::nullopt);
+                   const std::optional<MatMulTiles> &tiles = std::nullopt, int64_t splitChunk = 0);
+
+/// How a GPU tensor-core product is split along K (split-K, ir/schedule/LowerSplitK.cpp): into
+/// `parts` chunks of `chunk` k (the last shorter), whose partial products (dtype `partials`, the
+/// result's accumulator) lowerSplitKSum adds. chunk 0: the product runs whole.
+struct SplitK {
+  int64_t chunk = 0, parts = 1;
+  DType partials = DType::F32;
+  explicit operator bool() const { return chunk > 0; }
+};
+
+/// The split of the product that lowerMatMul lowers with the same arguments (`batch`: the
+/// concrete product of its batch axes). A product splits when its heuristic tiles make fewer
+/// programs than the GPU has multiprocessors and an estimate of the waves' time plus the
+/// partials' round trip through memory saves a tenth: the weight gradients of a transformer
+/// (M x N of at most a few hundred tiles, K the tokens of a batch). Parts take at least 8 k tiles,
+/// and chunks are multiples of BK. CPU products, products off the tensor cores and integer
+/// products do not split, except that TSR_MATMUL_SPLIT_K=P splits every float product into P
+/// parts where chunks of whole k tiles allow (0 or 1: never split), for measuring and testing.
+SplitK matmulSplitK(size_t batchRank, DType a, DType b, const Type &result, const std::array<int64_t, 3> &mnk,
+                    int64_t batch, const TileTarget &target);
+
+/// The sum of a split-K's partial products: parameters `out` (`shape` = [batch.., M, N], rank >= 2,
+/// the dtype of `result`) and the partials [split.parts, shape..] (split.partials), added in part
+/// order and rounded once into the result's dtype with its policies, as the unsplit product
+/// rounds its accumulator; tiled as an elementwise program. tile::TileError for a split of no
+/// parts or a rank below 2, and as lowerElementwise's.
+Kernel lowerSplitKSum(const SplitK &split, const Type &result, const std::vector<int64_t> &shape,
+                      const std::string &name, const TileTarget &target = {});
 
 /// The tiles worth timing for the matmul that lowerMatMul lowers with the same arguments, the
 /// heuristic's first (what lowerMatMul takes without `tiles`), without repeats; one entry when

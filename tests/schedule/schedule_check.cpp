@@ -2,6 +2,10 @@
 // every graph of Graph IR text files.
 //
 //   schedule_check FILE.graph... [--sizes A=7,B=5;A=8,B=8] [--only NAME] [--jit-threshold N] [--device cuda[:N]]
+//                  [--launches N]
+//
+// --launches: the whole run must launch exactly N programs (a check on what runs without a copy:
+// views, reshapes of views).
 //
 // --device: the compiled side runs on that GPU (exec/cuda/CudaBackend.h; tools/gpu/suite.sh).
 //
@@ -121,6 +125,7 @@ int main(int argc, char **argv) {
   std::string only;
   int64_t jitThreshold = 0;
   bool mixed = false, compileAhead = true;
+  int64_t wantLaunches = -1; // --launches N: the run's kernel launches must be exactly N
   std::string device;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -138,6 +143,8 @@ int main(int argc, char **argv) {
       compileAhead = false;
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--launches" && i + 1 < argc) {
+      wantLaunches = std::stoll(argv[++i]);
     } else {
       files.push_back(a);
     }
@@ -283,6 +290,10 @@ int main(int argc, char **argv) {
   }
   std::cout << "totals: " << st.launches << " kernel launches; steps: " << st.compiledSteps << " compiled, " << st.interpretedSteps
             << " interpreted, " << st.unknownDimSteps << " with unknown dims, " << st.librarySteps << " library\n";
+  if (wantLaunches >= 0 && int64_t(st.launches) != wantLaunches) {
+    std::cout << "FAIL the run launched " << st.launches << " programs, not the " << wantLaunches << " expected\n";
+    ++failed;
+  }
   std::cout << passed << " passed, " << failed << " failed\n";
   return failed == 0 ? 0 : 1;
 }

@@ -43,6 +43,8 @@
 #   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
 #                     against the reference evaluator
+#   split_k_gpu       split-K products (forced into 3 parts: tensor-core and CUDA-core ones) on the GPU
+#                     against the reference evaluator; negative_split_k_gpu: a sum that leaves out a part differs
 #   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
 #   onnx_ort_examples every examples/ graph function that `tsrc --emit=onnx` exports (and
 #                     tests/onnx/ort_fixture.tsr's), run by ONNX Runtime (CPU provider, and CUDA where
@@ -137,6 +139,8 @@ step bundle_cpu_refused "cd '$B' && python3 '$PWD/tests/expect.py' --exit 3 --ha
 step hgmma_sass "set -e; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch sm_90 > '$OUT/mma90.ptx'; ptxas -arch=sm_90a '$OUT/mma90.ptx' -o '$OUT/mma90.cubin'; n=\$(cuobjdump -sass '$OUT/mma90.cubin' | grep -c HGMMA); echo \"HGMMA instructions: \$n\"; test \$n -gt 0; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch sm_80 > '$OUT/mma80.ptx'; ptxas -arch=sm_80 '$OUT/mma80.ptx' -o '$OUT/mma80.cubin'; m=\$(cuobjdump -sass '$OUT/mma80.cubin' | grep -c HGMMA || true); echo \"sm_80 HGMMA: \$m\"; test \$m -eq 0"
 step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
+step split_k_gpu "python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD' --device cuda"
+step negative_split_k_gpu "TSR_SPLIT_K_TEST_BREAK=sum python3 tests/expect.py --exit 1 --has 'the compiled split products differ' -- python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD' --device cuda"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
 # ONNX export (issue 19): ONNX Runtime runs each exported examples/ function with Tessera's outputs.
 ORT_EXAMPLES="python3 tests/onnx/ort_examples.py '$BIN/tsr' '$BIN/tsrc' --device cuda --also tests/onnx/ort_fixture.tsr"
