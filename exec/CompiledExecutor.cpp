@@ -1067,7 +1067,8 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       case sched::StepKind::Reduce: {
         const std::vector<ReduceStage> stages = reduceStages(op, shapeOf(op.operands[0]));
         auto inputView = [&](const Value *v) { return broadcastView(viewOf(v), stages[0].iter); };
-        const bool extreme = op.kind == OpKind::ReduceMax || op.kind == OpKind::ReduceMin;
+        const bool extreme = op.kind == OpKind::ReduceMax || op.kind == OpKind::ReduceMin || op.kind == OpKind::ArgMax ||
+                             op.kind == OpKind::ArgMin;
         const DType carry = sched::reductionCarryDType(op);
         Tensor prev;
         for (size_t s = 0; s < stages.size(); ++s) {
@@ -1285,9 +1286,9 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           break;
         }
         if (I.walkMode != GraphReplay::Walk::Plain && hasDeviceComposite(op)) {
-          // In CUDA-graph walks, argmax and check_le run as graphs of device ops, so that the
-          // plan has no host step (DeviceComposites.h); a failed check_le runs the evaluator's
-          // rule below, which raises its message.
+          // In CUDA-graph walks, check_le runs as a graph of device ops, so that the plan has
+          // no host step (DeviceComposites.h); a failed check_le runs the evaluator's rule
+          // below, which raises its message.
           std::vector<Shape> shapes;
           std::vector<Tensor> args;
           std::string ck = key + "composite";

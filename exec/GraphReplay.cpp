@@ -89,7 +89,7 @@ std::string whyNotCapturable(const sched::Schedule &plan) {
                            std::string(ir::opSpelling(st.anchor->kind)) + ")";
     switch (st.kind) {
     case sched::StepKind::Library:
-      // argmax and check_le run as device ops in GraphReplay's walks (DeviceComposites.h).
+      // check_le runs as device ops in GraphReplay's walks (DeviceComposites.h).
       if (!hasDeviceComposite(*st.anchor)) return at + " runs on the host";
       ++launches;
       break;

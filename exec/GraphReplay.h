@@ -6,10 +6,10 @@
 // Policy, per plan and call signature (the graph's structure, its symbol sizes, the inputs'
 // shapes and dtypes):
 //   - Eligible plans (whyNotCapturable): at least kMinCapturedSteps kernel steps; kernel, row,
-//     reduction, matmul, gather, random, concat and view steps, and the library ops that have
-//     device composites (argmax, argmin, check_le: DeviceComposites.h, run as device ops in these
-//     walks). Another library step (host code: key_split, dim_value, kernel_call, scan,
-//     collectives) or a step with integer-division checks (read back after the launch) keeps the
+//     reduction (argmax and argmin among them), matmul, gather, random, concat and view steps,
+//     and the library op that has a device composite (check_le: DeviceComposites.h, run as
+//     device ops in these walks). Another library step (host code: key_split, dim_value, kernel_call, scan,
+//     collectives, an argmax over several axes) or a step with integer-division checks (read back after the launch) keeps the
 //     plan uncaptured. A gather's index check (and check_le's count) is kept: its counter stays on the device and is read
 //     after each replay (one wait per call, as the uncaptured path waits for it at every gather);
 //     a bad index runs the call again uncaptured, which reports it at its op.
@@ -66,7 +66,7 @@ constexpr int kMinCapturedSteps = 3;
 /// Captured plans kept per executor (the least recently called goes first, with its arena).
 constexpr size_t kMaxCapturedPlans = 16;
 
-/// Why `plan` cannot be captured ("step 4 (library argmax) runs on the host"), or "" when it can.
+/// Why `plan` cannot be captured ("step 4 (library dim_value) runs on the host"), or "" when it can.
 std::string whyNotCapturable(const ir::schedule::Schedule &plan);
 
 /// Whether calls should go through GraphReplay now: TSR_CUDA_GRAPHS=1 (or

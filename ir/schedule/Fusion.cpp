@@ -60,6 +60,24 @@ bool isFusedReduction(OpKind k) {
   return k == OpKind::ReduceSum || k == OpKind::ReduceMax || k == OpKind::ReduceMin || k == OpKind::ReduceProd;
 }
 
+bool isArgReduction(const Op &op) {
+  if ((op.kind != OpKind::ArgMax && op.kind != OpKind::ArgMin) || op.operands.size() != 1 || op.results.size() != 1)
+    return false;
+  const Type &x = op.operands[0]->type;
+  if (x.isKey()) return false;
+  // The index counts the reduced elements in row-major order: over one axis it is that axis'
+  // index, which one reduce stage computes; several axes stay a library step.
+  const auto *axes = op.attrAs<std::vector<int64_t>>("axes");
+  if (!axes) return x.rank() <= 1;
+  std::set<int64_t> distinct;
+  for (int64_t a : *axes) distinct.insert(a < 0 ? a + int64_t(x.rank()) : a);
+  return distinct.size() <= 1;
+}
+
+bool isReduceStepOp(const Op &op) {
+  return (isFusedReduction(op.kind) && op.operands.size() == 1) || isArgReduction(op);
+}
+
 namespace {
 
 bool elementwiseResult(const Value *v) { return v->def && isElementwiseOp(v->def->kind) && v->def->results.size() == 1; }
@@ -139,7 +157,7 @@ Schedule planFusion(const Graph &g) {
   for (const Op *op : g.ops) {
     if (isElementwiseOp(op->kind)) continue;
     for (const Value *r : op->results) materialized.insert(r);
-    if (isFusedReduction(op->kind)) continue;
+    if (isReduceStepOp(*op)) continue;
     for (const Value *o : op->operands) materialized.insert(o);
   }
   // Values that three or more steps would recompute are materialized, repeatedly: materializing
@@ -153,7 +171,7 @@ Schedule planFusion(const Graph &g) {
     for (const Op *op : g.ops) {
       if (isElementwiseOp(op->kind) && op->results.size() == 1 && materialized.count(op->result()))
         count(coneOf(order, op->result(), true, materialized), op);
-      else if (isFusedReduction(op->kind) && !op->operands.empty())
+      else if (isReduceStepOp(*op))
         count(coneOf(order, op->operands[0], false, materialized), nullptr);
     }
     // In graph order: each value materialized shortens the cones of those after it, so the
@@ -177,7 +195,7 @@ Schedule planFusion(const Graph &g) {
       st.kind = StepKind::Elementwise;
       st.cone = coneOf(order, op->result(), true, materialized);
       st.inputs = inputsOf(st.cone, nullptr);
-    } else if (isFusedReduction(op->kind) && op->operands.size() == 1) {
+    } else if (isReduceStepOp(*op)) {
       st.kind = StepKind::Reduce;
       st.cone = coneOf(order, op->operands[0], false, materialized);
       st.inputs = inputsOf(st.cone, st.cone.empty() ? op->operands[0] : nullptr);

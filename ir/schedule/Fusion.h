@@ -9,8 +9,12 @@
 //   Elementwise ops are unary, binary, compare, where, cast, constant and iota. An op of the cone
 //   may have a smaller shape than the root (NumPy broadcasting): every value of a step is
 //   computed at the root's shape, and inputs are read through broadcasting views.
-// - reduce: one reduction (sum, max, min, prod) over its axes, with the cone of its operand
-//   fused as a prologue, so that `sum(exp(x - m))` reads x and m once and writes nothing else.
+// - reduce: one reduction (sum, max, min, prod) over its axes, or an argmax or argmin over one
+//   axis (isArgReduction), with the cone of its operand fused as a prologue, so that
+//   `sum(exp(x - m))` reads x and m once and writes nothing else. argmax/argmin is one program
+//   whose loop carries, per lane of the tile, the first extreme and its index (a NaN taking the
+//   lane), then takes the least index among the lanes that hold the row's extreme (or a NaN):
+//   the evaluator's first extreme, NaN first (ir/schedule/LowerGroups.cpp).
 // - matmul: one matmul; its operands are materialized values or views of them (transposes and
 //   broadcast batch axes cost nothing).
 // - view: transpose, broadcast_to, slice, reverse, reshape: a new (offset, shape, strides) over
@@ -38,11 +42,11 @@
 //   spatial axes, float operands; max_pool of any dtype but bool) as a program over the result
 //   that reduces each element's window in a loop over its taps (direct convolution, the pull
 //   form of the transposed ops: ir/schedule/LowerWindow.cpp); isWindowStepOp says which ops.
-// - library: ops that runtime code executes rather than a tile program: argmax/argmin,
-//   random_normal, random_uniform with bounds, key_split, dim_value (a size as a scalar), and
-//   kernel_call (a hand-written kernel, run by the executor's KernelRunner). These are either
-//   rare and cheap (dim_value, key_split, argmax over logits, the draws of initialisation), or
-//   hand-written kernels.
+// - library: ops that runtime code executes rather than a tile program: argmax/argmin over
+//   several axes (an index into their row-major flattening), random_normal, random_uniform with
+//   bounds, key_split, dim_value (a size as a scalar), and kernel_call (a hand-written kernel,
+//   run by the executor's KernelRunner). These are either rare and cheap (dim_value, key_split,
+//   the draws of initialisation), or hand-written kernels.
 //
 // Materialized values (written to memory): graph outputs; results of every non-elementwise op;
 // elementwise results read by views, matmuls or library ops; and elementwise results that the
@@ -71,6 +75,12 @@ std::string_view stepKindName(StepKind k);
 bool isElementwiseOp(OpKind k);
 bool isViewOp(OpKind k);
 bool isFusedReduction(OpKind k);
+/// Whether `op` is an argmax or argmin that a reduce step computes: one tensor operand and at
+/// most one reduced axis (the index of several is over their row-major flattening: a library
+/// step).
+bool isArgReduction(const Op &op);
+/// Whether `op` anchors a reduce step: a fused reduction of one operand, or isArgReduction.
+bool isReduceStepOp(const Op &op);
 
 struct Step {
   StepKind kind;

@@ -202,6 +202,7 @@ std::vector<const Op *> checkedOps(const std::vector<const Op *> &cone) {
 DType reductionCarryDType(const Op &reduce) {
   DType x = reduce.operands[0]->type.dtype;
   if (reduce.kind == OpKind::ReduceMax || reduce.kind == OpKind::ReduceMin) return reprOf(x);
+  if (reduce.kind == OpKind::ArgMax || reduce.kind == OpKind::ArgMin) return isFloat(x) ? reprOf(x) : DType::I64;
   return isFloat(x) ? accumulatorOf(reduce.result()->type) : DType::I64;
 }
 
@@ -301,7 +302,9 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   const Type &rty = red.result()->type;
   const DType carry = reductionCarryDType(red);
   const DType outDType = last ? rty.dtype : carry;
-  const bool extreme = red.kind == OpKind::ReduceMax || red.kind == OpKind::ReduceMin;
+  const bool arg = red.kind == OpKind::ArgMax || red.kind == OpKind::ArgMin;
+  const bool extreme = red.kind == OpKind::ReduceMax || red.kind == OpKind::ReduceMin || arg;
+  if (arg && stage != 0) throw tile::TileError{"an argmax or argmin of more than one axis"};
 
   Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
@@ -349,7 +352,7 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   case OpKind::ReduceSum: identity = isFloat(acc) ? AttrValue(0.0) : AttrValue(int64_t(0)); break;
   case OpKind::ReduceProd: identity = isFloat(acc) ? AttrValue(1.0) : AttrValue(int64_t(1)); break;
   default: {
-    const bool mx = red.kind == OpKind::ReduceMax;
+    const bool mx = red.kind == OpKind::ReduceMax || red.kind == OpKind::ArgMax;
     if (isFloat(acc)) identity = mx ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
     else if (acc == DType::Bool) identity = !mx;
     else if (acc == DType::I8) identity = int64_t(mx ? -128 : 127);
@@ -369,10 +372,21 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
     }
   TV *init = b.constant(tshape, acc, identity);
   TV *zero = b.i64(0), *step = b.i64(BK);
-  tile::Op *loop = f.addWithTypes(f.body, TK::For, {zero, extent, step, init}, {}, {init->type}, red.loc);
+  // argmax / argmin also carry each lane's index, kNoIndex until the lane takes its first element.
+  constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::max();
+  // TSR_ARGMAX_TEST_BREAK, for the tests' negative controls only (tests/CMakeLists.txt): "ties"
+  // takes the last of equal elements, "nan" leaves NaNs out of the rule.
+  const char *broken = arg ? std::getenv("TSR_ARGMAX_TEST_BREAK") : nullptr;
+  const std::string breakRule = broken ? broken : "";
+  std::vector<TV *> inits{zero, extent, step, init};
+  if (arg) inits.push_back(b.constant(tshape, DType::I64, kNoIndex));
+  std::vector<tile::Type> carriedTypes;
+  for (size_t q = 3; q < inits.size(); ++q) carriedTypes.push_back(inits[q]->type);
+  tile::Op *loop = f.addWithTypes(f.body, TK::For, inits, {}, carriedTypes, red.loc);
   tile::Block *body = f.newBlock(loop);
   TV *iv = f.addBlockArg(body, tile::Type::scalar(DType::I64));
   TV *carried = f.addBlockArg(body, init->type);
+  TV *carriedIndex = arg ? f.addBlockArg(body, tile::Type::tile(tshape, DType::I64)) : nullptr;
   Builder lb{f, body, red.loc};
   c.start[size_t(axis)] = iv;
 
@@ -403,27 +417,57 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   // Elements are converted to the accumulator exactly (the evaluator's f64 / i64 values).
   if (extreme) val = lb.cast(val, acc);
   else val = isFloat(valDType) ? lb.cast(lb.cast(val, reprOf(valDType)), acc) : lb.cast(val, DType::I64);
+  // The elements' indices along the reduced axis ([BK]), and a [BK] vector at the tile's shape.
+  TV *idx = nullptr, *inside = nullptr;
+  if (arg || shape[size_t(axis)] % BK != 0) {
+    idx = lb.op(TK::Arange, {}, {{"n", BK}, {"dtype", DTypeAttr{DType::I64, {}}}});
+    idx = lb.bin(TK::Add, idx, lb.broadcast(iv, {BK}));
+  }
+  auto alongAxis = [&](TV *v) {
+    if (tshape.size() == 2) v = lb.op(TK::ExpandDims, {v}, {{"axis", int64_t(rpos == 0 ? 1 : 0)}});
+    return lb.broadcast(v, tshape);
+  };
   // Elements past the extent (the loaded `other`, then the cone's results of it) are replaced by
   // the identity before they are combined.
   // (A program for an extent that is a multiple of BK has no partial chunk: it is specialized
   // without the mask; the executor's plans are per shape.)
   if (shape[size_t(axis)] % BK != 0) {
-    TV *idx = lb.op(TK::Arange, {}, {{"n", BK}, {"dtype", DTypeAttr{DType::I64, {}}}});
-    idx = lb.bin(TK::Add, idx, lb.broadcast(iv, {BK}));
-    TV *inside = lb.bin(TK::Lt, idx, lb.broadcast(extent, {BK}));
-    if (tshape.size() == 2) inside = lb.op(TK::ExpandDims, {inside}, {{"axis", int64_t(rpos == 0 ? 1 : 0)}});
-    inside = lb.broadcast(inside, tshape);
+    inside = alongAxis(lb.bin(TK::Lt, idx, lb.broadcast(extent, {BK})));
     val = lb.op(TK::Select, {inside, val, lb.constant(tshape, acc, identity)});
   }
-  TK combine = red.kind == OpKind::ReduceSum ? TK::Add : red.kind == OpKind::ReduceProd ? TK::Mul
-               : red.kind == OpKind::ReduceMax ? TK::Max : TK::Min;
-  TV *next = lb.bin(combine, carried, val);
-  if (!extreme && isFloat(acc) && reprOf(acc) != acc) next = lb.cast(lb.cast(next, acc), reprOf(acc));
-  f.addWithTypes(body, TK::Yield, {next}, {}, {}, red.loc);
+  std::vector<TV *> next;
+  if (arg) {
+    // Each lane keeps its first extreme (a strictly better element replaces it, so equal ones
+    // keep the earliest) and its first NaN (a NaN replaces a number; nothing replaces a NaN): the
+    // evaluator's rule within the lane.
+    const bool mx = red.kind == OpKind::ArgMax;
+    TV *take = lb.bin(breakRule == "ties" ? (mx ? TK::Ge : TK::Le) : (mx ? TK::Gt : TK::Lt), val, carried);
+    if (isFloat(acc) && breakRule != "nan") take = lb.bin(TK::Or, take, lb.bin(TK::And, lb.bin(TK::Ne, val, val), lb.bin(TK::Eq, carried, carried)));
+    take = lb.bin(TK::Or, take, lb.bin(TK::Eq, carriedIndex, lb.constant(tshape, DType::I64, kNoIndex)));
+    if (inside) take = lb.bin(TK::And, take, inside);
+    next = {lb.op(TK::Select, {take, val, carried}), lb.op(TK::Select, {take, alongAxis(idx), carriedIndex})};
+  } else {
+    TK combine = red.kind == OpKind::ReduceSum ? TK::Add : red.kind == OpKind::ReduceProd ? TK::Mul
+                 : red.kind == OpKind::ReduceMax ? TK::Max : TK::Min;
+    next = {lb.bin(combine, carried, val)};
+    if (!extreme && isFloat(acc) && reprOf(acc) != acc) next[0] = lb.cast(lb.cast(next[0], acc), reprOf(acc));
+  }
+  f.addWithTypes(body, TK::Yield, next, {}, {}, red.loc);
 
   TK rk = red.kind == OpKind::ReduceSum ? TK::ReduceSum : red.kind == OpKind::ReduceProd ? TK::ReduceProd
-          : red.kind == OpKind::ReduceMax ? TK::ReduceMax : TK::ReduceMin;
-  TV *r = b.op(rk, {loop->result()}, {{"axis", int64_t(rpos)}});
+          : red.kind == OpKind::ReduceMax || red.kind == OpKind::ArgMax ? TK::ReduceMax : TK::ReduceMin;
+  TV *r = b.op(rk, {loop->results[0]}, {{"axis", int64_t(rpos)}});
+  if (arg) {
+    // Across the lanes: the extreme m (NaN when a lane holds one, as max and min propagate it),
+    // then the least index of the lanes that hold m (or a NaN): the row's first.
+    TV *lanes = loop->results[0], *lanesIndex = loop->results[1];
+    TV *m = b.broadcast(b.op(TK::ExpandDims, {r}, {{"axis", int64_t(rpos)}}), tshape);
+    TV *hit = b.bin(TK::Eq, lanes, m);
+    if (isFloat(acc) && breakRule != "nan") hit = b.bin(TK::Or, hit, b.bin(TK::Ne, lanes, lanes));
+    const bool lastOfEquals = breakRule == "ties";
+    TV *none = b.constant(tshape, DType::I64, lastOfEquals ? int64_t(-1) : kNoIndex);
+    r = b.op(lastOfEquals ? TK::ReduceMax : TK::ReduceMin, {b.op(TK::Select, {hit, lanesIndex, none})}, {{"axis", int64_t(rpos)}});
+  }
   // One rounding into the result dtype (the evaluator's), or the carry for the next stage.
   if (last) r = b.cast(r, outDType, rty.policies);
   else r = b.cast(r, outDType);

@@ -31,7 +31,9 @@
 //   axis of the previous stage's keepdims result): tiles over (c, r) where c is the last other
 //   axis; a `for` over S[r] in steps of BK with masked loads, an accumulator tile combined
 //   elementwise and reduced along r at the end. Parameters: the output (S with S[r] = 1), the
-//   inputs, and the scalar extent S[r].
+//   inputs, and the scalar extent S[r]. argmax/argmin (one stage) carry an index tile beside the
+//   value tile: each lane's first extreme (a NaN taking the lane), then the least index among the
+//   lanes that hold the row's extreme (or a NaN), the evaluator's first extreme, NaN first.
 // - matmul [batch.., M, K] @ [batch.., K, N]: the spec's tiled gemm (BM x BN tiles, a `for` over
 //   K with load_box + dot into an accumulator of the @accum dtype), program_id(2) over the batch.
 //
@@ -112,7 +114,8 @@ struct TileTarget {
 };
 
 /// The dtype that the stages of a reduction pass on (the accumulator's; the operand's for max
-/// and min).
+/// and min), and the dtype of argmax's and argmin's value tile (the operand's compute dtype for
+/// floats, i64 for integers and bools).
 DType reductionCarryDType(const Op &reduce);
 
 /// The ops of a cone that can fail at run time (integer floordiv and mod by zero, integer 0 to
@@ -133,7 +136,8 @@ Kernel lowerElementwise(const Step &st, const std::vector<int64_t> &shape, const
 /// from `st.inputs`; later stages read one input, the previous stage's output (rank n, dtype
 /// reductionCarryDType). The last stage writes the op's result dtype, the others the carry
 /// dtype. Parameters: the output (rank n, `shape` with 1 at `axis`), the inputs, the i64 extent.
-/// Errors as lowerElementwise's.
+/// Errors as lowerElementwise's; an argmax or argmin stage other than 0 (isArgReduction's ops
+/// have one) is a tile::TileError.
 Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vector<int64_t> &shape, int axis,
                         const std::string &name, const TileTarget &target = {});
 

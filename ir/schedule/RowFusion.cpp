@@ -47,7 +47,7 @@ bool joinsRow(const Step &st, const std::vector<Dim> &rowDims) {
   if (st.kind != StepKind::Reduce || !st.anchor || st.anchor->operands.size() != 1 || st.outputs.size() != 1) return false;
   const Op &op = *st.anchor;
   const Value *x = op.operands[0];
-  if (!isFloat(x->type.dtype) || x->type.dims != rowDims) return false;
+  if (!isFusedReduction(op.kind) || !isFloat(x->type.dtype) || x->type.dims != rowDims) return false;
   return reducesLastAxisOnly(op, rowDims.size()) && !canFail(st.cone);
 }
 

@@ -12,7 +12,8 @@
 //   - an input read in place that moves is noticed: captured again, values still equal;
 //   - the capture makes no call a capture forbids (cuMemAlloc...), even with the allocator's cache
 //     emptied first; the driver check itself is shown to catch cuMemAlloc in a capture;
-//   - argmax and check_le run as device ops (DeviceComposites.h): such a plan is captured;
+//   - argmax (a compiled reduce step) and check_le (a device composite, DeviceComposites.h) run
+//     as device ops: such a plan is captured;
 //   - a plan with another host step (dim_value) is never captured;
 //   - with a driver without the graph entry points (--nographs) nothing is captured and values
 //     still equal.
@@ -58,7 +59,7 @@ FakeCudaCounters &fake() {
 }
 
 // A decoding-like step: a row gathered by index, added to x, multiplied by w, exponentiated and
-// summed; and one with a host step (argmax).
+// summed; and one with an argmax (a reduce step) and a check_le (a device composite).
 const char *kGraphs = R"(graph @step(%w: tensor<"D", "D", f32>, %x: tensor<"B", "D", f32>, %t: tensor<"V", "D", f32>, %i: tensor<"B", i32>) -> (tensor<"B", "D", f32>, tensor<"B", f32>) {
   %4 = take %t, %i {axis = 0} : tensor<"B", "D", f32>
   %5 = add %x, %4 : tensor<"B", "D", f32>
@@ -563,9 +564,9 @@ TEST_CASE("graphs: argmax and check_le run as device ops, so their plan is captu
     keep.push_back(in[0]);
     auto out = ex.run(*f.module, f.graph("pick"), in);
     auto ref = reference(f, f.graph("pick"), in);
-    // (the argmax's bytes are the fake kernels' hashes on replays, the host's argmax in the
-    // reference: only check_le's result, its operand passed through, compares here; the
-    // composites' values are checked on the CPU below and on a GPU by tests/gpu)
+    // (the argmax's bytes are fake kernels' hashes: only check_le's result, its operand passed
+    // through, compares here; argmax's values are checked on the CPU below and on a GPU by
+    // tests/schedule/argmax.graph in tools/gpu/suite.sh's compiled_vs_ref)
     equal = equal && sameBytes(out[1], ref[1]) && out[0].shape() == ref[0].shape() && out[0].dtype() == ref[0].dtype();
   }
   CHECK(equal);
@@ -573,11 +574,13 @@ TEST_CASE("graphs: argmax and check_le run as device ops, so their plan is captu
   CHECK(ex.stats().graphReplays == 2);
 }
 
-// The composites against the evaluator's rules, run by the compiled executor on the host CPU:
-// argmax and argmin over each axis with ties, NaN rows, infinities and integers, keepdims; the
-// check_le count. The negative control: a composite that ignores NaN (the plain max's first
-// index) differs on the NaN rows.
-TEST_CASE("device composites equal the evaluator's argmax, argmin and check_le") {
+// argmax and argmin as the compiled executor runs them on the host CPU (reduce steps: compiled
+// programs, no library step) against the evaluator: over each axis with ties, NaN rows,
+// infinities and integers, keepdims; and the check_le composite's count. Negative controls: the
+// inputs tell the evaluator's rule from a NaN-blind one (the NaNs replaced by a very small value:
+// other indices on the NaN rows) and from a last-index one (ties taken at their last index), so
+// the comparison fails a program with either mistake.
+TEST_CASE("argmax and argmin run compiled and equal the evaluator's; the check_le composite counts") {
   const char *text = R"(graph @am(%x: tensor<3, 5, f32>) -> (tensor<3, i64>, tensor<5, i64>, tensor<3, 1, i32>, tensor<5, i64>) {
   %1 = argmax %x {axes = [1], keepdims = false} : tensor<3, i64>
   %2 = argmin %x {axes = [0], keepdims = false} : tensor<5, i64>
@@ -585,6 +588,14 @@ TEST_CASE("device composites equal the evaluator's argmax, argmin and check_le")
   %4 = cast %3 {dtype = dtype i32} : tensor<3, 1, i32>
   %5 = argmax %x {axes = [0], keepdims = false} : tensor<5, i64>
   return %1, %2, %4, %5
+}
+
+graph @last(%x: tensor<3, 5, f32>) -> (tensor<3, i64>) {
+  %1 = reverse %x {axes = [1]} : tensor<3, 5, f32>
+  %2 = argmax %1 {axes = [1], keepdims = false} : tensor<3, i64>
+  %3 = constant {value = 4, shape = <>, dtype = dtype i64} : tensor<i64>
+  %4 = sub %3, %2 : tensor<3, i64>
+  return %4
 }
 
 graph @ai(%x: tensor<4, 3, i32>) -> (tensor<4, i64>, tensor<3, i64>) {
@@ -602,39 +613,38 @@ graph @ck(%a: tensor<4, i32>, %b: tensor<4, i32>) -> (tensor<4, i32>) {
   auto cpu = exec::cpuBackend(1);
   exec::CompiledExecutor ex(cpu);
   const double nan = std::nan(""), inf = INFINITY;
+  // Rows [1, 3, 3, -2, 0] (a tie), [NaN, 2, NaN, 9, 9] (NaNs, a tie), [-inf, -inf, 4, inf, 4];
+  // columns with NaNs, ties and infinities.
   const std::vector<double> xv{1, 3, 3, -2, 0, nan, 2, nan, 9, 9, -inf, -inf, 4, inf, 4};
   Tensor x = Tensor::fromF64({3, 5}, DType::F32, xv);
   Tensor xi = Tensor::fromI64({4, 3}, DType::I32, std::vector<int64_t>{5, 5, 1, -3, 7, 7, 0, 0, 0, 2, -9, 2});
-  int compared = 0, brokenDiffers = 0;
-  for (const auto &g : m->graphs) {
-    if (g->name == "ck") continue;
-    for (const auto &op : g->ops) {
-      if (!exec::hasDeviceComposite(*op)) continue;
-      const Tensor &in = g->name == "am" ? x : xi;
-      auto sub = exec::deviceComposite(*op, {in.shape()});
-      REQUIRE(sub);
-      const Tensor got = ex.run(*m, *sub, {in})[0];
-      // The evaluator's rule on the op alone.
-      ir::Graph one("one");
-      ir::Value *p = one.addParam("x", op->operands[0]->type);
-      one.outputs.push_back(one.addWithTypes(op->kind, {p}, op->attrs, {op->result()->type})->results[0]);
-      const Tensor want = ir::evaluate(*m, one, {in}, nullptr, {})[0];
-      CHECK_MESSAGE(sameBytes(got, want), g->name << " " << ir::opSpelling(op->kind));
-      ++compared;
-      // Negative control: NaN-blind (the NaNs replaced by a very small value), the NaN rows of
-      // @am give other indices, so the check above would fail for a composite that ignores NaN.
-      if (g->name == "am" && op->kind == ir::OpKind::ArgMax) {
-        Tensor blind = x.clone();
-        for (int64_t i = 0; i < blind.numel(); ++i)
-          if (std::isnan(blind.toF64(i))) blind.fromF64(i, -1e30);
-        brokenDiffers += !sameBytes(ex.run(*m, *sub, {blind})[0], want);
-      }
-    }
+  auto graph = [&](const char *name) -> const ir::Graph & {
+    for (const auto &g : m->graphs)
+      if (g->name == name) return *g;
+    FAIL("no graph " << name);
+    return *m->graphs[0];
+  };
+  int compared = 0;
+  for (const char *name : {"am", "ai"}) {
+    const Tensor &in = std::string(name) == "am" ? x : xi;
+    const auto before = ex.stats();
+    const std::vector<Tensor> got = ex.run(*m, graph(name), {in});
+    const std::vector<Tensor> want = ir::evaluate(*m, graph(name), {in}, nullptr, {});
+    CHECK(ex.stats().librarySteps == before.librarySteps);
+    CHECK(ex.stats().compiledSteps > before.compiledSteps);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i, ++compared) CHECK_MESSAGE(sameBytes(got[i], want[i]), name << " output " << i);
   }
   CHECK(compared == 6);
-  CHECK(brokenDiffers > 0);
+  const std::vector<Tensor> want = ir::evaluate(*m, graph("am"), {x}, nullptr, {});
+  Tensor blind = x.clone();
+  for (int64_t i = 0; i < blind.numel(); ++i)
+    if (std::isnan(blind.toF64(i))) blind.fromF64(i, -1e30);
+  const std::vector<Tensor> nanBlind = ex.run(*m, graph("am"), {blind});
+  CHECK_FALSE(sameBytes(nanBlind[0], want[0]));
+  CHECK_FALSE(sameBytes(ir::evaluate(*m, graph("last"), {x}, nullptr, {})[0], want[0]));
   // check_le: the count of a > b.
-  const ir::Graph &ck = *m->graphs.back();
+  const ir::Graph &ck = graph("ck");
   auto sub = exec::deviceComposite(*ck.ops[0], {{4}, {4}});
   REQUIRE(sub);
   Tensor a = Tensor::fromI64({4}, DType::I32, std::vector<int64_t>{1, 5, 3, 9});
