@@ -45,6 +45,10 @@
 #                     against the reference evaluator
 #   split_k_gpu       split-K products (forced into 3 parts: tensor-core and CUDA-core ones) on the GPU
 #                     against the reference evaluator; negative_split_k_gpu: a sum that leaves out a part differs
+#   argmax_gpu        argmax and argmin as reduce programs (tests/schedule/argmax.graph: ties, NaN, inf,
+#                     long rows, seven dtypes, views) on the GPU against the reference evaluator; its
+#                     control negative_argmax_gpu takes the last of equal elements (TSR_ARGMAX_TEST_BREAK)
+#                     and must fail
 #   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
 #   onnx_ort_examples every examples/ graph function that `tsrc --emit=onnx` exports (and
 #                     tests/onnx/ort_fixture.tsr's), run by ONNX Runtime (CPU provider, and CUDA where
@@ -55,7 +59,8 @@
 #                     executor on the GPU (tools/onnx/backend_test.sh --device cuda), the per-category
 #                     lines, no regression against tools/onnx/passing-compiled.txt (the CPU compiled
 #                     executor's passes); its control negative_onnx_backend_gpu lists a test that
-#                     cannot pass (the string cast): one regression
+#                     cannot pass (the string cast): one regression; onnx_argmax_gpu: the ArgMax,
+#                     ArgMin, Hardmax and TopK tests alone, all 42 passing with no library step
 #   conv_torch_cuda   convolution and pooling (1-3 d, strides, pads, dilation, groups, transposed,
 #                     max/avg/global pools; 26 cases, f32 and f64) and their gradients on the GPU's
 #                     window programs (ir/schedule/LowerWindow.cpp) against torch.nn.functional and
@@ -141,6 +146,8 @@ step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
 step split_k_gpu "python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD' --device cuda"
 step negative_split_k_gpu "TSR_SPLIT_K_TEST_BREAK=sum python3 tests/expect.py --exit 1 --has 'the compiled split products differ' -- python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD' --device cuda"
+step argmax_gpu "python3 tests/expect.py --exit 0 --has '^7 passed, 0 failed' --has 'totals: .* 4 library' -- '$BIN/schedule_check' --device cuda tests/schedule/argmax.graph"
+step negative_argmax_gpu "TSR_ARGMAX_TEST_BREAK=ties python3 tests/expect.py --has 'FAIL .*argmax.graph @arg_ties_nan_inf .*: output 0:' -- '$BIN/schedule_check' --device cuda tests/schedule/argmax.graph"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
 # ONNX export (issue 19): ONNX Runtime runs each exported examples/ function with Tessera's outputs.
 ORT_EXAMPLES="python3 tests/onnx/ort_examples.py '$BIN/tsr' '$BIN/tsrc' --device cuda --also tests/onnx/ort_fixture.tsr"
@@ -156,6 +163,7 @@ ONNX_BACKEND="tools/onnx/backend_test.sh '$ONNX_DATA' --device cuda --tool '$BIN
 # per-category lines, the verdicts file every test's line)
 step onnx_backend_gpu "$ONNX_BACKEND --log '$OUT/onnx_backend_gpu.verdicts'"
 step negative_onnx_backend_gpu "python3 tests/expect.py --exit 1 --has 'REGRESSIONS .*: 1' --has 'node/test_cast_FLOAT_to_STRING' --has 'node: 1 passed, 0 failed, 1 unsupported' -- $ONNX_BACKEND --match 'test_(abs|cast_FLOAT_to_STRING)\$' --passing tests/onnx/negative_passing.txt"
+step onnx_argmax_gpu "python3 tests/expect.py --exit 0 --has 'total: 42 passed, 0 failed' --has 'compiled executor: .* 0 interpreted, 0 with unknown dims, 0 library' -- $ONNX_BACKEND --match 'test_(argmax|argmin|hardmax|top_k)'"
 [[ -f "$OUT/onnx_backend_gpu.log" ]] && grep -hE '^(node|pytorch-converted|pytorch-operator|simple|total|compiled executor):' "$OUT/onnx_backend_gpu.log" | sed 's/^/   /'
 # Convolution and pooling as the GPU's window programs, values and gradients against PyTorch.
 step conv_torch_cuda "python3 tests/nn/conv_torch.py '$BIN/tsr' --device cuda"
