@@ -855,7 +855,7 @@ SplitK matmulSplitK(size_t batchRank, DType a, DType b, const Type &result, cons
     const int64_t parts = (K + chunk - 1) / chunk;
     const int64_t waves = (tiles * parts + kGpuMultiprocessors - 1) / kGpuMultiprocessors;
     double us = double(waves) * double((chunk + BK - 1) / BK) * perStep;
-    if (parts > 1) us += (8.0 * double(parts) + double(dtypeBits(result.dtype)) / 8.0) * outBytes / 3.0e3 + 3.0;
+    if (parts > 1) us += (8.0 * double(parts) + double(dtypeBits(result.dtype)) / 8.0) * outBytes / 3.0e6 + 3.0;
     return us;
   };
   // Parts keep at least 8 k tiles each (the copy ring's fill and drain are a few tiles); a split

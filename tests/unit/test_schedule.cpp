@@ -44,6 +44,36 @@ TEST_CASE("the GPU tile search passes over programs it cannot have and says why 
   CHECK(calls == 3);
 }
 
+TEST_CASE("split-K: a tensor-core product of few tiles and a long K splits into whole k tiles; others do not") {
+  const TileTarget gpu = TileTarget::gpu([](const tsr::tile::Function &) { return int64_t(0); });
+  auto type = [](int64_t m, int64_t n, DType t) { return ir::Type::tensor({Dim::constant(m), Dim::constant(n)}, t); };
+  // ViT-B's fc1 weight gradient: 768 x 3072 over 50,432 tokens, 72 tiles of 128x256 on 132 SMs.
+  const SplitK w = matmulSplitK(0, DType::BF16, DType::BF16, type(768, 3072, DType::BF16), {768, 3072, 50432}, 1, gpu);
+  REQUIRE(w);
+  CHECK(w.parts >= 3);
+  CHECK(w.parts <= 32);
+  CHECK(w.chunk % 64 == 0);
+  CHECK(w.chunk * w.parts >= 50432);
+  CHECK(w.chunk * (w.parts - 1) < 50432);
+  CHECK(w.partials == DType::F32);
+  // Enough tiles already, a short K, f32 on the CUDA cores, the CPU: whole.
+  CHECK_FALSE(matmulSplitK(0, DType::BF16, DType::BF16, type(4096, 4096, DType::BF16), {4096, 4096, 4096}, 1, gpu));
+  CHECK_FALSE(matmulSplitK(0, DType::BF16, DType::BF16, type(768, 3072, DType::BF16), {768, 3072, 768}, 1, gpu));
+  CHECK_FALSE(matmulSplitK(0, DType::F32, DType::F32, type(768, 3072, DType::F32), {768, 3072, 50432}, 1, gpu));
+  CHECK_FALSE(matmulSplitK(0, DType::BF16, DType::BF16, type(768, 3072, DType::BF16), {768, 3072, 50432}, 1, TileTarget{}));
+  // A batch of enough tiles: whole.
+  CHECK_FALSE(matmulSplitK(1, DType::BF16, DType::BF16, type(768, 3072, DType::BF16), {768, 3072, 50432}, 4, gpu));
+  // TSR_MATMUL_SPLIT_K forces its parts on any float product, 0 none.
+  setenv("TSR_MATMUL_SPLIT_K", "3", 1);
+  const SplitK forced = matmulSplitK(0, DType::F32, DType::F32, type(70, 45, DType::F32), {70, 45, 300}, 1, TileTarget{});
+  setenv("TSR_MATMUL_SPLIT_K", "0", 1);
+  const SplitK off = matmulSplitK(0, DType::BF16, DType::BF16, type(768, 3072, DType::BF16), {768, 3072, 50432}, 1, gpu);
+  unsetenv("TSR_MATMUL_SPLIT_K");
+  CHECK(forced.parts == 3);
+  CHECK(forced.chunk == 128);
+  CHECK_FALSE(off);
+}
+
 TEST_CASE("a matmul's tile candidates: the heuristic's first, none wider than the product, one where nothing is to choose") {
   auto f32 = [](int64_t m, int64_t n) { return ir::Type::tensor({Dim::constant(m), Dim::constant(n)}, DType::F32); };
   const std::vector<MatMulTiles> cpu = matmulTileCandidates(0, DType::F32, DType::F32, f32(1024, 1024), {1024, 1024, 1024});
