@@ -8,6 +8,7 @@
 #include "ir/Text.h"
 #include "ir/tile/TileText.h"
 #include "ir/schedule/Fusion.h"
+#include "ir/schedule/LowerGemv.h"
 #include "ir/schedule/LowerGroups.h"
 #include "runtime/dist/Store.h"
 #include "support/RunModes.h"
@@ -340,6 +341,17 @@ struct CompiledExecutor::Impl {
             [this, &st, stage, rs] { return sched::lowerReduceStage(st, stage, rs.last, rs.iter, rs.axis, "reduce", tiles()); },
             work};
   }
+  // A product of a few rows runs as a GEMV program (ir/schedule/LowerGemv.h), named as the
+  // matmul's so that a bundle's copy of it (lowerStep's) is the same text.
+  bool gemvWanted(const Op &op, const MatMulDims &d) const { return sched::gemvWanted(d.M, op.result()->type); }
+  ProgramRequest gemvProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt, int64_t work) {
+    return {key + "gemv" + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)),
+            [this, &op, d, adt, bdt] {
+              return sched::lowerGemv(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K},
+                                      sched::gemvLayoutOf(op), "matmul", tiles());
+            },
+            work};
+  }
   // `given`: a candidate's tiles in place of the heuristic's (exec/MatMulTuning.h).
   // `chunk` > 0: the partial products of a split-K (sched::matmulSplitK).
   ProgramRequest matmulProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
@@ -484,6 +496,10 @@ struct CompiledExecutor::Impl {
         case sched::StepKind::MatMul: {
           const MatMulDims d = matmulDims(shapeOf(op.operands[0]), shapeOf(op.operands[1]), shapeOf(op.result()));
           const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
+          if (gemvWanted(op, d)) {
+            requests.push_back(gemvProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second));
+            break;
+          }
           const sched::SplitK split = splitOf(op, d, adt, bdt);
           requests.push_back(matmulProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second, std::nullopt, split.chunk));
           if (split) requests.push_back(splitSumProgram(op, key, split, d.full));
@@ -1110,7 +1126,21 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         Shape ash = batch, bsh = batch;
         ash.push_back(d.M); ash.push_back(d.K);
         bsh.push_back(d.K); bsh.push_back(d.N);
-        const std::vector<rt::KernelArg> inputs{I.arg(broadcastView(a, ash)), I.arg(broadcastView(b, bsh))};
+        // A GEMV program (ir/schedule/LowerGemv.h) of the k-major layout reads B as [batch.., N, K].
+        View bv = broadcastView(b, bsh);
+        const bool gemv = I.gemvWanted(op, d);
+        if (gemv && sched::gemvLayoutOf(op) == sched::GemvLayout::KMajor) {
+          std::swap(bv.shape[bv.shape.size() - 2], bv.shape.back());
+          std::swap(bv.strides[bv.strides.size() - 2], bv.strides.back());
+        }
+        const std::vector<rt::KernelArg> inputs{I.arg(broadcastView(a, ash)), I.arg(bv)};
+        if (gemv) {
+          std::vector<rt::KernelArg> args{I.arg(ov, true)};
+          args.insert(args.end(), inputs.begin(), inputs.end());
+          I.launch(I.program(I.gemvProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work)), args, full);
+          views[res] = whole(out);
+          break;
+        }
         if (const sched::SplitK split = I.splitOf(op, d, a.buf.dtype(), b.buf.dtype())) {
           // Split-K: the parts' partial products into a workspace, then their sum into the result.
           Shape ps = full;

@@ -2,6 +2,7 @@
 // is): elementwise, reduction stages, rows, matrix products and copies, built from the shared
 // blocks of TileBuilder.h (LowerGather.cpp lowers gathers by index).
 #include "ir/schedule/LowerGroups.h"
+#include "ir/schedule/LowerGemv.h"
 #include "ir/schedule/TileBuilder.h"
 
 #include "runtime/Numeric.h"
@@ -952,6 +953,11 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
     const std::array<int64_t, 3> mnk{a[a.size() - 2], b.back(), a.back()};
     const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
     const Type &rt = op.result()->type;
+    // A product of a few rows reads B once as a GEMV program (LowerGemv.h).
+    if (gemvWanted(mnk[0], rt)) {
+      out.push_back({lowerGemv(op, batch, adt, bdt, rt, mnk, gemvLayoutOf(op), name, target), ""});
+      break;
+    }
     int64_t count = 1;
     for (size_t d = 0; d < batch; ++d) count *= R[d];
     const SplitK split = av || bv ? SplitK{} : matmulSplitK(batch, adt, bdt, rt, mnk, count, target);
