@@ -3,9 +3,9 @@
 # in one run on one device:
 # 1. the GEMV programs against the reference evaluator on this GPU (tests/schedule/gemv_check.py
 #    --device cuda: ragged sizes, f32/bf16/f16/f64, both layouts); prints "N passed, 0 failed";
-# 2. the decode's four products alone (gemv.tsr: a row of 384 through GPT's linears, f32): us per
-#    call (host-bound: each call launches its kernels), then each product's kernel time from a
-#    --profile trace (trace_summary.py --by-grid: one row per product shape, "per launch");
+# 2. the decode's four products (gemv.tsr: a row of 384 through GPT's linears, f32): us per call
+#    (host-bound: each call launches its kernels), then each product's kernel time alone
+#    (gemv_each.tsr under --profile, trace_summary.py --at its line: "NN us per launch");
 # 3. the 6-layer GPT decoding at batch 1 and 64 (examples/gpt/generate.tsr, 256 tokens), without
 #    and with CUDA graphs, from a checkpoint trained for STEPS steps (the rate does not depend on
 #    the weights), and the kernels of batch-1 decoding's cached step from a --profile trace.
@@ -30,12 +30,24 @@ echo "== 2. the decode's four products (tools/bench/gpu/gemv.tsr, f32, a row of 
 for g in 0 1; do
   echo "TSR_GEMV=$g: $(TSR_GEMV=$g "$TSR" run tools/bench/gpu/gemv.tsr --device cuda 2>&1 | grep gemv_block)"
 done
-for g in 0 1; do
-  TSR_GEMV=$g "$TSR" run tools/bench/gpu/gemv.tsr --device cuda --reps 20 --profile "$tmp/gemv$g.json" >/dev/null 2>&1 ||
-    echo "the profiled run with TSR_GEMV=$g failed"
-  echo "-- kernels with TSR_GEMV=$g (the matmul rows: one per product)"
-  "$PY" tools/bench/trace_summary.py "$tmp/gemv$g.json" --by-grid --top 8
-done
+# Each product's kernel time alone (gemv_each.tsr: one product per loop), from a --profile trace:
+# "us per launch" of each product, with GEMV off, on, and on at other tiles (TSR_GEMV_TILES=RxC,
+# every product: a tile of R rows of w by C along k).
+each() { # LABEL, then the environment of the run
+  local label=$1 line times=""
+  shift
+  env "$@" "$TSR" run tools/bench/gpu/gemv_each.tsr --device cuda --reps 50 --profile "$tmp/each.json" >/dev/null 2>&1 ||
+    { echo "$label: the profiled run failed"; return; }
+  for p in qkv proj fc1 fc2; do
+    line=$(grep -n "# $p\$" tools/bench/gpu/gemv_each.tsr | cut -d: -f1)
+    times+=" $p $("$PY" tools/bench/trace_summary.py "$tmp/each.json" --at "tools/bench/gpu/gemv_each.tsr:$line" --skip 1 \
+      --by-grid --top 1 2>&1 | grep ' matmul ' | sed -n 's/.*grid \([0-9x]*\) *\([0-9.]*\) us per launch.*/\2 us (grid \1)/p'),"
+  done
+  echo "$label:$times"
+}
+each "tiled (TSR_GEMV=0)" TSR_GEMV=0
+each "GEMV, default tiles" TSR_GEMV=1
+for t in 4x128 8x128 16x128 2x256 4x256 1x512 2x512 4x512; do each "GEMV, tiles $t" TSR_GEMV=1 TSR_GEMV_TILES=$t; done
 
 echo "== 3. the 6-layer GPT decoding (checkpoint from $steps training steps)"
 "$TSR" run examples/gpt/train.tsr --data "$data" --steps "$steps" --eval_interval "$steps" --eval_batches 1 \
