@@ -49,6 +49,9 @@
 #                     long rows, seven dtypes, views) on the GPU against the reference evaluator; its
 #                     control negative_argmax_gpu takes the last of equal elements (TSR_ARGMAX_TEST_BREAK)
 #                     and must fail
+#   gemv_gpu          GEMV programs of products of at most 8 rows (tests/schedule/gemv_check.py: ragged
+#                     sizes, four float dtypes, both layouts) on the GPU against the reference evaluator;
+#                     negative_gemv_gpu: the loop skipping K's first chunk (TSR_GEMV_TEST_BREAK) must fail
 #   autodiff_gpu      gradients of every op on the GPU against torch.autograd and finite differences
 #   onnx_ort_examples every examples/ graph function that `tsrc --emit=onnx` exports (and
 #                     tests/onnx/ort_fixture.tsr's), run by ONNX Runtime (CPU provider, and CUDA where
@@ -148,6 +151,8 @@ step split_k_gpu "python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD'
 step negative_split_k_gpu "TSR_SPLIT_K_TEST_BREAK=sum python3 tests/expect.py --exit 1 --has 'the compiled split products differ' -- python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD' --device cuda"
 step argmax_gpu "python3 tests/expect.py --exit 0 --has '^7 passed, 0 failed' --has 'totals: .* 4 library' -- '$BIN/schedule_check' --device cuda tests/schedule/argmax.graph"
 step negative_argmax_gpu "TSR_ARGMAX_TEST_BREAK=ties python3 tests/expect.py --has 'FAIL .*argmax.graph @arg_ties_nan_inf .*: output 0:' -- '$BIN/schedule_check' --device cuda tests/schedule/argmax.graph"
+step gemv_gpu "python3 tests/schedule/gemv_check.py '$BIN/schedule_check' '$PWD' --device cuda"
+step negative_gemv_gpu "TSR_GEMV_TEST_BREAK=1 python3 tests/expect.py --exit 1 --has 'schedule_check against the evaluator' -- python3 tests/schedule/gemv_check.py '$BIN/schedule_check' '$PWD' --device cuda"
 step autodiff_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/autodiff/test_grad.py '$BIN/tsr-eval' '$BIN/tsrc'"
 # ONNX export (issue 19): ONNX Runtime runs each exported examples/ function with Tessera's outputs.
 ORT_EXAMPLES="python3 tests/onnx/ort_examples.py '$BIN/tsr' '$BIN/tsrc' --device cuda --also tests/onnx/ort_fixture.tsr"

@@ -36,18 +36,19 @@ done
 each() { # LABEL, then the environment of the run
   local label=$1 line times=""
   shift
-  env "$@" "$TSR" run tools/bench/gpu/gemv_each.tsr --device cuda --reps 50 --profile "$tmp/each.json" >/dev/null 2>&1 ||
-    { echo "$label: the profiled run failed"; return; }
+  env "$@" "$TSR" run tools/bench/gpu/gemv_each.tsr --device cuda --reps 50 --profile "$tmp/each.json" >"$tmp/each.txt" 2>&1 ||
+    { echo "$label: the profiled run failed: $(tail -2 "$tmp/each.txt" | tr '\n' ' ')"; return; }
   for p in qkv proj fc1 fc2; do
     line=$(grep -n "# $p\$" tools/bench/gpu/gemv_each.tsr | cut -d: -f1)
     times+=" $p $("$PY" tools/bench/trace_summary.py "$tmp/each.json" --at "tools/bench/gpu/gemv_each.tsr:$line" --skip 1 \
       --by-grid --top 1 2>&1 | grep ' matmul ' | sed -n 's/.*grid \([0-9x]*\) *\([0-9.]*\) us per launch.*/\2 us (grid \1)/p'),"
   done
-  echo "$label:$times"
+  # The products' sums (equal up to rounding whatever the tiles): a wrong program shows here.
+  echo "$label:$times sums $(sed -n 's/^gemv_each //p' "$tmp/each.txt")"
 }
 each "tiled (TSR_GEMV=0)" TSR_GEMV=0
 each "GEMV, default tiles" TSR_GEMV=1
-for t in 4x128 8x128 16x128 2x256 4x256 1x512 2x512 4x512; do each "GEMV, tiles $t" TSR_GEMV=1 TSR_GEMV_TILES=$t; done
+for t in 4x128 8x128 16x128 2x256 4x256 4x384 1x512 2x512 4x512; do each "GEMV, tiles $t" TSR_GEMV=1 TSR_GEMV_TILES=$t; done
 
 echo "== 3. the 6-layer GPT decoding (checkpoint from $steps training steps)"
 "$TSR" run examples/gpt/train.tsr --data "$data" --steps "$steps" --eval_interval "$steps" --eval_batches 1 \
