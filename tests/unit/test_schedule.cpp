@@ -1,7 +1,10 @@
 // The GPU tile search (ir/schedule/LowerGroups.h, TileTarget::measureShared): tiles halve while a
 // program's shared memory is over the budget; a program the target cannot have at all
 // (TileTarget::kUnavailable) is passed over, and when none can be had the error says why. The
-// matrix products' tile candidates that the executor times (matmulTileCandidates).
+// matrix products' tile candidates that the executor times (matmulTileCandidates). GEMV
+// programs' choice, layout and tiles (LowerGemv.h).
+#include "ir/Text.h"
+#include "ir/schedule/LowerGemv.h"
 #include "ir/schedule/LowerGroups.h"
 #include "ir/tile/TileIR.h"
 
@@ -102,4 +105,48 @@ TEST_CASE("a matmul's tile candidates: the heuristic's first, none wider than th
   unsetenv("TSR_MATMUL_TILES");
   REQUIRE(fixed.size() == 1);
   CHECK(fixed[0] == MatMulTiles{64, 64, 64});
+}
+
+TEST_CASE("GEMV: products of at most 8 float rows, the layout from the graph, the GPU's tiles for GPT's decode") {
+  // x @ w.T (B a transpose of its last two axes: k-major) and x @ b (n-major), f32 and i32.
+  const auto m = ir::parseModuleText(R"(graph @g(%x: tensor<1, 384, f32>, %w: tensor<1536, 384, f32>, %b: tensor<384, 1000, f32>, %i: tensor<2, 3, i32>, %j: tensor<3, 4, i32>) -> (tensor<1, 1536, f32>, tensor<1, 1000, f32>, tensor<2, 4, i32>) {
+  %5 = transpose %w {perm = [1, 0]} : tensor<384, 1536, f32>
+  %6 = matmul %x, %5 : tensor<1, 1536, f32>
+  %7 = matmul %x, %b : tensor<1, 1000, f32>
+  %8 = matmul %i, %j : tensor<2, 4, i32>
+  return %6, %7, %8
+})");
+  const ir::Graph &g = *m->graphs.at(0);
+  const ir::Op &linear = *g.ops.at(1), &stored = *g.ops.at(2), &ints = *g.ops.at(3);
+  CHECK(gemvLayoutOf(linear) == GemvLayout::KMajor);
+  CHECK(gemvLayoutOf(stored) == GemvLayout::NMajor);
+  const ir::Type &rf = linear.result()->type;
+  CHECK(gemvWanted(1, rf));
+  CHECK(gemvWanted(kGemvMaxRows, rf));
+  CHECK(!gemvWanted(kGemvMaxRows + 1, rf));
+  CHECK(!gemvWanted(2, ints.result()->type)); // integer products keep the tiled program
+  setenv("TSR_GEMV", "0", 1);
+  CHECK(!gemvWanted(1, rf));
+  unsetenv("TSR_GEMV");
+
+  const TileTarget gpu = TileTarget::gpu([](const tsr::tile::Function &) { return int64_t(0); });
+  auto tiles = [&](const ir::Op &op, std::array<int64_t, 3> mnk, GemvLayout l, DType dt = DType::F32) {
+    return lowerGemv(op, 0, dt, dt, op.result()->type, mnk, l, "gemv", gpu).tiles;
+  };
+  // GPT's decode (f32, 4 warps): K = 384 in k steps of 128 (a warp per row of w), 8 columns per
+  // program for 1152 and 1536 outputs (144 and 192 programs); K = 1536 in steps of 512 (the whole
+  // CTA on a row), 2 columns for 384 outputs (192 programs, not 96).
+  CHECK(tiles(linear, {1, 1152, 384}, GemvLayout::KMajor) == "GEMV BM=1 BN=8 BK=128 k-major");
+  CHECK(tiles(linear, {1, 1536, 384}, GemvLayout::KMajor) == "GEMV BM=1 BN=8 BK=128 k-major");
+  CHECK(tiles(linear, {1, 384, 1536}, GemvLayout::KMajor) == "GEMV BM=1 BN=2 BK=512 k-major");
+  CHECK(tiles(linear, {1, 384, 384}, GemvLayout::KMajor) == "GEMV BM=1 BN=4 BK=128 k-major");
+  // Rows share the program's load of B: 3 rows take BM = 4.
+  CHECK(tiles(linear, {3, 1536, 384}, GemvLayout::KMajor).rfind("GEMV BM=4 ", 0) == 0);
+  // B as stored: a warp per row of 128 columns, k steps of 32 rows.
+  CHECK(tiles(stored, {1, 1000, 384}, GemvLayout::NMajor) == "GEMV BM=1 BN=128 BK=32 n-major");
+  CHECK_THROWS_AS(lowerGemv(ints, 0, DType::I32, DType::I32, ints.result()->type, {2, 4, 3}, GemvLayout::NMajor, "gemv", gpu),
+                  tsr::tile::TileError);
+  // The CPU's tiles: 8 x 64.
+  CHECK(lowerGemv(linear, 0, DType::F32, DType::F32, rf, {1, 1536, 384}, GemvLayout::KMajor, "gemv").tiles ==
+        "GEMV BM=1 BN=8 BK=64 k-major");
 }
