@@ -68,6 +68,55 @@ const Rule kRules[] = {
         op->operands[0] = op->operands[0]->def->operands[0];
       return nullptr;
     },
+    // reshape(reduce(x, keepdims=false)) to the keepdims shape -> reduce(x, keepdims=true), in
+    // place: autodiff's rules reduce, then reshape to broadcast back, and a row program
+    // (ir/schedule/RowFusion.cpp) takes keepdims reductions of the last axis only, so
+    // layer_norm's backward was five passes over its rows instead of one.
+    [](Op *op) -> Value * {
+      if (op->kind != OpKind::Reshape || !op->operands[0]->def) return nullptr;
+      Op *red = op->operands[0]->def;
+      if (opClass(red->kind) != OpClass::Reduce || red->results.size() != 1 || red->operands.size() != 1) return nullptr;
+      const auto *keep = red->attrAs<bool>("keepdims");
+      const auto *axes = red->attrAs<std::vector<int64_t>>("axes");
+      if (!keep || *keep || !axes || axes->empty()) return nullptr;
+      const Type &xt = red->operands[0]->type;
+      const int64_t rank = int64_t(xt.rank());
+      std::vector<Dim> kept = xt.dims;
+      for (int64_t a : *axes) {
+        if (a < -rank || a >= rank) return nullptr;
+        kept[size_t(a < 0 ? a + rank : a)] = Dim::constant(1);
+      }
+      const Type &rt = op->result()->type;
+      if (rt.dims != kept || rt.dtype != red->result()->type.dtype || !(rt.policies == red->result()->type.policies)) return nullptr;
+      op->kind = red->kind;
+      op->operands = {red->operands[0]};
+      op->attrs = red->attrs;
+      for (Attr &a : op->attrs)
+        if (a.name == "keepdims") a.value = true;
+      return nullptr;
+    },
+    // an elementwise binary op or comparison reading broadcast_to(s) where the other operand
+    // has the result's dims -> the op reads s (NumPy broadcasting), in place: a row
+    // statistic broadcast by a view could not join the row program that computes it.
+    [](Op *op) -> Value * {
+      const OpClass c = opClass(op->kind);
+      if ((c != OpClass::Binary && c != OpClass::Compare) || op->operands.size() != 2) return nullptr;
+      const std::vector<Dim> &dims = op->result()->type.dims;
+      for (size_t i = 0; i < 2; ++i) {
+        Value *b = op->operands[i];
+        if (!b->def || b->def->kind != OpKind::BroadcastTo || op->operands[1 - i]->type.dims != dims) continue;
+        const Value *src = b->def->operands[0];
+        if (src->type.isKey() || src->type.rank() > dims.size()) continue;
+        bool fits = true;
+        const size_t lead = dims.size() - src->type.rank();
+        for (size_t d = 0; d < src->type.rank(); ++d) {
+          const auto one = src->type.dims[d].constantValue();
+          fits = fits && (src->type.dims[d] == dims[lead + d] || (one && *one == 1));
+        }
+        if (fits && src->type.dtype == b->type.dtype && src->type.policies == b->type.policies) op->operands[i] = b->def->operands[0];
+      }
+      return nullptr;
+    },
     // transpose(transpose(x)) -> one transpose with the composed permutation, in place
     [](Op *op) -> Value * {
       if (op->kind != OpKind::Transpose || !op->operands[0]->def || op->operands[0]->def->kind != OpKind::Transpose) return nullptr;
