@@ -7,8 +7,9 @@
 // it elementwise by the broadcast chunk of each of its BM rows of A, adds the products into one
 // [BN, BK] accumulator per row, and after the loop reduces each accumulator along k. Every tile
 // is a [BN, BK] block or one of its row or column slices, which codegen/llvm/RegisterPlan.h keeps
-// in registers on a GPU: the loop is loads and FMAs, the reduction warp shuffles. (The structure
-// of a split-K-free GEMV in CUTLASS's gemv kernel and of Triton's matmul with BLOCK_M = 1.)
+// in registers on a GPU: the loop is loads and FMAs, the reduction warp shuffles. (The form of
+// CUTLASS's GEMV kernel, cutlass/gemm/kernel/gemv.h: threads along K with their own partial
+// sums, reduced across the threads of an output at the end.)
 #pragma once
 
 #include "ir/schedule/LowerGroups.h"
