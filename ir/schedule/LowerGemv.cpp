@@ -22,8 +22,8 @@ constexpr int64_t kGpuMultiprocessors = 132;
 
 // Accumulator elements a GPU thread holds (RegisterPlan.h's slots of a [BN, BK] tile) over a
 // program's BM rows of A: 16 keep four 16-byte loads of f32 in flight per thread and k step
-// (twice that for B read along n, whose k steps are rows), within 32 registers unless a tile
-// must be larger to give every thread a row.
+// (twice that for B read along n, whose k steps are rows), unless a tile must be larger to give
+// every thread a row.
 constexpr int64_t kGpuSlots = 16;
 
 // Elements of a CPU program's [BN, BK] tile, at most 64 along B's contiguous axis: each tile op
@@ -81,20 +81,32 @@ GemvTiles gemvTiles(const std::array<int64_t, 3> &mnk, int64_t batch, GemvLayout
     g.BO = std::min(pow2Ceil(O), std::max<int64_t>(1, kCpuTileElems / g.BC));
   } else {
     const int64_t threads = t.threads(), vec = std::max<int64_t>(1, 16 / esz);
-    // KMajor: a row of w (k) takes up to the whole CTA, one vector per thread, so that a long K
-    // takes few k steps. NMajor: the k steps are B's rows, so a row (n) takes at most a warp and
-    // a k step takes several rows.
-    g.BC = contiguousTile(C, kMajor ? threads * vec : 32 * vec);
-    // Rows of the tile the threads cover at once (RegisterPlan.h: threads sharing a row take
-    // one vector each): fewer would leave threads without a row.
-    const int64_t sweep = std::max<int64_t>(1, threads / std::max<int64_t>(1, g.BC / vec));
-    g.BO = std::max(sweep, threads * (kMajor ? kGpuSlots : 2 * kGpuSlots) / (g.BM * g.BC));
-    g.BO = std::max<int64_t>(1, std::min(g.BO, pow2Ceil(O)));
-    // Over N (KMajor), fewer rows per program make more programs: the weight's read spreads
-    // over more multiprocessors.
+    // A thread holds a vector of each row's chunk of A (KMajor) and an accumulator per row, and
+    // each row's loads have their own addresses and bounds: 8 rows of f32 took 254 registers
+    // (sm_90, ptxas -v), 8 of bf16 spilled. At most 16 elements of rows' chunks: 4 rows of f32,
+    // 2 of bf16; a product of more rows runs as several blocks of rows (B read again, from L2).
+    while (g.BM > 1 && g.BM * vec > 16) g.BM /= 2;
     if (kMajor) {
+      // A row of w (k) takes up to the whole CTA, one vector per thread, so that a long K takes
+      // few k steps (each waits for its loads).
+      g.BC = contiguousTile(C, threads * vec);
+      // Rows of the tile the threads cover at once (RegisterPlan.h: threads sharing a row take
+      // one vector each): fewer would leave threads without a row.
+      const int64_t sweep = std::max<int64_t>(1, threads / std::max<int64_t>(1, g.BC / vec));
+      g.BO = std::max(sweep, threads * kGpuSlots / (g.BM * g.BC));
+      g.BO = std::max<int64_t>(1, std::min(g.BO, pow2Ceil(O)));
+      // Fewer rows per program make more programs: the weight's read spreads over more
+      // multiprocessors.
       const int64_t others = batch * ((M + g.BM - 1) / g.BM);
       while (g.BO > sweep && g.BO > 1 && (N + g.BO - 1) / g.BO * others < kGpuMultiprocessors) g.BO /= 2;
+    } else {
+      // B's rows are the k steps, and all programs together read N x BK elements per step: a
+      // row chunk of 8 vectors (128 bytes) leaves the most rows per step and makes the most
+      // programs; BK as deep as 32 accumulator elements per thread allow, dividing K.
+      g.BC = contiguousTile(C, 8 * vec);
+      const int64_t sweep = std::max<int64_t>(1, threads / std::max<int64_t>(1, g.BC / vec));
+      const int64_t deepest = std::max(sweep, threads * 2 * kGpuSlots / (g.BM * g.BC));
+      g.BO = std::max(sweep, contiguousTile(O, deepest));
     }
   }
   // A 1-d slice of the tile must tell rows from columns by its length (RegisterPlan.h).

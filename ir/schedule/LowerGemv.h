@@ -32,8 +32,8 @@ enum class GemvLayout : uint8_t {
 };
 
 /// The most rows (M, per batch element) a product may have to run as a GEMV program: each of a
-/// program's BM rows keeps its own accumulator tile, so BM is at most 8 (32 registers of
-/// accumulators per thread at 8 rows with the GPU's f32 tiles); a product of more rows reuses
+/// program's BM rows keeps its own accumulator tile, so BM is at most 8 (on a GPU 4 in f32, 2
+/// in bf16: more rows are more blocks of rows, each reading B); a product of more rows reuses
 /// each element of B over enough rows for the tiled matmul's shared B tile.
 constexpr int64_t kGemvMaxRows = 8;
 
@@ -58,11 +58,12 @@ GemvLayout gemvLayoutOf(const Op &op);
 /// lowerMatMul's. Tiles: BM = M rounded up to 1, 2, 4 or 8. B's tile has R rows and C columns
 /// along its contiguous axis (R x C = BN x BK for KMajor, BK x BN for NMajor); C is the largest
 /// power of two up to a limit that divides the contiguous extent, unless that is under a quarter
-/// of the limit (then the limit, with one masked chunk). GPU: C up to one 16-byte vector per
-/// thread (KMajor) or per thread of a warp (NMajor); R so that a thread holds 16 accumulator
-/// elements over the BM rows (32 for NMajor), at least one row per group of threads, and for
-/// KMajor halved while the programs are fewer than the GPU's multiprocessors. CPU: C up to 64,
-/// R x C = 512. TSR_GEMV_TILES=RxC replaces R and C, for measuring. K = 0 gives zeros (the loop
+/// of the limit (then the limit, with one masked chunk). GPU: BM at most 16 / (elements per
+/// 16 bytes) (4 rows of f32, 2 of bf16); KMajor: C up to one 16-byte vector per thread, R so
+/// that a thread holds 16 accumulator elements over the BM rows (at least one row per group of
+/// threads), halved while the programs are fewer than the GPU's multiprocessors; NMajor: C up
+/// to 8 vectors (128 bytes), R = BK as deep as 32 accumulator elements per thread allow, the
+/// largest power of two dividing K (as C's rule). CPU: C up to 64, R x C = 512. TSR_GEMV_TILES=RxC replaces R and C, for measuring. K = 0 gives zeros (the loop
 /// runs no step). tile::TileError for a non-float result or a negative extent, and as
 /// lowerElementwise's.
 Kernel lowerGemv(const Op &op, size_t batchRank, DType a, DType b, const Type &result, const std::array<int64_t, 3> &mnk,

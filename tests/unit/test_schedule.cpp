@@ -142,8 +142,12 @@ TEST_CASE("GEMV: products of at most 8 float rows, the layout from the graph, th
   CHECK(tiles(linear, {1, 384, 384}, GemvLayout::KMajor) == "GEMV BM=1 BN=4 BK=128 k-major");
   // Rows share the program's load of B: 3 rows take BM = 4.
   CHECK(tiles(linear, {3, 1536, 384}, GemvLayout::KMajor).rfind("GEMV BM=4 ", 0) == 0);
-  // B as stored: a warp per row of 128 columns, k steps of 32 rows.
-  CHECK(tiles(stored, {1, 1000, 384}, GemvLayout::NMajor) == "GEMV BM=1 BN=128 BK=32 n-major");
+  // B as stored: 1000 columns in chunks of 8 (1000 = 8 x 125), K = 384 in k steps of 128 rows.
+  CHECK(tiles(stored, {1, 1000, 384}, GemvLayout::NMajor) == "GEMV BM=1 BN=8 BK=128 n-major");
+  CHECK(tiles(stored, {1, 1024, 384}, GemvLayout::NMajor) == "GEMV BM=1 BN=32 BK=128 n-major");
+  // A program's rows: at most 4 of f32 and 2 of bf16 (twice the elements per vector).
+  CHECK(tiles(linear, {8, 1152, 384}, GemvLayout::KMajor, DType::BF16).rfind("GEMV BM=2 ", 0) == 0);
+  CHECK(tiles(linear, {8, 1152, 384}, GemvLayout::KMajor).rfind("GEMV BM=4 ", 0) == 0);
   CHECK_THROWS_AS(lowerGemv(ints, 0, DType::I32, DType::I32, ints.result()->type, {2, 4, 3}, GemvLayout::NMajor, "gemv", gpu),
                   tsr::tile::TileError);
   // The CPU's tiles: 8 x 64.
