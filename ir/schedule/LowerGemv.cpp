@@ -16,10 +16,6 @@ using namespace build;
 
 namespace {
 
-// Multiprocessors of the GPUs the tiles are chosen for (an H100's or H200's 132), as
-// LowerGroups.cpp's: a product of fewer programs leaves multiprocessors idle.
-constexpr int64_t kGpuMultiprocessors = 132;
-
 // Accumulator elements a GPU thread holds (RegisterPlan.h's slots of a [BN, BK] tile) over a
 // program's BM rows of A: 16 keep four 16-byte loads of f32 in flight per thread and k step
 // (twice that for B read along n, whose k steps are rows), unless a tile must be larger to give

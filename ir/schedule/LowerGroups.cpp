@@ -253,10 +253,6 @@ int reductionTileAxis(size_t n, int axis) {
   return -1;
 }
 
-// Multiprocessors of the GPUs the tile choices are made for (an H100 or H200 has 132): how many
-// programs keep a GPU busy, where a choice trades tile shape against parallelism.
-constexpr int64_t kGpuMultiprocessors = 132;
-
 // The tiles {BC, BK} of a reduction stage: BK over the reduced axis, BC over reductionTileAxis
 // (1 when there is none).
 std::vector<int64_t> reductionTiles(const std::vector<int64_t> &shape, int axis, const TileTarget &t) {
@@ -479,6 +475,10 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   return k;
 }
 
+} // namespace
+
+namespace build {
+
 // The tiles {BM, BN, BK} of a matmul of sizes {M, N, K}. CPU: below. GPU: dot splits its rows over the threads
 // in blocks of 4, so BM goes to 128 (32 threads busy), with BK 32; fitShared then halves them to
 // the budget (an f32 64x64x32 takes 48 KiB).
@@ -533,6 +533,10 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
   // 128x128x128 120 (95-117), 192x64x64 100-104 (ragged at 1024); peak 166 (an FMA loop).
   return {bucket(mnk[0], {16, 64, 128}), bucket(mnk[1], {16, 64}), bucket(mnk[2], {16, 64, 128})};
 }
+
+} // namespace build
+
+namespace {
 
 // Rows of tiles a GPU matmul's program order groups (lowerMatMulTiled).
 constexpr int64_t kMatMulGroupM = 8;
@@ -759,15 +763,7 @@ Kernel lowerReduceStage(const Step &st, size_t stage, bool last, const std::vect
   });
 }
 
-namespace {
-
-// What a matrix product's tiles are chosen for: whether it takes the tensor cores, the target
-// with its shared-memory budget, and its batch's size.
-struct MatMulSetting {
-  bool tensorCores = false;
-  TileTarget target;
-  int64_t batch = 1;
-};
+namespace build {
 
 MatMulSetting matmulSetting(size_t batchRank, DType a, DType b, const Type &result, const TileTarget &target) {
   MatMulSetting s;
@@ -785,6 +781,10 @@ MatMulSetting matmulSetting(size_t batchRank, DType a, DType b, const Type &resu
   }
   return s;
 }
+
+} // namespace build
+
+namespace {
 
 int64_t pow2Ceil(int64_t x) {
   int64_t p = 1;
@@ -816,63 +816,6 @@ std::vector<MatMulTiles> matmulTileCandidates(size_t batchRank, DType a, DType b
     if (fits && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
   return out;
-}
-
-SplitK matmulSplitK(size_t batchRank, DType a, DType b, const Type &result, const std::array<int64_t, 3> &mnk,
-                    int64_t batch, const TileTarget &target) {
-  const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
-  if (!isFloat(result.dtype) || batch < 1 || mnk[0] < 1 || mnk[1] < 1 || mnk[2] < 1) return {};
-  const char *forced = std::getenv("TSR_MATMUL_SPLIT_K");
-  if (!s.tensorCores && !(forced && *forced)) return {};
-  const std::vector<int64_t> t = matmulTiles(mnk, s.target, s.tensorCores, batch);
-  const int64_t BM = t[0], BN = t[1], BK = t[2];
-  const int64_t M = mnk[0], N = mnk[1], K = mnk[2];
-  // The chunk of `parts` parts: cdiv(K, parts) rounded up to a multiple of BK.
-  auto chunkOf = [&](int64_t parts) { return ((K + parts - 1) / parts + BK - 1) / BK * BK; };
-  auto splitOf = [&](int64_t chunk) {
-    SplitK r;
-    if (chunk <= 0 || chunk >= K) return r;
-    r.chunk = chunk;
-    r.parts = (K + chunk - 1) / chunk;
-    r.partials = accumulatorOf(result);
-    return r;
-  };
-  // TSR_MATMUL_SPLIT_K: 0 never splits; P > 1 splits every float product (CPU and CUDA-core ones
-  // too, which is how the split programs are tested without a GPU) into P parts as far as
-  // chunks of whole k tiles allow, for measuring and testing.
-  if (forced && *forced) {
-    const int64_t parts = std::max<int64_t>(0, std::atoll(forced));
-    return parts <= 1 ? SplitK{} : splitOf(chunkOf(parts));
-  }
-  const int64_t tiles = batch * ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-  if (tiles >= kGpuMultiprocessors) return {};
-  // Estimated microseconds: the waves of programs, each k tile of a 128 x 256 x 64 program at
-  // about 0.7 us (6 TFLOP/s per multiprocessor, 0.8 of an H100's 989 dense bf16 TFLOP/s over
-  // 132), and for a split the partials' f32 write and read and the result's write at about 3
-  // bytes per ns, plus a launch.
-  const double perStep = 2.0 * double(BM) * double(BN) * double(BK) / 6.0e6;
-  const double outBytes = double(batch) * double(M) * double(N);
-  auto cost = [&](int64_t chunk) {
-    const int64_t parts = (K + chunk - 1) / chunk;
-    const int64_t waves = (tiles * parts + kGpuMultiprocessors - 1) / kGpuMultiprocessors;
-    double us = double(waves) * double((chunk + BK - 1) / BK) * perStep;
-    if (parts > 1) us += (8.0 * double(parts) + double(dtypeBits(result.dtype)) / 8.0) * outBytes / 3.0e6 + 3.0;
-    return us;
-  };
-  // Parts keep at least 8 k tiles each (the copy ring's fill and drain are a few tiles); a split
-  // must save a tenth of the estimate.
-  const double whole = cost(K);
-  int64_t best = 0;
-  double bestCost = 0.9 * whole;
-  for (int64_t parts = 2; parts <= 32; ++parts) {
-    const int64_t c = chunkOf(parts);
-    if (c < 8 * BK || c >= K) break;
-    if (const double e = cost(c); e < bestCost) {
-      bestCost = e;
-      best = c;
-    }
-  }
-  return splitOf(best);
 }
 
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,

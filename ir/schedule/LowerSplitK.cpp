@@ -1,5 +1,6 @@
-// The second program of a split-K matrix product (lowerMatMul with a split chunk, matmulSplitK):
-// the sum of the parts' partial products into the result.
+// Split-K of a matrix product: the choice of its parts (matmulSplitK; lowerMatMul with the chunk
+// makes the partial products) and the second program, the sum of the parts' partial products
+// into the result.
 //
 // Split-K is CUTLASS's "parallel split-K" (include/cutlass/gemm/device/gemm_splitk_parallel.h):
 // a product of few output tiles and a long K (a weight gradient, M x N = 768 x 3072 against K =
@@ -46,6 +47,63 @@ Kernel lowerSplitKSumTiled(int64_t parts, DType acc, DType to, const Policies &p
 }
 
 } // namespace
+
+SplitK matmulSplitK(size_t batchRank, DType a, DType b, const Type &result, const std::array<int64_t, 3> &mnk,
+                    int64_t batch, const TileTarget &target) {
+  const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
+  if (!isFloat(result.dtype) || batch < 1 || mnk[0] < 1 || mnk[1] < 1 || mnk[2] < 1) return {};
+  const char *forced = std::getenv("TSR_MATMUL_SPLIT_K");
+  if (!s.tensorCores && !(forced && *forced)) return {};
+  const std::vector<int64_t> t = matmulTiles(mnk, s.target, s.tensorCores, batch);
+  const int64_t BM = t[0], BN = t[1], BK = t[2];
+  const int64_t M = mnk[0], N = mnk[1], K = mnk[2];
+  // The chunk of `parts` parts: cdiv(K, parts) rounded up to a multiple of BK.
+  auto chunkOf = [&](int64_t parts) { return ((K + parts - 1) / parts + BK - 1) / BK * BK; };
+  auto splitOf = [&](int64_t chunk) {
+    SplitK r;
+    if (chunk <= 0 || chunk >= K) return r;
+    r.chunk = chunk;
+    r.parts = (K + chunk - 1) / chunk;
+    r.partials = accumulatorOf(result);
+    return r;
+  };
+  // TSR_MATMUL_SPLIT_K: 0 never splits; P > 1 splits every float product (CPU and CUDA-core ones
+  // too, which is how the split programs are tested without a GPU) into P parts as far as
+  // chunks of whole k tiles allow, for measuring and testing.
+  if (forced && *forced) {
+    const int64_t parts = std::max<int64_t>(0, std::atoll(forced));
+    return parts <= 1 ? SplitK{} : splitOf(chunkOf(parts));
+  }
+  const int64_t tiles = batch * ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  if (tiles >= kGpuMultiprocessors) return {};
+  // Estimated microseconds: the waves of programs, each k tile of a 128 x 256 x 64 program at
+  // about 0.7 us (6 TFLOP/s per multiprocessor, 0.8 of an H100's 989 dense bf16 TFLOP/s over
+  // 132), and for a split the partials' f32 write and read and the result's write at about 3
+  // bytes per ns, plus a launch.
+  const double perStep = 2.0 * double(BM) * double(BN) * double(BK) / 6.0e6;
+  const double outBytes = double(batch) * double(M) * double(N);
+  auto cost = [&](int64_t chunk) {
+    const int64_t parts = (K + chunk - 1) / chunk;
+    const int64_t waves = (tiles * parts + kGpuMultiprocessors - 1) / kGpuMultiprocessors;
+    double us = double(waves) * double((chunk + BK - 1) / BK) * perStep;
+    if (parts > 1) us += (8.0 * double(parts) + double(dtypeBits(result.dtype)) / 8.0) * outBytes / 3.0e6 + 3.0;
+    return us;
+  };
+  // Parts keep at least 8 k tiles each (the copy ring's fill and drain are a few tiles); a split
+  // must save a tenth of the estimate.
+  const double whole = cost(K);
+  int64_t best = 0;
+  double bestCost = 0.9 * whole;
+  for (int64_t parts = 2; parts <= 32; ++parts) {
+    const int64_t c = chunkOf(parts);
+    if (c < 8 * BK || c >= K) break;
+    if (const double e = cost(c); e < bestCost) {
+      bestCost = e;
+      best = c;
+    }
+  }
+  return splitOf(best);
+}
 
 Kernel lowerSplitKSum(const SplitK &split, const Type &result, const std::vector<int64_t> &shape,
                       const std::string &name, const TileTarget &target) {

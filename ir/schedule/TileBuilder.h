@@ -32,6 +32,10 @@ inline int64_t wideBucket(int64_t x) { return bucket(x, {16, 128, 1024}); } // a
 
 inline int64_t rowBucket(int64_t x, int64_t rest) { return x <= 1 ? 1 : x <= 8 ? 8 : std::max<int64_t>(1, rest); }
 
+// Multiprocessors of the GPUs the tile choices are made for (an H100 or H200 has 132): how many
+// programs keep a GPU busy, where a choice trades tile shape against parallelism.
+constexpr int64_t kGpuMultiprocessors = 132;
+
 // ---- GPU tiles (codegen/nvptx's v0 model, LowerGroups.h) ----
 // A tile holds about 8 elements per thread: every op's element loop is split over the CTA's
 // threads, so this is the work each thread does per op, and it keeps a fused chain's tiles (one
@@ -150,6 +154,21 @@ void setGrid(tile::Function &f, const std::array<GridAxis, 3> &g);
 Kernel newKernel(const std::string &name, const TileTarget &t);
 
 std::string joinInts(const std::vector<int64_t> &v);
+
+// ---- Matrix products' tile policy (LowerGroups.cpp; LowerSplitK.cpp's split reads it) ----
+// What a matrix product's tiles are chosen for: whether it takes the tensor cores (bf16 or f16
+// operands on a GPU), the target with its shared-memory budget (raised for the tensor cores'
+// operand ring), and its batch's size (0: symbolic, taken as many).
+struct MatMulSetting {
+  bool tensorCores = false;
+  TileTarget target;
+  int64_t batch = 1;
+};
+MatMulSetting matmulSetting(size_t batchRank, DType a, DType b, const Type &result, const TileTarget &target);
+
+// The heuristic's first tiles {BM, BN, BK} of a product of sizes {M, N, K} (TSR_MATMUL_TILES and
+// TSR_MATMUL_TILES_FMA replace them, for measuring).
+std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores, int64_t batch);
 
 // Lowers with `tiles` (build(tiles)); on a GPU target, while the program's shared memory exceeds
 // the budget, halves the largest tile extent (the last of equals: callers list the extents whose
