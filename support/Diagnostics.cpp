@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ostream>
+#include <sstream>
 
 namespace tsr {
 
@@ -174,7 +175,11 @@ void DiagnosticEngine::render(std::ostream &os) const {
     if (a->range.file != b->range.file) return a->range.file < b->range.file;
     return a->range.begin < b->range.begin;
   });
-  for (const Diagnostic *d : order) render(os, *d);
+  // Rendered whole, then written once: processes sharing stderr (the ranks of a multi-device
+  // run) must not interleave a diagnostic's fields.
+  std::ostringstream text;
+  for (const Diagnostic *d : order) render(text, *d);
+  os << text.str() << std::flush;
 }
 
 } // namespace tsr

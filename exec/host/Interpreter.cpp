@@ -493,23 +493,16 @@ int Interpreter::runMain(const std::string &entry, const std::vector<std::string
       I.failCheck(ir::ProgramCheckError(e.message(), {}, e.where()), {});
     }
   } catch (RuntimeError &e) {
-    DiagnosticEngine d(I.P.sm);
-    if (e.range.valid() && I.P.sm.has(e.range.file)) {
-      err << I.P.sm.describe(e.range) << ": error" << (e.code.empty() ? "" : "[" + e.code + "]") << ": " << e.message << "\n";
-      const SourceFile &f = I.P.sm.file(e.range.file);
-      LineCol lc = f.lineCol(e.range.begin);
-      err << "   " << lc.line << " | " << f.lineText(lc.line) << "\n";
-    } else {
-      err << "error" << (e.code.empty() ? "" : "[" + e.code + "]") << ": " << e.message << "\n";
-    }
-    for (auto &n : e.notes) err << "note: " << n << "\n";
+    // One write: the ranks of `tsr run --devices N` share stderr, and the same error on two ranks
+    // must not interleave field by field.
+    err << describe(e) << std::flush;
     return e.exitCode;
   } catch (BreakSignal &) {
     return 0;
   } catch (const std::exception &e) {
     // A failure that no statement caught: a device's asynchronous error surfacing where host code
     // read a value back (it names the launches and their lines), or the host out of memory.
-    err << "error: " << e.what() << "\n";
+    err << (std::string("error: ") + e.what() + "\n") << std::flush;
     return 3;
   }
   return 0;
