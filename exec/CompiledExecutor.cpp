@@ -354,17 +354,23 @@ struct CompiledExecutor::Impl {
   }
   // `given`: a candidate's tiles in place of the heuristic's (exec/MatMulTuning.h).
   // `chunk` > 0: the partial products of a split-K (sched::matmulSplitK).
+  // `epi`: the step's epilogue computed in the product's program (Step::epilogue), the product's
+  // result stored as well when `storeProduct`.
   ProgramRequest matmulProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
                                int64_t work, const std::optional<sched::MatMulTiles> &given = std::nullopt,
-                               int64_t chunk = 0) {
+                               int64_t chunk = 0, const sched::Step *epi = nullptr, bool storeProduct = false) {
     return {key + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)) +
-                (given ? "t" + autotune::tilesText(*given) : std::string()) + (chunk ? "s" + std::to_string(chunk) : std::string()),
-            [this, &op, d, adt, bdt, given, chunk] {
+                (given ? "t" + autotune::tilesText(*given) : std::string()) + (chunk ? "s" + std::to_string(chunk) : std::string()) +
+                (epi ? (storeProduct ? "E2" : "E1") : ""),
+            [this, &op, d, adt, bdt, given, chunk, epi, storeProduct] {
               return sched::lowerMatMul(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K},
-                                        chunk ? "matmul_parts" : "matmul", tiles(), given, chunk);
+                                        chunk ? "matmul_parts" : "matmul", tiles(), given, chunk, epi, storeProduct);
             },
             work};
   }
+  // The tiles autotuning chose for a product (the heuristic's when none), by the heuristic
+  // request's key: a product with an epilogue runs its fused program with them (matmul()).
+  std::unordered_map<std::string, std::optional<sched::MatMulTiles>> matmulChoice;
   // The split of a matmul step (none for vector operands).
   sched::SplitK splitOf(const Op &op, const MatMulDims &d, DType adt, DType bdt) const {
     if (d.av || d.bv) return {};
@@ -434,6 +440,7 @@ struct CompiledExecutor::Impl {
     // the chosen program runs over the heuristic's grid.
     if (const char *b = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); b && std::string(b) == "grid" && chosen != 0)
       c.grid = program(heuristic).grid;
+    matmulChoice[heuristic.key] = chosen ? std::optional<sched::MatMulTiles>(cands[chosen]) : std::nullopt;
     return matmuls.emplace(heuristic.key, std::move(c)).first->second;
   }
   ProgramRequest copyProgram(const std::string &keyPrefix, size_t rank, DType from, DType to, const Policies &pol,
@@ -501,7 +508,9 @@ struct CompiledExecutor::Impl {
             break;
           }
           const sched::SplitK split = splitOf(op, d, adt, bdt);
-          requests.push_back(matmulProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second, std::nullopt, split.chunk));
+          const sched::Step *epi = split || d.av || d.bv ? nullptr : st.epilogue.get();
+          requests.push_back(matmulProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second, std::nullopt, split.chunk,
+                                           epi, st.outputs.size() > 1));
           if (split) requests.push_back(splitSumProgram(op, key, split, d.full));
           break;
         }
@@ -840,6 +849,21 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
 
   // Runs `ops` (in graph order) on the reference evaluator as a graph of their own, whose
   // parameters are `ins` and outputs `outs`: library steps, and kernel steps not compiled yet.
+  // An elementwise step's program (also a product's epilogue where the product runs without it).
+  auto runElementwise = [&](const sched::Step &st, const std::string &key, int64_t work) {
+    const Value *root = st.outputs[0];
+    const Shape S = shapeOf(root);
+    Tensor out = allocateFor(root, S);
+    std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
+    for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
+    Checks checks(st.cone);
+    checks.addArg(args, *I.backend);
+    const Compiled &c = I.program(I.elementwiseProgram(st, key, S, work));
+    I.launch(c, args, S);
+    checks.raise(m, g);
+    views[root] = whole(out);
+  };
+
   auto interpret = [&](const Op &anchor, const std::vector<const Op *> &ops, const std::vector<const Value *> &ins,
                        const std::vector<const Value *> &outs, const std::string &key) {
     ir::Graph sub(g.name);
@@ -979,7 +1003,8 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         if (!known || !I.compileNow(key + shapeKey(in), work)) {
           ++(known ? I.stats.interpretedSteps : I.stats.unknownDimSteps);
           std::vector<const Op *> ops = st.cone;
-          if (st.kind != sched::StepKind::Elementwise && st.kind != sched::StepKind::Row) ops.push_back(&op);
+          if (st.epilogue) ops.insert(ops.begin(), &op); // the product, then its epilogue
+          else if (st.kind != sched::StepKind::Elementwise && st.kind != sched::StepKind::Row) ops.push_back(&op);
           interpret(op, ops, st.inputs, st.outputs, key);
           if (sentinels) sentinel(st, si, key);
           for (const Value *v : st.inputs) {
@@ -991,20 +1016,9 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         ++I.stats.compiledSteps;
       }
       switch (st.kind) {
-      case sched::StepKind::Elementwise: {
-        const Value *root = st.outputs[0];
-        const Shape S = shapeOf(root);
-        Tensor out = allocateFor(root, S);
-        std::vector<rt::KernelArg> args{I.arg(whole(out), true)};
-        for (const Value *in : st.inputs) args.push_back(I.arg(broadcastView(viewOf(in), S)));
-        Checks checks(st.cone);
-        checks.addArg(args, *I.backend);
-        const Compiled &c = I.program(I.elementwiseProgram(st, key, S, work));
-        I.launch(c, args, S);
-        checks.raise(m, g);
-        views[root] = whole(out);
+      case sched::StepKind::Elementwise:
+        runElementwise(st, key, work);
         break;
-      }
       case sched::StepKind::Row: {
         // One program per block of whole rows: the root, then the row statistics later steps read.
         const Shape S = shapeOf(st.outputs[0]);
@@ -1114,6 +1128,9 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         if (d.av) { a.shape.insert(a.shape.begin(), 1); a.strides.insert(a.strides.begin(), 0); }
         if (d.bv) { b.shape.push_back(1); b.strides.push_back(0); }
         const Shape &batch = d.batch, &full = d.full;
+        // With an epilogue, the product's result is a buffer of its own only where later steps
+        // read it or the product runs without its epilogue.
+        const sched::Step *epi = st.epilogue.get();
         Tensor out = I.allocate(R, res->type.dtype);
         View ov{out, 0, full, Shape(full.size(), 0)};
         {
@@ -1139,6 +1156,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           args.insert(args.end(), inputs.begin(), inputs.end());
           I.launch(I.program(I.gemvProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work)), args, full);
           views[res] = whole(out);
+          if (epi) runElementwise(*epi, key + "epilogue/", work);
           break;
         }
         if (const sched::SplitK split = I.splitOf(op, d, a.buf.dtype(), b.buf.dtype())) {
@@ -1151,13 +1169,34 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           I.launch(I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work, std::nullopt, split.chunk)), args, ps);
           I.launch(I.program(I.splitSumProgram(op, key, split, full)), {I.arg(ov, true), I.arg(whole(partials))}, full);
           views[res] = whole(out);
+          if (epi) runElementwise(*epi, key + "epilogue/", work);
           break;
         }
-        const Compiled &c = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
-        std::vector<rt::KernelArg> args{I.arg(ov, true)};
+        const Compiled &plain = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
+        if (!epi || d.av || d.bv) {
+          std::vector<rt::KernelArg> args{I.arg(ov, true)};
+          args.insert(args.end(), inputs.begin(), inputs.end());
+          I.launch(plain, args, full);
+          views[res] = whole(out);
+          if (epi) runElementwise(*epi, key + "epilogue/", work);
+          break;
+        }
+        // The product and its epilogue in one program (LowerGroups.h lowerMatMul), with the
+        // tiles the product alone took: out (the epilogue's root), [mm,] a, b, the epilogue's inputs.
+        const Value *root = st.outputs[0];
+        const bool storeProduct = st.outputs.size() > 1;
+        Tensor rootOut = allocateFor(root, R);
+        std::vector<rt::KernelArg> args{I.arg(whole(rootOut), true)};
+        if (storeProduct) args.push_back(I.arg(ov, true));
         args.insert(args.end(), inputs.begin(), inputs.end());
-        I.launch(c, args, full);
-        views[res] = whole(out);
+        for (size_t i = 2; i < st.inputs.size(); ++i) args.push_back(I.arg(broadcastView(viewOf(st.inputs[i]), R)));
+        const std::string heuristicKey = I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work).key;
+        auto choice = I.matmulChoice.find(heuristicKey);
+        const std::optional<sched::MatMulTiles> tilesChosen = choice == I.matmulChoice.end() ? std::nullopt : choice->second;
+        I.launch(I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work, tilesChosen, 0, epi, storeProduct)),
+                 args, full);
+        views[root] = whole(rootOut);
+        if (storeProduct) views[res] = whole(out);
         break;
       }
       case sched::StepKind::View: {

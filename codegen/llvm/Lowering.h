@@ -15,6 +15,7 @@
 #include "llvm/IR/Intrinsics.h"
 #include "llvm/IR/Module.h"
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -466,7 +467,18 @@ private:
   bool warpSpecializable(const tile::Block &b, const TOp &op, const MmaPlan &p, const TOp *epiStore) const;
   /// MmaLoop.cpp. The ops after tensor-core loop `op` of `b` that store its whole result tile
   /// (an optional cast, then the store); {null, null} when its result goes elsewhere.
-  std::pair<const TOp *, const TOp *> mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p);
+  /// The ops after a tensor-core loop that its registers compute and store element by element
+  /// (MmaLoop.cpp): all ops to the end of the block, the last a store of the whole tile; empty
+  /// (`last` null) where another op follows, and the result then goes to a tile.
+  struct MmaEpilogue {
+    std::vector<const TOp *> ops;
+    const TOp *last = nullptr;
+  };
+  MmaEpilogue mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p);
+  /// Computes and stores an epilogue per accumulator pair: `at(i, jn, q)` is the pair's (row,
+  /// column) in the tile, `acc(i, jn, q)` accumulator q of block (i, jn); MT x NT blocks of 4.
+  void lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std::array<Value *, 2>(int64_t, int64_t, int)> &at,
+                        const std::function<Value *(int64_t, int64_t, int)> &acc, int64_t MT, int64_t NT);
   /// A persistent kernel (MmaWarpSpecialized.cpp): the kernel's loop when the whole kernel is a
   /// warp-specialized product and the target launches persistent kernels, else null.
   const TOp *persistentLoop();

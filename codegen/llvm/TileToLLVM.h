@@ -68,6 +68,12 @@ public:
   /// than by the math library. The CPU's libm erff is a call per element; the GPU's libdevice
   /// __nv_erff is inline, within 2 ulp, and as fast, so the GPU keeps it.
   virtual bool inlineErf() const { return true; }
+  /// Whether f32 -> bf16 rounding is one instruction (`fptrunc float to bfloat`: PTX
+  /// cvt.rn.bf16.f32 from sm_80, PTX ISA 9.7.9.21), which the lowering then uses for the
+  /// nearest-even rounding instead of integer bit operations; NaN is still made Numeric.h's
+  /// quiet NaN with x's sign. x86 without AVX512-BF16 would make it a library call: the CPU
+  /// keeps the bit operations.
+  virtual bool nativeBf16Round() const { return false; }
   /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
   /// from f64): `name` is one of the tsr_cg_* functions of runtime/CodegenHelpers.h.
   virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,

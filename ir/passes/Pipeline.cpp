@@ -12,6 +12,8 @@ struct Pass {
 };
 constexpr Pass kPasses[] = {
     {"simplify", simplify},
+    {"reshape-mover", moveReshapes},
+    {"concat-sums", foldConcatSums},
     {"cse", eliminateCommonSubexpressions},
     {"dce", eliminateDeadCode},
 };

@@ -21,6 +21,8 @@ struct Replacements {
 };
 
 bool simplify(Graph &g);                    // ir/passes/Simplify.cpp: algebraic rewrites
+bool moveReshapes(Graph &g);                // ir/passes/ReshapeMover.cpp: reshapes past elementwise ops
+bool foldConcatSums(Graph &g);              // ir/passes/ConcatSums.cpp: add(concat, concat) -> concat(add)
 bool eliminateCommonSubexpressions(Graph &g); // ir/passes/CommonSubexpressions.cpp
 bool eliminateDeadCode(Graph &g);           // ir/passes/DeadCode.cpp
 

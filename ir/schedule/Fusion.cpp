@@ -150,6 +150,15 @@ OpOrder::OpOrder(const Graph &g) {
   for (size_t i = 0; i < g.ops.size(); ++i) pos_.emplace(g.ops[i], i);
 }
 
+bool coneCanFail(const std::vector<const Op *> &cone) {
+  for (const Op *op : cone) {
+    if (op->kind == OpKind::Iota) return true;
+    if (op->results.size() != 1 || isFloat(op->result()->type.dtype)) continue;
+    if (op->kind == OpKind::FloorDiv || op->kind == OpKind::Mod || op->kind == OpKind::Pow) return true;
+  }
+  return false;
+}
+
 Schedule planFusion(const Graph &g) {
   const OpOrder order(g);
   std::unordered_set<const Value *> materialized;
@@ -213,6 +222,7 @@ Schedule planFusion(const Graph &g) {
     s.steps.push_back(std::move(st));
   }
   fuseRows(g, s);
+  fuseEpilogues(g, s);
   return s;
 }
 
@@ -245,7 +255,8 @@ void printScheduleAt(std::ostream &os, const Graph &g, const Schedule &s, const 
     if (st.kind == StepKind::Reduce && !a->operands.empty()) os << " from " << dimsText(a->operands[0]->type.dims);
     os << "\n";
     std::vector<const Op *> inner;
-    for (const Op *op : st.cone) if (op != a) inner.push_back(op);
+    if (!st.epilogue)
+      for (const Op *op : st.cone) if (op != a) inner.push_back(op);
     if (!inner.empty()) {
       os << in << "    cone:";
       for (size_t k = 0; k < inner.size(); ++k)
@@ -255,6 +266,13 @@ void printScheduleAt(std::ostream &os, const Graph &g, const Schedule &s, const 
     if (!st.inputs.empty()) {
       os << in << "    inputs:";
       for (size_t k = 0; k < st.inputs.size(); ++k) os << (k ? ", " : " ") << valueName(st.inputs[k]);
+      os << "\n";
+    }
+    if (st.epilogue) {
+      const Step &e = *st.epilogue;
+      os << in << "    epilogue:";
+      for (size_t k = 0; k < e.cone.size(); ++k)
+        os << (k ? ", " : " ") << valueName(e.cone[k]->result()) << " = " << opSpelling(e.cone[k]->kind);
       os << "\n";
     }
     if (a->body) {

@@ -62,6 +62,7 @@
 #include "ir/IR.h"
 
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -82,6 +83,11 @@ bool isArgReduction(const Op &op);
 /// Whether `op` anchors a reduce step: a fused reduction of one operand, or isArgReduction.
 bool isReduceStepOp(const Op &op);
 
+/// Whether a cone has an op that can fail at run time (integer floordiv, mod, pow: the programs
+/// of row steps and product epilogues have no error counters for them) or an iota (whose index
+/// tiles those programs do not make).
+bool coneCanFail(const std::vector<const Op *> &cone);
+
 struct Step {
   StepKind kind;
   /// The op that defines the step: the reduction, matmul, view, gather or library op; for an
@@ -96,8 +102,16 @@ struct Step {
   /// steps, or views of them.
   std::vector<const Value *> inputs;
   /// The values the step produces: one; a row step's root first, then the row statistics that
-  /// later steps or the graph's outputs read (shape [..., 1]).
+  /// later steps or the graph's outputs read (shape [..., 1]); a matmul step with an epilogue,
+  /// the epilogue's root first, then the product's result when later steps read it too.
   std::vector<const Value *> outputs;
+  /// A matmul step's epilogue (fuseEpilogues): the elementwise step over the product's result
+  /// that its program computes from the accumulator tile before storing it (bias, activation,
+  /// cast), as planned alone: its cone, inputs (the product's result among them) and root.
+  /// The step's `cone` is the epilogue's cone and its inputs are A, B, then the epilogue's other
+  /// inputs. Null for other steps. A run that does not take the tiled product (a GEMV, a
+  /// split-K, an interpreted step) runs the product, then this step.
+  std::shared_ptr<const Step> epilogue;
 };
 
 struct Schedule {
@@ -145,6 +159,15 @@ constexpr int64_t kMaxRowBytes = 160 * 1024;
 /// outputs make it an output of the row step). Algorithm: ours; the one-pass row program is
 /// that of Triton's layer-norm and fused-softmax tutorials and Apex's persistent layer norm.
 void fuseRows(const Graph &g, Schedule &s);
+
+/// Merges, in `s`, each elementwise step whose root has the dims of a matmul step's result and
+/// whose cone reads that result (not through a view) into the matmul step as its epilogue
+/// (Step::epilogue), when every other input of the step is produced before the product and its
+/// cone has no op that can fail at run time. The first such step after the product is taken;
+/// the product's result stays an output when another step or the graph's outputs read it.
+/// Algorithm: CUTLASS's epilogue visitor (a product's output tile through elementwise ops in
+/// registers before its store), decided here on whole steps (ir/schedule/EpilogueFusion.cpp).
+void fuseEpilogues(const Graph &g, Schedule &s);
 
 /// The text form of a schedule, for `tsrc --emit=schedule` and golden tests:
 ///   step 2 reduce %7 = reduce_sum <"B", 1> from <"B", "D">

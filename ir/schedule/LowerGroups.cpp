@@ -545,9 +545,14 @@ constexpr int64_t kMatMulGroupM = 8;
 // k in [part * chunk, min(K, part * chunk + chunk)) (chunk a multiple of BK, so that no k tile
 // crosses into the next part: the loads mask at K only), and stores its accumulator unrounded
 // into `out` [parts, batch.., M, N] of the accumulator's dtype.
+//
+// `epi` (a matmul step with an epilogue, Step::epilogue; not with a split): the output tile goes
+// through the epilogue's cone, reading its other inputs as [batch.., M, N] views, and `out` is
+// its root; with `storeProduct` the product's result is stored first into one more parameter
+// `mm`. Parameters: out, [mm,] a, b, in0.. (the epilogue's inputs other than the product).
 Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result,
                         const std::string &name, const TileTarget &target, int64_t BM, int64_t BN, int64_t BK,
-                        int64_t chunk) {
+                        int64_t chunk, const Step *epi, bool storeProduct) {
   Kernel k = newKernel(name, target);
   tile::Function &f = *k.fn;
   f.loc = op.loc;
@@ -557,9 +562,16 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
   const bool split = chunk > 0;
   if (split && (chunk % BK != 0 || !isFloat(T))) throw tile::TileError{"a split-K chunk that BK does not divide"};
   const size_t o = split ? 1 : 0; // the output's leading parts axis
-  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n + o), split ? acc : T));
+  if (epi && split) throw tile::TileError{"a split-K product with an epilogue"};
+  const Value *root = epi ? epi->outputs.at(0) : nullptr;
+  TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n + o), split ? acc : root ? root->type.dtype : T));
+  TV *mm = epi && storeProduct ? f.addParam("mm", tile::Type::tensor(uint32_t(n), T)) : nullptr;
   TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
   TV *B = f.addParam("b", tile::Type::tensor(uint32_t(n), bdt));
+  std::unordered_map<const Value *, TV *> params;
+  if (epi)
+    for (const Value *v : epi->inputs)
+      if (v != op.result()) params[v] = f.addParam("in" + std::to_string(params.size()), tile::Type::tensor(uint32_t(n), v->type.dtype));
   k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK) +
             (split ? " KC=" + std::to_string(chunk) : std::string());
 
@@ -634,7 +646,26 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
     return k;
   }
   TV *r = b.cast(loop->result(), T, result.policies);
-  storeBox(b, out, coords(m0, BM, n0, BN), r);
+  const Coords oc = coords(m0, BM, n0, BN);
+  if (!epi) {
+    storeBox(b, out, oc, r);
+    return k;
+  }
+  if (mm) storeBox(b, mm, oc, r);
+  // The epilogue's inputs are views of the product's [batch.., M, N] shape: the iteration shape
+  // its broadcasting reads against has the product's dims (their sizes do not enter the text).
+  std::vector<int64_t> iter(n, 0);
+  for (size_t d = 0; d < n; ++d)
+    if (auto c = root->type.dims[d].constantValue()) iter[d] = *c;
+  ConeLowering cone(b, oc, [&](const Value *v) -> TV * {
+    if (v == op.result()) return b.cast(r, reprOf(T));
+    auto it = params.find(v);
+    if (it == params.end()) throw tile::TileError{"an epilogue operand that is neither computed nor an input"};
+    return b.cast(loadBroadcast(b, it->second, oc, broadcastAxes(v, iter)), reprOf(v->type.dtype));
+  });
+  cone.run(epi->cone);
+  b.loc = op.loc;
+  storeBox(b, out, oc, b.cast(cone.get(root), root->type.dtype));
   return k;
 }
 
@@ -820,7 +851,8 @@ std::vector<MatMulTiles> matmulTileCandidates(size_t batchRank, DType a, DType b
 
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target,
-                   const std::optional<MatMulTiles> &tiles, int64_t splitChunk) {
+                   const std::optional<MatMulTiles> &tiles, int64_t splitChunk, const Step *epilogue,
+                   bool storeProduct) {
   if (tiles && ((*tiles)[0] < 1 || (*tiles)[1] < 1 || (*tiles)[2] < 1)) throw tile::TileError{"matmul tiles below 1"};
   const MatMulSetting s = matmulSetting(batchRank, a, b, result, target);
   std::vector<int64_t> first = tiles ? std::vector<int64_t>{(*tiles)[0], (*tiles)[1], (*tiles)[2]}
@@ -830,7 +862,7 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type 
     // 64 x 64 accumulators per warp for mma.sync at 128 x 256).
     TileTarget kt = s.target;
     if (s.tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
-    return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2], splitChunk);
+    return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2], splitChunk, epilogue, storeProduct);
   });
 }
 
@@ -897,21 +929,29 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
     const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
     const Type &rt = op.result()->type;
     // A product of a few rows reads B once as a GEMV program (LowerGemv.h).
+    // The epilogue as its own program, after a product that does not take it (matmulEpilogueOf).
+    auto epilogueAlone = [&] {
+      if (st.epilogue) out.push_back({lowerElementwise(*st.epilogue, R, name + ".epilogue", target), "epilogue"});
+    };
     if (gemvWanted(mnk[0], rt)) {
       out.push_back({lowerGemv(op, batch, adt, bdt, rt, mnk, gemvLayoutOf(op), name, target), ""});
+      epilogueAlone();
       break;
     }
     int64_t count = 1;
     for (size_t d = 0; d < batch; ++d) count *= R[d];
     const SplitK split = av || bv ? SplitK{} : matmulSplitK(batch, adt, bdt, rt, mnk, count, target);
     if (!split) {
-      out.push_back({lowerMatMul(op, batch, adt, bdt, rt, mnk, name, target), ""});
+      out.push_back({lowerMatMul(op, batch, adt, bdt, rt, mnk, name, target, std::nullopt, 0, st.epilogue.get(),
+                                 st.outputs.size() > 1),
+                     ""});
       break;
     }
     // A split-K (matmulSplitK): the parts' partial products, then their sum.
     out.push_back({lowerMatMul(op, batch, adt, bdt, rt, mnk, name + ".parts", target, std::nullopt, split.chunk),
                    "split-K partials, " + std::to_string(split.parts) + " parts"});
     out.push_back({lowerSplitKSum(split, rt, R, name + ".sum", target), "split-K sum"});
+    epilogueAlone();
     break;
   }
   case StepKind::Concat: {

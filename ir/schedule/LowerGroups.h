@@ -166,9 +166,14 @@ Kernel lowerRow(const Step &st, const std::vector<int64_t> &shape, const std::st
 /// results only): the partial products of a split-K, parameters `out` [parts, batch.., M, N] of
 /// the accumulator's dtype (f32 for 16-bit results; parts = cdiv(K, splitChunk)), A, B; part p
 /// sums k in [p * splitChunk, min(K, (p + 1) * splitChunk)). lowerSplitKSum adds them.
+/// `epilogue` (a matmul step's Step::epilogue; splitChunk 0 only): the program computes the
+/// epilogue's cone on the output tile, and `out` is the epilogue's root; with `storeProduct`
+/// the product's result is also stored, into a parameter `mm` after `out`. The epilogue's other
+/// inputs follow B, as [batch.., M, N] broadcasting views.
 Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type &result,
                    const std::array<int64_t, 3> &mnk, const std::string &name, const TileTarget &target = {},
-                   const std::optional<MatMulTiles> &tiles = std::nullopt, int64_t splitChunk = 0);
+                   const std::optional<MatMulTiles> &tiles = std::nullopt, int64_t splitChunk = 0,
+                   const Step *epilogue = nullptr, bool storeProduct = false);
 
 /// How a GPU tensor-core product is split along K (split-K, ir/schedule/LowerSplitK.cpp): into
 /// `parts` chunks of `chunk` k (the last shorter), whose partial products (dtype `partials`, the

@@ -30,25 +30,13 @@ bool reducesLastAxisOnly(const Op &op, size_t rank) {
   return a == -1 || a == int64_t(rank) - 1;
 }
 
-// Ops that can fail at run time (integer floordiv, mod, pow): the row program has no error
-// counters for its row-statistic values, so a cone with one keeps the multi-step plan. So does
-// an iota, whose index tiles the row program does not make at a statistic's shape.
-bool canFail(const std::vector<const Op *> &cone) {
-  for (const Op *op : cone) {
-    if (op->kind == OpKind::Iota) return true;
-    if (op->results.size() != 1 || isFloat(op->result()->type.dtype)) continue;
-    if (op->kind == OpKind::FloorDiv || op->kind == OpKind::Mod || op->kind == OpKind::Pow) return true;
-  }
-  return false;
-}
-
 // Whether reduce step `st` can be computed inside a row program whose root has dims `rowDims`.
 bool joinsRow(const Step &st, const std::vector<Dim> &rowDims) {
   if (st.kind != StepKind::Reduce || !st.anchor || st.anchor->operands.size() != 1 || st.outputs.size() != 1) return false;
   const Op &op = *st.anchor;
   const Value *x = op.operands[0];
   if (!isFusedReduction(op.kind) || !isFloat(x->type.dtype) || x->type.dims != rowDims) return false;
-  return reducesLastAxisOnly(op, rowDims.size()) && !canFail(st.cone);
+  return reducesLastAxisOnly(op, rowDims.size()) && !coneCanFail(st.cone);
 }
 
 // The values `cone` reads and does not compute, in first-use order (Fusion.cpp's rule).
@@ -118,7 +106,7 @@ void fuseRows(const Graph &g, Schedule &s) {
   std::map<size_t, Step> rows;                 // row steps, by the index of the step they replace
   for (size_t e = 0; e < n; ++e) {
     const Step &E = s.steps[e];
-    if (E.kind != StepKind::Elementwise || E.outputs.size() != 1 || canFail(E.cone)) continue;
+    if (E.kind != StepKind::Elementwise || E.outputs.size() != 1 || coneCanFail(E.cone)) continue;
     const Value *root = E.outputs[0];
     const std::vector<Dim> &dims = root->type.dims;
     if (dims.empty()) continue;

@@ -99,6 +99,13 @@ Value *Lowering::roundTo(DType d, Value *x, bool sat) {
   switch (d) {
   case DType::F32: return sat ? saturateInf(x, x, std::numeric_limits<float>::max()) : x;
   case DType::BF16:
+    if (T.nativeBf16Round()) {
+      Value *r = B.CreateFPExt(B.CreateFPTrunc(x, B.getBFloatTy()), f32());
+      Value *nan = B.CreateOr(B.CreateAnd(B.CreateBitCast(x, i32()), B.getInt32(0x80000000u)), B.getInt32(0x7FC00000u));
+      Value *res = B.CreateSelect(isNan(x), B.CreateBitCast(nan, f32()), r);
+      return sat ? saturateInf(res, x, rt::dtypeMax(d)) : res;
+    }
+    [[fallthrough]];
   case DType::TF32: {
     unsigned drop = d == DType::BF16 ? 16 : 13;
     uint32_t keep = ~((uint32_t(1) << drop) - 1);

@@ -67,21 +67,81 @@ bool Lowering::zeroInitOfMmaLoop(const tile::Block &b, size_t index) {
   return false;
 }
 
-std::pair<const TOp *, const TOp *> Lowering::mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p) {
+Lowering::MmaEpilogue Lowering::mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p) {
+  // The ops after the loop, to the end of the block, when each is one the registers can run per
+  // element (a fused product's epilogue, ir/schedule/EpilogueFusion.cpp): casts, elementwise ops,
+  // constants, broadcasts, boxes of other tensors at the output tile's place (loads) and the
+  // tile's stores; scalars from scalars (indices). The last op is a store of the whole tile.
+  MmaEpilogue e;
   const auto &ops = b.ops;
   auto at = std::find(ops.begin(), ops.end(), &op);
-  const TValue *v = op.result();
-  auto next = at == ops.end() ? ops.end() : at + 1;
-  const TOp *cast = nullptr;
-  if (next != ops.end() && (*next)->kind == OpKind::Cast && (*next)->operands[0] == v && uses[v] == 1 &&
-      (*next)->attrs.size() == 1) {
-    cast = *next;
-    v = cast->result();
-    ++next;
+  if (at == ops.end() || at + 1 == ops.end()) return e;
+  const TOp *last = ops.back();
+  if (last->kind != OpKind::StoreBox || !storesTile(*last, last->operands.back(), p.BM, p.BN)) return e;
+  const auto &box = *last->attrAs<std::vector<int64_t>>("box");
+  const size_t rank = box.size();
+  // Where the tile lies: the last store's start per axis (the row and column axes, the squeezed ones).
+  std::vector<const TValue *> start(last->operands.begin() + 1, last->operands.begin() + 1 + long(rank));
+  std::unordered_set<const TValue *> chain{op.result()};
+  auto tileOk = [&](const TValue *v) {
+    if (v->type.isScalar()) return true;
+    if (v->type.isTensor() || v->type.shape.size() != 2) return false;
+    const int64_t r = v->type.shape[0], c = v->type.shape[1];
+    return (r == p.BM || r == 1) && (c == p.BN || c == 1);
+  };
+  auto isZero = [&](const TValue *v) {
+    const TOp *d = v->def;
+    if (!d || d->kind != OpKind::Constant || !v->type.isScalar()) return false;
+    const auto *i = d->attrAs<int64_t>("value");
+    return i && *i == 0;
+  };
+  for (auto it = at + 1; it != ops.end(); ++it) {
+    const TOp *o = *it;
+    if (!o->regions.empty()) return {};
+    const bool scalarOnly = std::all_of(o->results.begin(), o->results.end(), [](const TValue *r) { return r->type.isScalar(); }) &&
+                            std::all_of(o->operands.begin(), o->operands.end(), [](const TValue *v) { return v->type.isScalar() || v->type.isTensor(); });
+    if (scalarOnly && !o->results.empty() && o->kind != OpKind::StoreBox) {
+      e.ops.push_back(o);
+      continue;
+    }
+    if (o->kind == OpKind::StoreBox) {
+      const auto *sb = o->attrAs<std::vector<int64_t>>("box");
+      if (!sb || *sb != box || !storesTile(*o, o->operands.back(), p.BM, p.BN) || !chain.count(o->operands.back())) return {};
+      for (size_t d = 0; d < rank; ++d)
+        if (o->operands[1 + d] != start[d]) return {};
+      e.ops.push_back(o);
+      continue;
+    }
+    if (o->kind == OpKind::LoadBox) {
+      const auto *lb = o->attrAs<std::vector<int64_t>>("box");
+      const bool *masked = o->attrAs<bool>("masked");
+      if (!lb || lb->size() != rank || (masked && *masked) || o->operands.size() != 1 + rank || !tileOk(o->result())) return {};
+      for (size_t d = 0; d < rank; ++d) {
+        // Along the tile's axes, the tile's start (or 0 for a broadcast axis of extent 1); on the
+        // squeezed axes, the store's index or 0 (a broadcast batch axis).
+        const bool tileAxis = box[d] > 0;
+        if (tileAxis && (*lb)[d] != box[d] && (*lb)[d] != 1) return {};
+        if (!tileAxis && (*lb)[d] != 0) return {};
+        const TValue *s0 = o->operands[1 + d];
+        const bool bcast = tileAxis ? (*lb)[d] == 1 : false;
+        if (!(s0 == start[d] || (isZero(s0) && (bcast || !tileAxis)))) return {};
+      }
+      e.ops.push_back(o);
+      chain.insert(o->result());
+      continue;
+    }
+    const tile::OpClass cls = tile::opClass(o->kind);
+    const bool ew = cls == tile::OpClass::Unary || cls == tile::OpClass::Binary || cls == tile::OpClass::Compare ||
+                    cls == tile::OpClass::Select || o->kind == OpKind::Cast || o->kind == OpKind::Constant ||
+                    o->kind == OpKind::Broadcast;
+    if (!ew || o->results.size() != 1 || !tileOk(o->result())) return {};
+    for (const TValue *v : o->operands)
+      if (!v->type.isScalar() && !chain.count(v)) return {};
+    e.ops.push_back(o);
+    chain.insert(o->result());
   }
-  if (next != ops.end() && (*next)->kind == OpKind::StoreBox && uses[v] == 1 && storesTile(**next, v, p.BM, p.BN))
-    return {cast, *next};
-  return {nullptr, nullptr};
+  e.last = last;
+  return e;
 }
 
 bool Lowering::lowerMmaLoop(const TOp &op) {
@@ -100,8 +160,9 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   const TType &ct = op.result()->type;
   // The epilogue: when the loop's result is only stored (after a cast, perhaps) by the next ops,
   // the registers are stored to the tensor; otherwise they go to a tile for the ops after.
-  const TOp *epiCast = nullptr, *epiStore = nullptr;
-  if (curBlock) std::tie(epiCast, epiStore) = mmaEpilogue(*curBlock, op, p);
+  MmaEpilogue epi;
+  if (curBlock) epi = mmaEpilogue(*curBlock, op, p);
+  const TOp *epiStore = epi.last;
   // Hopper, a loop that is its whole kernel: a producer warpgroup copies with TMA
   // (MmaWarpSpecialized.cpp), and the ring has its mbarriers after the stages.
   int slots[2] = {-1, -1};
@@ -368,68 +429,15 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   if (wsRole == WsRole::Producer) {
     // A persistent kernel's producer pass: the consumers' pass stores the result.
     T.releaseTileBuffer(ring);
-    absorbed.insert(epiStore);
-    if (epiCast) absorbed.insert(epiCast);
+    absorbed.insert(epi.ops.begin(), epi.ops.end());
     return true;
   }
   waitGroups(0);
   sync();
   T.releaseTileBuffer(ring);
   if (epiStore) {
-    // Each element to its place in the tensor (converted as the cast says), inside its bounds.
-    const TOp &st = *epiStore;
-    TensorInfo &ti = tensor(st.operands[0]);
-    const DType to = st.operands[0]->type.dtype;
-    const auto &box = *st.attrAs<std::vector<int64_t>>("box");
-    Value *base = c64(0), *ok0 = B.getTrue();
-    int rowAxis = -1, colAxis = -1;
-    for (size_t d = 0; d < box.size(); ++d) {
-      Value *s0 = get(st.operands[1 + d]);
-      base = B.CreateAdd(base, B.CreateMul(s0, ti.strides[d]));
-      if (box[d] > 0) (rowAxis < 0 ? rowAxis : colAxis) = int(d);
-      else ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(s0, c64(0)), B.CreateICmpSLT(s0, ti.shape[d])));
-    }
-    Value *r0 = get(st.operands[1 + size_t(rowAxis)]), *c0 = get(st.operands[1 + size_t(colAxis)]);
-    const auto *dt = epiCast ? epiCast->attrAs<ir::DTypeAttr>("dtype") : nullptr;
-    // A thread's accumulators come in pairs of neighbouring columns (q = 0,1 and 2,3 of each
-    // m16n8 block): stored as one vector where the columns are contiguous and the pair aligned.
-    Type *mt = mtype(to);
-    const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
-    Value *rs = ti.strides[size_t(rowAxis)], *cs = ti.strides[size_t(colAxis)];
-    Value *pairs = B.CreateAnd(B.CreateICmpEQ(cs, c64(1)), B.CreateICmpEQ(B.CreateAnd(B.CreateOr(rs, base), c64(1)), c64(0)));
-    pairs = B.CreateAnd(pairs, B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(ti.data, i64()), c64(2 * elemBytes - 1)), c64(0)));
-    auto inside = [&](Value *gr, Value *gc) {
-      return B.CreateAnd(ok0, B.CreateAnd(B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, ti.shape[size_t(rowAxis)])),
-                                          B.CreateAnd(B.CreateICmpSGE(gc, c64(0)), B.CreateICmpSLT(gc, ti.shape[size_t(colAxis)]))));
-    };
-    for (int64_t i = 0; i < MT; ++i)
-      for (int64_t jn = 0; jn < NT; ++jn)
-        for (int q = 0; q < 4; q += 2) {
-          Value *r = accRow(i, q), *c = accCol(jn, q);
-          Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
-          Value *ok[2] = {inside(gr, gc), inside(gr, B.CreateAdd(gc, c64(1)))};
-          Value *x[2];
-          for (int e = 0; e < 2; ++e) {
-            x[e] = fin[size_t((i * NT + jn) * 4 + q + e)];
-            if (dt) x[e] = convert(x[e], DType::F32, dt->dtype, dt->policies.saturate);
-            x[e] = toMem(to, x[e]);
-          }
-          Value *off = B.CreateAdd(base, B.CreateAdd(B.CreateMul(r, rs), B.CreateMul(c, cs)));
-          BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
-                     *done = BasicBlock::Create(C, "epi.done", fn);
-          B.CreateCondBr(B.CreateAnd(pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
-          B.SetInsertPoint(vecBB);
-          Value *v = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), x[0], uint64_t(0)), x[1], uint64_t(1));
-          B.CreateAlignedStore(v, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
-          B.CreateBr(done);
-          B.SetInsertPoint(oneBB);
-          for (int e = 0; e < 2; ++e)
-            ifThen(ok[e], [&] { B.CreateStore(x[e], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), cs)))); });
-          B.CreateBr(done);
-          B.SetInsertPoint(done);
-        }
-    absorbed.insert(epiStore);
-    if (epiCast) absorbed.insert(epiCast);
+    lowerMmaEpilogue(epi, [&](int64_t i, int64_t jn, int q) { return std::array<Value *, 2>{accRow(i, q), accCol(jn, q)}; },
+                     [&](int64_t i, int64_t jn, int q) { return fin[size_t((i * NT + jn) * 4 + q)]; }, MT, NT);
     return true;
   }
   for (int64_t i = 0; i < MT; ++i)
@@ -440,6 +448,159 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   T.barrier(B);
   set(op.result(), out);
   return true;
+}
+
+void Lowering::lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std::array<Value *, 2>(int64_t, int64_t, int)> &at,
+                                const std::function<Value *(int64_t, int64_t, int)> &acc, int64_t MT, int64_t NT) {
+  // Scalars first (indices the loads and stores take), lowered as anywhere.
+  for (const TOp *o : epi.ops)
+    if (o->kind != OpKind::StoreBox && o->kind != OpKind::LoadBox && o->results.size() == 1 && o->result()->type.isScalar() &&
+        (o->operands.empty() || o->operands[0]->type.isScalar() || o->operands[0]->type.isTensor()) && !vals.count(o->result()))
+      dispatch(*o);
+  const TOp &last = *epi.last;
+  const auto &box = *last.attrAs<std::vector<int64_t>>("box");
+  int rowAxis = -1, colAxis = -1;
+  for (size_t d = 0; d < box.size(); ++d)
+    if (box[d] > 0) (rowAxis < 0 ? rowAxis : colAxis) = int(d);
+  // The tile's place, from the last store: every store and load of the epilogue shares it.
+  std::vector<Value *> start(box.size());
+  for (size_t d = 0; d < box.size(); ++d) start[d] = get(last.operands[1 + d]);
+  Value *r0 = start[size_t(rowAxis)], *c0 = start[size_t(colAxis)];
+  struct Place {
+    Value *base, *ok0, *rs, *cs, *pairs;
+  };
+  // A tensor's offset of the tile's element (0, 0), whether its squeezed indices are inside, its
+  // row and column strides, and whether a thread's column pair is one aligned vector.
+  std::unordered_map<const TOp *, Place> places;
+  auto place = [&](const TOp &o) -> Place & {
+    auto it = places.find(&o);
+    if (it != places.end()) return it->second;
+    TensorInfo &ti = tensor(o.operands[0]);
+    const auto &b = *o.attrAs<std::vector<int64_t>>("box");
+    Value *base = c64(0), *ok0 = B.getTrue();
+    for (size_t d = 0; d < b.size(); ++d) {
+      Value *s0 = get(o.operands[1 + d]);
+      base = B.CreateAdd(base, B.CreateMul(s0, ti.strides[d]));
+      if (b[d] == 0) ok0 = B.CreateAnd(ok0, B.CreateAnd(B.CreateICmpSGE(s0, c64(0)), B.CreateICmpSLT(s0, ti.shape[d])));
+    }
+    // A broadcast axis (box extent 1) reads its index 0 for every row or column of the tile.
+    Value *rs = b[size_t(rowAxis)] == 1 ? c64(0) : ti.strides[size_t(rowAxis)];
+    Value *cs = b[size_t(colAxis)] == 1 ? c64(0) : ti.strides[size_t(colAxis)];
+    const int64_t elemBytes = int64_t(mtype(o.operands[0]->type.dtype)->getPrimitiveSizeInBits() / 8);
+    Value *pairs = B.CreateAnd(B.CreateICmpEQ(cs, c64(1)), B.CreateICmpEQ(B.CreateAnd(B.CreateOr(rs, base), c64(1)), c64(0)));
+    pairs = B.CreateAnd(pairs, B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(ti.data, i64()), c64(2 * elemBytes - 1)), c64(0)));
+    return places.emplace(&o, Place{base, ok0, rs, cs, pairs}).first->second;
+  };
+  auto inside = [&](const TOp &o, Value *gr, Value *gc) {
+    TensorInfo &ti = tensor(o.operands[0]);
+    const auto &b = *o.attrAs<std::vector<int64_t>>("box");
+    Value *ok = place(o).ok0;
+    if (b[size_t(rowAxis)] != 1)
+      ok = B.CreateAnd(ok, B.CreateAnd(B.CreateICmpSGE(gr, c64(0)), B.CreateICmpSLT(gr, ti.shape[size_t(rowAxis)])));
+    if (b[size_t(colAxis)] != 1)
+      ok = B.CreateAnd(ok, B.CreateAnd(B.CreateICmpSGE(gc, c64(0)), B.CreateICmpSLT(gc, ti.shape[size_t(colAxis)])));
+    return ok;
+  };
+  for (const TOp *o : epi.ops)
+    if (o->kind == OpKind::LoadBox || o->kind == OpKind::StoreBox) place(*o);
+  const TValue *accValue = nullptr;
+  for (const TOp *o : epi.ops)
+    for (const TValue *v : o->operands)
+      if (!accValue && v->def && v->def->kind == OpKind::For) accValue = v;
+  for (int64_t i = 0; i < MT; ++i)
+    for (int64_t jn = 0; jn < NT; ++jn)
+      for (int q = 0; q < 4; q += 2) {
+        auto [r, c] = at(i, jn, q);
+        Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
+        // Each op's value at the pair's two elements.
+        std::unordered_map<const TValue *, std::array<Value *, 2>> x;
+        if (accValue) x[accValue] = {acc(i, jn, q), acc(i, jn, q + 1)};
+        auto val = [&](const TValue *v, int e) -> Value * {
+          auto it = x.find(v);
+          if (it != x.end()) return it->second[size_t(e)];
+          return get(v); // a scalar
+        };
+        std::vector<const TOp *> stores;
+        for (const TOp *o : epi.ops) {
+          if (o->kind == OpKind::StoreBox) {
+            stores.push_back(o);
+            continue;
+          }
+          if (o->results.size() != 1 || o->result()->type.isScalar()) continue;
+          const TValue *res = o->result();
+          const DType d = res->type.dtype;
+          std::array<Value *, 2> y{};
+          for (int e = 0; e < 2; ++e) {
+            Value *ge = B.CreateAdd(gc, c64(e));
+            switch (o->kind) {
+            case OpKind::LoadBox: {
+              // Inside the tensor, else its element (0, 0) (always there when any is): the
+              // stores skip elements outside the output.
+              const Place &pl = place(*o);
+              Value *ok = inside(*o, gr, ge);
+              Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(B.CreateAdd(c, c64(e)), pl.cs)));
+              off = B.CreateSelect(ok, off, pl.base);
+              TensorInfo &ti = tensor(o->operands[0]);
+              Type *mt = mtype(d);
+              y[size_t(e)] = fromMem(d, B.CreateLoad(mt, B.CreateInBoundsGEP(mt, ti.data, off)));
+              break;
+            }
+            case OpKind::Cast: {
+              const auto *dt = o->attrAs<ir::DTypeAttr>("dtype");
+              y[size_t(e)] = convert(val(o->operands[0], e), o->operands[0]->type.dtype, dt->dtype, dt->policies.saturate);
+              break;
+            }
+            case OpKind::Constant: y[size_t(e)] = constantOf(d, *o->attr("value")); break;
+            case OpKind::Broadcast: y[size_t(e)] = val(o->operands[0], e); break;
+            default:
+              switch (tile::opClass(o->kind)) {
+              case tile::OpClass::Unary: y[size_t(e)] = unary(*o, o->operands[0]->type.dtype, val(o->operands[0], e)); break;
+              case tile::OpClass::Binary:
+                y[size_t(e)] = binary(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
+                break;
+              case tile::OpClass::Compare:
+                y[size_t(e)] = compare(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
+                break;
+              case tile::OpClass::Select:
+                y[size_t(e)] = B.CreateSelect(val(o->operands[0], e), val(o->operands[1], e), val(o->operands[2], e));
+                break;
+              default: fail(F, "an epilogue op the registers cannot compute");
+              }
+            }
+          }
+          x[res] = y;
+        }
+        for (const TOp *st : stores) {
+          const Place &pl = place(*st);
+          TensorInfo &ti = tensor(st->operands[0]);
+          const DType to = st->operands[0]->type.dtype;
+          Type *mt = mtype(to);
+          const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
+          const TValue *v = st->operands.back();
+          Value *ok[2] = {inside(*st, gr, gc), inside(*st, gr, B.CreateAdd(gc, c64(1)))};
+          Value *m[2];
+          for (int e = 0; e < 2; ++e) {
+            Value *y = val(v, e);
+            // The loop's f32 accumulators stored as they are into a narrower tensor round as a cast.
+            if (v == accValue && to != DType::F32) y = convert(y, DType::F32, to, false);
+            m[e] = toMem(to, y);
+          }
+          Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(c, pl.cs)));
+          BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
+                     *done = BasicBlock::Create(C, "epi.done", fn);
+          B.CreateCondBr(B.CreateAnd(pl.pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
+          B.SetInsertPoint(vecBB);
+          Value *vec = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), m[0], uint64_t(0)), m[1], uint64_t(1));
+          B.CreateAlignedStore(vec, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
+          B.CreateBr(done);
+          B.SetInsertPoint(oneBB);
+          for (int e = 0; e < 2; ++e)
+            ifThen(ok[e], [&] { B.CreateStore(m[e], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), pl.cs)))); });
+          B.CreateBr(done);
+          B.SetInsertPoint(done);
+        }
+      }
+  absorbed.insert(epi.ops.begin(), epi.ops.end());
 }
 
 } // namespace tsr::codegen::lower

@@ -296,7 +296,7 @@ const TOp *Lowering::persistentLoop() {
     if (o->kind != OpKind::For) continue;
     std::optional<MmaPlan> p = planMmaLoop(*o, threads / 32, T.tensorCoreArch());
     if (!p) return nullptr;
-    return warpSpecializable(*F.body, *o, *p, mmaEpilogue(*F.body, *o, *p).second) ? o : nullptr;
+    return warpSpecializable(*F.body, *o, *p, mmaEpilogue(*F.body, *o, *p).last) ? o : nullptr;
   }
   return nullptr;
 }
