@@ -78,6 +78,15 @@ bool isReduceStepOp(const Op &op) {
   return (isFusedReduction(op.kind) && op.operands.size() == 1) || isArgReduction(op);
 }
 
+bool isTranscendental(OpKind k) {
+  switch (k) {
+  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Exp2: case OpKind::Log2: case OpKind::Tanh:
+  case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::Silu: case OpKind::Sin: case OpKind::Cos:
+  case OpKind::Erf: case OpKind::Pow: return true;
+  default: return false;
+  }
+}
+
 namespace {
 
 bool elementwiseResult(const Value *v) { return v->def && isElementwiseOp(v->def->kind) && v->def->results.size() == 1; }
@@ -107,22 +116,13 @@ std::vector<const Op *> coneOf(const OpOrder &order, const Value *root, bool inc
   return ops;
 }
 
-bool transcendental(OpKind k) {
-  switch (k) {
-  case OpKind::Exp: case OpKind::Log: case OpKind::Log1p: case OpKind::Expm1: case OpKind::Exp2: case OpKind::Log2: case OpKind::Tanh:
-  case OpKind::Sigmoid: case OpKind::Gelu: case OpKind::Silu: case OpKind::Sin: case OpKind::Cos:
-  case OpKind::Erf: case OpKind::Pow: return true;
-  default: return false;
-  }
-}
-
 // Whether recomputing v costs more than a round trip through memory: its cone has a
 // transcendental function or more than a handful of arithmetic ops (a cast or `x - mean` is
 // cheaper to recompute than to store and load again).
 bool costlyToRecompute(const OpOrder &order, const Value *v, const std::unordered_set<const Value *> &materialized) {
   int arithmetic = 0;
   for (const Op *op : coneOf(order, v, true, materialized)) {
-    if (transcendental(op->kind)) return true;
+    if (isTranscendental(op->kind)) return true;
     if (op->kind != OpKind::Constant && op->kind != OpKind::Iota) ++arithmetic;
   }
   return arithmetic > 6;

@@ -83,6 +83,10 @@ bool isArgReduction(const Op &op);
 /// Whether `op` anchors a reduce step: a fused reduction of one operand, or isArgReduction.
 bool isReduceStepOp(const Op &op);
 
+/// Whether `k` is a transcendental function (exp, log, tanh, erf, pow, ...): costly to recompute,
+/// and costly in a product's epilogue.
+bool isTranscendental(OpKind k);
+
 /// Whether a cone has an op that can fail at run time (integer floordiv, mod, pow: the programs
 /// of row steps and product epilogues have no error counters for them) or an iota (whose index
 /// tiles those programs do not make).
@@ -163,7 +167,8 @@ void fuseRows(const Graph &g, Schedule &s);
 /// Merges, in `s`, each elementwise step whose root has the dims of a matmul step's result and
 /// whose cone reads that result (not through a view) into the matmul step as its epilogue
 /// (Step::epilogue), when every other input of the step is produced before the product and its
-/// cone has no op that can fail at run time. The first such step after the product is taken;
+/// cone has no op that can fail at run time, no transcendental function and at most 8
+/// arithmetic ops (TSR_EPILOGUE=all takes every one, 0 none). The first such step is taken;
 /// the product's result stays an output when another step or the graph's outputs read it.
 /// Algorithm: CUTLASS's epilogue visitor (a product's output tile through elementwise ops in
 /// registers before its store), decided here on whole steps (ir/schedule/EpilogueFusion.cpp).

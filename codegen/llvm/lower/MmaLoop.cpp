@@ -507,99 +507,125 @@ void Lowering::lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std:
   for (const TOp *o : epi.ops)
     for (const TValue *v : o->operands)
       if (!accValue && v->def && v->def->kind == OpKind::For) accValue = v;
+  // The thread's accumulator pairs in chunks: each chunk's loads and arithmetic first (one
+  // basic block with no store, so that its loads are in flight together), then its stores.
+  // Evaluated pair by pair with a store after each, every load waited for the stores before it
+  // (they may alias): a product's CTA has too few warps to hide that latency.
+  struct Pair {
+    int64_t i, jn;
+    int q;
+  };
+  std::vector<Pair> all;
   for (int64_t i = 0; i < MT; ++i)
     for (int64_t jn = 0; jn < NT; ++jn)
-      for (int q = 0; q < 4; q += 2) {
-        auto [r, c] = at(i, jn, q);
-        Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
-        // Each op's value at the pair's two elements.
-        std::unordered_map<const TValue *, std::array<Value *, 2>> x;
-        if (accValue) x[accValue] = {acc(i, jn, q), acc(i, jn, q + 1)};
-        auto val = [&](const TValue *v, int e) -> Value * {
-          auto it = x.find(v);
-          if (it != x.end()) return it->second[size_t(e)];
-          return get(v); // a scalar
-        };
-        std::vector<const TOp *> stores;
-        for (const TOp *o : epi.ops) {
-          if (o->kind == OpKind::StoreBox) {
-            stores.push_back(o);
-            continue;
+      for (int q = 0; q < 4; q += 2) all.push_back({i, jn, q});
+  constexpr size_t kChunk = 8;
+  std::vector<const TOp *> stores;
+  for (const TOp *o : epi.ops)
+    if (o->kind == OpKind::StoreBox) stores.push_back(o);
+  for (size_t first = 0; first < all.size(); first += kChunk) {
+    const size_t last = std::min(all.size(), first + kChunk);
+    // Per pair of the chunk: its place, and per store the two elements' storage bits.
+    struct Done {
+      Value *r, *c, *gr, *gc;
+      std::vector<std::array<Value *, 2>> bits;
+    };
+    std::vector<Done> done;
+    for (size_t k = first; k < last; ++k) {
+      const Pair &pp = all[k];
+      auto [r, c] = at(pp.i, pp.jn, pp.q);
+      Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
+      // Each op's value at the pair's two elements.
+      std::unordered_map<const TValue *, std::array<Value *, 2>> x;
+      if (accValue) x[accValue] = {acc(pp.i, pp.jn, pp.q), acc(pp.i, pp.jn, pp.q + 1)};
+      auto val = [&](const TValue *v, int e) -> Value * {
+        auto it = x.find(v);
+        if (it != x.end()) return it->second[size_t(e)];
+        return get(v); // a scalar
+      };
+      for (const TOp *o : epi.ops) {
+        if (o->kind == OpKind::StoreBox || o->results.size() != 1 || o->result()->type.isScalar()) continue;
+        const TValue *res = o->result();
+        const DType d = res->type.dtype;
+        std::array<Value *, 2> y{};
+        for (int e = 0; e < 2; ++e) {
+          switch (o->kind) {
+          case OpKind::LoadBox: {
+            // Inside the tensor, else its element (0, 0) (always there when any is): the stores
+            // skip elements outside the output.
+            const Place &pl = place(*o);
+            Value *ok = inside(*o, gr, B.CreateAdd(gc, c64(e)));
+            Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(B.CreateAdd(c, c64(e)), pl.cs)));
+            off = B.CreateSelect(ok, off, pl.base);
+            TensorInfo &ti = tensor(o->operands[0]);
+            Type *mt = mtype(d);
+            y[size_t(e)] = fromMem(d, B.CreateLoad(mt, B.CreateInBoundsGEP(mt, ti.data, off)));
+            break;
           }
-          if (o->results.size() != 1 || o->result()->type.isScalar()) continue;
-          const TValue *res = o->result();
-          const DType d = res->type.dtype;
-          std::array<Value *, 2> y{};
-          for (int e = 0; e < 2; ++e) {
-            Value *ge = B.CreateAdd(gc, c64(e));
-            switch (o->kind) {
-            case OpKind::LoadBox: {
-              // Inside the tensor, else its element (0, 0) (always there when any is): the
-              // stores skip elements outside the output.
-              const Place &pl = place(*o);
-              Value *ok = inside(*o, gr, ge);
-              Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(B.CreateAdd(c, c64(e)), pl.cs)));
-              off = B.CreateSelect(ok, off, pl.base);
-              TensorInfo &ti = tensor(o->operands[0]);
-              Type *mt = mtype(d);
-              y[size_t(e)] = fromMem(d, B.CreateLoad(mt, B.CreateInBoundsGEP(mt, ti.data, off)));
+          case OpKind::Cast: {
+            const auto *dt = o->attrAs<ir::DTypeAttr>("dtype");
+            y[size_t(e)] = convert(val(o->operands[0], e), o->operands[0]->type.dtype, dt->dtype, dt->policies.saturate);
+            break;
+          }
+          case OpKind::Constant: y[size_t(e)] = constantOf(d, *o->attr("value")); break;
+          case OpKind::Broadcast: y[size_t(e)] = val(o->operands[0], e); break;
+          default:
+            switch (tile::opClass(o->kind)) {
+            case tile::OpClass::Unary: y[size_t(e)] = unary(*o, o->operands[0]->type.dtype, val(o->operands[0], e)); break;
+            case tile::OpClass::Binary:
+              y[size_t(e)] = binary(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
               break;
-            }
-            case OpKind::Cast: {
-              const auto *dt = o->attrAs<ir::DTypeAttr>("dtype");
-              y[size_t(e)] = convert(val(o->operands[0], e), o->operands[0]->type.dtype, dt->dtype, dt->policies.saturate);
+            case tile::OpClass::Compare:
+              y[size_t(e)] = compare(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
               break;
-            }
-            case OpKind::Constant: y[size_t(e)] = constantOf(d, *o->attr("value")); break;
-            case OpKind::Broadcast: y[size_t(e)] = val(o->operands[0], e); break;
-            default:
-              switch (tile::opClass(o->kind)) {
-              case tile::OpClass::Unary: y[size_t(e)] = unary(*o, o->operands[0]->type.dtype, val(o->operands[0], e)); break;
-              case tile::OpClass::Binary:
-                y[size_t(e)] = binary(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
-                break;
-              case tile::OpClass::Compare:
-                y[size_t(e)] = compare(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
-                break;
-              case tile::OpClass::Select:
-                y[size_t(e)] = B.CreateSelect(val(o->operands[0], e), val(o->operands[1], e), val(o->operands[2], e));
-                break;
-              default: fail(F, "an epilogue op the registers cannot compute");
-              }
+            case tile::OpClass::Select:
+              y[size_t(e)] = B.CreateSelect(val(o->operands[0], e), val(o->operands[1], e), val(o->operands[2], e));
+              break;
+            default: fail(F, "an epilogue op the registers cannot compute");
             }
           }
-          x[res] = y;
         }
-        for (const TOp *st : stores) {
-          const Place &pl = place(*st);
-          TensorInfo &ti = tensor(st->operands[0]);
-          const DType to = st->operands[0]->type.dtype;
-          Type *mt = mtype(to);
-          const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
-          const TValue *v = st->operands.back();
-          Value *ok[2] = {inside(*st, gr, gc), inside(*st, gr, B.CreateAdd(gc, c64(1)))};
-          Value *m[2];
-          for (int e = 0; e < 2; ++e) {
-            Value *y = val(v, e);
-            // The loop's f32 accumulators stored as they are into a narrower tensor round as a cast.
-            if (v == accValue && to != DType::F32) y = convert(y, DType::F32, to, false);
-            m[e] = toMem(to, y);
-          }
-          Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(c, pl.cs)));
-          BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
-                     *done = BasicBlock::Create(C, "epi.done", fn);
-          B.CreateCondBr(B.CreateAnd(pl.pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
-          B.SetInsertPoint(vecBB);
-          Value *vec = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), m[0], uint64_t(0)), m[1], uint64_t(1));
-          B.CreateAlignedStore(vec, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
-          B.CreateBr(done);
-          B.SetInsertPoint(oneBB);
-          for (int e = 0; e < 2; ++e)
-            ifThen(ok[e], [&] { B.CreateStore(m[e], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), pl.cs)))); });
-          B.CreateBr(done);
-          B.SetInsertPoint(done);
-        }
+        x[res] = y;
       }
+      Done dn{r, c, gr, gc, {}};
+      for (const TOp *st : stores) {
+        const DType to = st->operands[0]->type.dtype;
+        const TValue *v = st->operands.back();
+        std::array<Value *, 2> m{};
+        for (int e = 0; e < 2; ++e) {
+          Value *y = val(v, e);
+          // The loop's f32 accumulators stored as they are into a narrower tensor round as a cast.
+          if (v == accValue && to != DType::F32) y = convert(y, DType::F32, to, false);
+          m[size_t(e)] = toMem(to, y);
+        }
+        dn.bits.push_back(m);
+      }
+      done.push_back(std::move(dn));
+    }
+    for (const Done &dn : done)
+      for (size_t si = 0; si < stores.size(); ++si) {
+        const TOp *st = stores[si];
+        const Place &pl = place(*st);
+        TensorInfo &ti = tensor(st->operands[0]);
+        Type *mt = mtype(st->operands[0]->type.dtype);
+        const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
+        Value *ok[2] = {inside(*st, dn.gr, dn.gc), inside(*st, dn.gr, B.CreateAdd(dn.gc, c64(1)))};
+        const std::array<Value *, 2> &m = dn.bits[si];
+        Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(dn.r, pl.rs), B.CreateMul(dn.c, pl.cs)));
+        BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
+                   *doneBB = BasicBlock::Create(C, "epi.done", fn);
+        B.CreateCondBr(B.CreateAnd(pl.pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
+        B.SetInsertPoint(vecBB);
+        Value *vec = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), m[0], uint64_t(0)), m[1], uint64_t(1));
+        B.CreateAlignedStore(vec, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
+        B.CreateBr(doneBB);
+        B.SetInsertPoint(oneBB);
+        for (int e = 0; e < 2; ++e)
+          ifThen(ok[e], [&] { B.CreateStore(m[size_t(e)], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), pl.cs)))); });
+        B.CreateBr(doneBB);
+        B.SetInsertPoint(doneBB);
+      }
+  }
   absorbed.insert(epi.ops.begin(), epi.ops.end());
 }
 
