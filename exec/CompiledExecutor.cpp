@@ -368,8 +368,8 @@ struct CompiledExecutor::Impl {
             },
             work};
   }
-  // The tiles autotuning chose for a product (the heuristic's when none), by the heuristic
-  // request's key: a product with an epilogue runs its fused program with them (matmul()).
+  // The tiles autotuning chose for a product (nullopt: the heuristic's), by the heuristic
+  // request's key (matmulTiles): a product with an epilogue runs its fused program with them.
   std::unordered_map<std::string, std::optional<sched::MatMulTiles>> matmulChoice;
   // The split of a matmul step (none for vector operands).
   sched::SplitK splitOf(const Op &op, const MatMulDims &d, DType adt, DType bdt) const {
@@ -389,10 +389,14 @@ struct CompiledExecutor::Impl {
   // The program of a matmul step into `out` (its view of the result, shaped `full`) from the
   // KernelArgs `inputs` (a and b); under --autotune=full a first call may time the candidates
   // into a scratch output shaped `R`.
-  const Compiled &matmul(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt, int64_t work,
-                         const View &out, const std::vector<rt::KernelArg> &inputs, const Shape &R) {
+  // The tiles of a matmul step (nullopt: the heuristic's), chosen at its first call with these
+  // sizes: under --autotune=full by timing the candidates into a scratch output shaped `R`,
+  // else from the record or the heuristic, compiling nothing.
+  std::optional<sched::MatMulTiles> matmulTiles(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
+                                                int64_t work, const View &out, const std::vector<rt::KernelArg> &inputs,
+                                                const Shape &R) {
     ProgramRequest heuristic = matmulProgram(op, key, d, adt, bdt, work);
-    if (auto it = matmuls.find(heuristic.key); it != matmuls.end()) return it->second;
+    if (auto it = matmulChoice.find(heuristic.key); it != matmulChoice.end()) return it->second;
     const ir::Type &rt = op.result()->type;
     const std::vector<sched::MatMulTiles> cands =
         sched::matmulTileCandidates(d.batch.size(), adt, bdt, rt, {d.M, d.N, d.K}, tiles());
@@ -435,12 +439,21 @@ struct CompiledExecutor::Impl {
       };
     };
     const size_t chosen = cands.size() > 1 ? autotune::chooseMatMulTiles(*backend, problem, cands, compileAll, prepare) : 0;
-    Compiled c = program(request(chosen));
+    return matmulChoice.emplace(heuristic.key, chosen ? std::optional<sched::MatMulTiles>(cands[chosen]) : std::nullopt)
+        .first->second;
+  }
+  // The program of a matmul step without an epilogue into `out` (its view of the result, shaped
+  // `full`) from the KernelArgs `inputs` (a and b), with matmulTiles' tiles.
+  const Compiled &matmul(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt, int64_t work,
+                         const View &out, const std::vector<rt::KernelArg> &inputs, const Shape &R) {
+    ProgramRequest heuristic = matmulProgram(op, key, d, adt, bdt, work);
+    if (auto it = matmuls.find(heuristic.key); it != matmuls.end()) return it->second;
+    const std::optional<sched::MatMulTiles> t = matmulTiles(op, key, d, adt, bdt, work, out, inputs, R);
+    Compiled c = program(t ? matmulProgram(op, key, d, adt, bdt, work, t) : heuristic);
     // TSR_AUTOTUNE_TEST_BREAK=grid (a negative control of tests/autotune/matmul_tiles.py only):
     // the chosen program runs over the heuristic's grid.
-    if (const char *b = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); b && std::string(b) == "grid" && chosen != 0)
+    if (const char *b = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); b && std::string(b) == "grid" && t)
       c.grid = program(heuristic).grid;
-    matmulChoice[heuristic.key] = chosen ? std::optional<sched::MatMulTiles>(cands[chosen]) : std::nullopt;
     return matmuls.emplace(heuristic.key, std::move(c)).first->second;
   }
   ProgramRequest copyProgram(const std::string &keyPrefix, size_t rank, DType from, DType to, const Policies &pol,
@@ -1172,8 +1185,8 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (epi) runElementwise(*epi, key + "epilogue/", work);
           break;
         }
-        const Compiled &plain = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
         if (!epi || d.av || d.bv) {
+          const Compiled &plain = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
           std::vector<rt::KernelArg> args{I.arg(ov, true)};
           args.insert(args.end(), inputs.begin(), inputs.end());
           I.launch(plain, args, full);
@@ -1190,9 +1203,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         if (storeProduct) args.push_back(I.arg(ov, true));
         args.insert(args.end(), inputs.begin(), inputs.end());
         for (size_t i = 2; i < st.inputs.size(); ++i) args.push_back(I.arg(broadcastView(viewOf(st.inputs[i]), R)));
-        const std::string heuristicKey = I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work).key;
-        auto choice = I.matmulChoice.find(heuristicKey);
-        const std::optional<sched::MatMulTiles> tilesChosen = choice == I.matmulChoice.end() ? std::nullopt : choice->second;
+        const std::optional<sched::MatMulTiles> tilesChosen = I.matmulTiles(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
         I.launch(I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work, tilesChosen, 0, epi, storeProduct)),
                  args, full);
         views[root] = whole(rootOut);

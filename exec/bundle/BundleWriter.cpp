@@ -319,7 +319,12 @@ public:
         throw std::runtime_error(where + ": " + e.message);
       }
       for (auto &sp : programs) {
-        sp.kernel.fn->name = name; // lowerStep suffixes stages and operands; the executor does not
+        // lowerStep suffixes stages and operands; the executor does not, and names a split-K's
+        // programs and a product's epilogue run alone as their own kinds.
+        sp.kernel.fn->name = sp.part.rfind("split-K partials", 0) == 0 ? "matmul_parts"
+                             : sp.part == "split-K sum"                ? "matmul_sum"
+                             : sp.part == "epilogue"                   ? "ew"
+                                                                       : name;
         for (const std::string &problem : tile::verify(*sp.kernel.fn))
           throw std::runtime_error(where + ": the program does not verify: " + problem);
         Lowered l;
@@ -405,15 +410,21 @@ private:
     static const std::string cpuTarget = exec::cpuBackend()->tuningTarget();
     const std::optional<size_t> chosen = exec::autotune::recordedMatMulTiles(cpuTarget, p, cands);
     if (!chosen || *chosen == 0) return;
-    sched::Kernel k = sched::lowerMatMul(op, batchRank, adt, bdt, rt, mnk, "matmul", target_, cands[*chosen]);
-    if (!tile::verify(*k.fn).empty()) return;
-    Lowered l;
-    l.graph = g.name;
-    l.step = i;
-    l.kind = std::string(sched::stepKindName(st.kind));
-    l.part = "tuned";
-    l.tiles = k.tiles;
-    add(std::move(k.fn), std::move(l));
+    // The product, with its epilogue where the step has one (the executor then runs the fused
+    // program with the recorded tiles).
+    auto addTuned = [&](const sched::Step *epilogue) {
+      sched::Kernel k = sched::lowerMatMul(op, batchRank, adt, bdt, rt, mnk, "matmul", target_, cands[*chosen], 0, epilogue,
+                                           st.outputs.size() > 1);
+      if (!tile::verify(*k.fn).empty()) return;
+      Lowered l;
+      l.graph = g.name;
+      l.step = i;
+      l.kind = std::string(sched::stepKindName(st.kind));
+      l.part = epilogue ? "tuned, with its epilogue" : "tuned";
+      l.tiles = k.tiles;
+      add(std::move(k.fn), std::move(l));
+    };
+    addTuned(st.epilogue && !av && !bv ? st.epilogue.get() : nullptr);
   }
 
   // TSR_BUNDLE_TEST_SKIP_0D_VIEWS=1 leaves the 0-d view copies out, so that a traced bundle lacks
