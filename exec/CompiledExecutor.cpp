@@ -291,6 +291,9 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     ir::Graph sub(g.name);
     std::unordered_map<const Value *, Value *> map;
     std::vector<Tensor> args;
+    // Inputs materialized into buffers of their own (a broadcast zero, a strided view) are the
+    // evaluator's: a kernel that writes one writes it in place, not a copy of it.
+    std::vector<bool> donated;
     for (size_t i = 0; i < ins.size(); ++i) {
       Value *p = sub.addParam(std::to_string(i), ins[i]->type);
       // The graph's value numbers, so that errors name ops as the whole graph would.
@@ -298,12 +301,13 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       map[ins[i]] = p;
       const View &v = viewOf(ins[i]);
       args.push_back(ins[i]->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));
+      donated.push_back(!ins[i]->type.isKey() && !args.back().sharesStorageWith(v.buf));
     }
     copyOps(sub, ops, map, [](const Op *o, size_t r, Value *c) { c->id = o->results[r]->id; });
     for (const Value *o : outs) sub.outputs.push_back(map.at(o));
     std::vector<Tensor> res;
     try {
-      res = ir::evaluate(m, sub, args, kernels, sizes);
+      res = ir::evaluate(m, sub, args, kernels, sizes, donated);
     } catch (const ir::ProgramEvalError &e) {
       // (the same, keeping it the program's error)
       if (e.where().rfind("graph @", 0) == 0) throw ir::ProgramCheckError(e.message(), {}, whereOf(m, g, anchor));

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tsr::ir {
 
@@ -520,9 +521,12 @@ public:
   Evaluator(const Module &m, const Graph &g, const KernelRunner *kernels, SymbolSizes sizes)
       : m_(m), g_(g), kernels_(kernels), sizes_(std::move(sizes)) {}
 
+  /// Parameter `p`'s input is the evaluator's to write (evaluate's `donated`).
+  void donate(const Value *p) { donated_.insert(p); }
+
   std::vector<Tensor> run(const std::vector<Tensor> &inputs) {
     // The last op that reads each value, so that intermediates are freed as soon as possible.
-    std::unordered_map<const Value *, size_t> lastUse;
+    std::unordered_map<const Value *, size_t> &lastUse = lastUse_;
     for (size_t i = 0; i < g_.ops.size(); ++i)
       for (const Value *v : g_.ops[i]->operands) lastUse[v] = i;
     for (const Value *v : g_.outputs) lastUse[v] = g_.ops.size();
@@ -1236,9 +1240,16 @@ private:
     for (const Dim &d : dimsAttr(op, "grid")) grid.push_back(dim(d));
     // Copies of the operands the kernel writes, so that the graph's values stay unchanged (on
     // the device where only the device holds them: Tensor::clone).
+    // A donated parameter read last here and nowhere else in the operands is written in place.
     std::vector<Tensor> operands(in);
-    for (size_t i : kernels_->writtenOperands(op))
-      if (i < operands.size()) operands[i] = in[i].clone();
+    for (size_t i : kernels_->writtenOperands(op)) {
+      if (i >= operands.size()) continue;
+      const Value *v = op.operands[i];
+      const bool once = std::count(op.operands.begin(), op.operands.end(), v) == 1;
+      auto lu = lastUse_.find(v);
+      const bool last = lu != lastUse_.end() && lu->second < g_.ops.size() && g_.ops[lu->second] == &op;
+      if (!(donated_.count(v) && once && last)) operands[i] = in[i].clone();
+    }
     if (const auto *space = op.attrAs<std::vector<Dim>>("grid_space"); space && !grid.empty() && space->size() % grid.size() == 0) {
       std::vector<std::vector<int64_t>> grids;
       for (size_t at = 0; at < space->size(); at += grid.size()) {
@@ -1255,6 +1266,8 @@ private:
   const KernelRunner *kernels_;
   SymbolSizes sizes_;
   std::unordered_map<const Value *, Tensor> values_;
+  std::unordered_map<const Value *, size_t> lastUse_;
+  std::unordered_set<const Value *> donated_;
 };
 
 bool isIdentifier(const std::string &s) {
@@ -1419,9 +1432,12 @@ SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<Tenso
 }
 
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
-                                 const KernelRunner *kernels, const SymbolSizes &given) {
+                                 const KernelRunner *kernels, const SymbolSizes &given, const std::vector<bool> &donated) {
   SymbolSizes sizes = bindSymbols(m, g, inputs, given);
-  return Evaluator(m, g, kernels, std::move(sizes)).run(inputs);
+  Evaluator e(m, g, kernels, std::move(sizes));
+  for (size_t i = 0; i < donated.size() && i < g.params.size(); ++i)
+    if (donated[i]) e.donate(g.params[i]);
+  return e.run(inputs);
 }
 
 rt::Tensor runCollective(const Op &op, const rt::Tensor &x) {

@@ -151,9 +151,12 @@ SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::T
 /// with the `given` sizes for symbols that the inputs do not determine, and returns its outputs
 /// in order. Inputs are not modified, but an output may share storage
 /// with an input (a graph that returns a parameter, or a reshape of one), as a NumPy view would.
-/// Throws EvalError.
+/// `donated[i]`: the caller gives input i away (nothing else holds its storage), so that a
+/// kernel_call that is its last reader may write it in place instead of a copy (the
+/// executor's zero-filled outputs of hand-written kernels). Throws EvalError.
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
-                                 const KernelRunner *kernels = nullptr, const SymbolSizes &given = {});
+                                 const KernelRunner *kernels = nullptr, const SymbolSizes &given = {},
+                                 const std::vector<bool> &donated = {});
 
 /// A collective op (all_reduce, all_gather, reduce_scatter, dist_broadcast, dist_reduce,
 /// all_to_all; ir/Ops.def) on a host tensor, through runtime/dist (Gloo between ranks). Throws
