@@ -577,7 +577,29 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           std::swap(bv.strides[bv.strides.size() - 2], bv.strides.back());
         }
         const std::vector<rt::KernelArg> inputs{I.arg(broadcastView(a, ash)), I.arg(bv)};
+        // The product and its epilogue in one program: out (the epilogue's root), [mm,] a, b,
+        // the epilogue's inputs (LowerGroups.h lowerMatMul, LowerGemv.h lowerGemv).
+        const bool fused = epi && !d.av && !d.bv;
+        const bool storeProduct = st.outputs.size() > 1;
+        Tensor rootOut;
+        auto fusedArgs = [&] {
+          rootOut = allocateFor(st.outputs[0], R);
+          std::vector<rt::KernelArg> args{I.arg(whole(rootOut), true)};
+          if (storeProduct) args.push_back(I.arg(ov, true));
+          args.insert(args.end(), inputs.begin(), inputs.end());
+          for (size_t i = 2; i < st.inputs.size(); ++i) args.push_back(I.arg(broadcastView(viewOf(st.inputs[i]), R)));
+          return args;
+        };
+        auto fusedDone = [&] {
+          views[st.outputs[0]] = whole(rootOut);
+          if (storeProduct) views[res] = whole(out);
+        };
         if (gemv) {
+          if (fused) {
+            I.launch(I.program(I.gemvProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work, epi, storeProduct)), fusedArgs(), full);
+            fusedDone();
+            break;
+          }
           std::vector<rt::KernelArg> args{I.arg(ov, true)};
           args.insert(args.end(), inputs.begin(), inputs.end());
           I.launch(I.program(I.gemvProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work)), args, full);
@@ -598,7 +620,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (epi) runElementwise(*epi, key + "epilogue/", work);
           break;
         }
-        if (!epi || d.av || d.bv) {
+        if (!fused) {
           const Compiled &plain = I.matmul(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
           std::vector<rt::KernelArg> args{I.arg(ov, true)};
           args.insert(args.end(), inputs.begin(), inputs.end());
@@ -607,20 +629,11 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (epi) runElementwise(*epi, key + "epilogue/", work);
           break;
         }
-        // The product and its epilogue in one program (LowerGroups.h lowerMatMul), with the
-        // tiles the product alone took: out (the epilogue's root), [mm,] a, b, the epilogue's inputs.
-        const Value *root = st.outputs[0];
-        const bool storeProduct = st.outputs.size() > 1;
-        Tensor rootOut = allocateFor(root, R);
-        std::vector<rt::KernelArg> args{I.arg(whole(rootOut), true)};
-        if (storeProduct) args.push_back(I.arg(ov, true));
-        args.insert(args.end(), inputs.begin(), inputs.end());
-        for (size_t i = 2; i < st.inputs.size(); ++i) args.push_back(I.arg(broadcastView(viewOf(st.inputs[i]), R)));
+        // With the tiles the product alone would take.
         const std::optional<sched::MatMulTiles> tilesChosen = I.matmulTiles(op, key, d, a.buf.dtype(), b.buf.dtype(), work, ov, inputs, R);
         I.launch(I.program(I.matmulProgram(op, key, d, a.buf.dtype(), b.buf.dtype(), work, tilesChosen, 0, epi, storeProduct)),
-                 args, full);
-        views[root] = whole(rootOut);
-        if (storeProduct) views[res] = whole(out);
+                 fusedArgs(), full);
+        fusedDone();
         break;
       }
       case sched::StepKind::View: {

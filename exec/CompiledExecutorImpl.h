@@ -128,11 +128,14 @@ struct CompiledExecutor::Impl {
   // A product of a few rows runs as a GEMV program (ir/schedule/LowerGemv.h), named as the
   // matmul's so that a bundle's copy of it (lowerStep's) is the same text.
   bool gemvWanted(const Op &op, const MatMulDims &d) const { return sched::gemvWanted(d.M, op.result()->type); }
-  ProgramRequest gemvProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt, int64_t work) {
-    return {key + "gemv" + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)),
-            [this, &op, d, adt, bdt] {
+  // `epi`, `storeProduct`: as matmulProgram's.
+  ProgramRequest gemvProgram(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt, int64_t work,
+                             const sched::Step *epi = nullptr, bool storeProduct = false) {
+    return {key + "gemv" + shapeKey(d.full) + "k" + std::to_string(d.K) + std::string(dtypeName(adt)) + std::string(dtypeName(bdt)) +
+                (epi ? (storeProduct ? "E2" : "E1") : ""),
+            [this, &op, d, adt, bdt, epi, storeProduct] {
               return sched::lowerGemv(op, d.batch.size(), adt, bdt, op.result()->type, {d.M, d.N, d.K},
-                                      sched::gemvLayoutOf(op), "matmul", tiles());
+                                      sched::gemvLayoutOf(op), "matmul", tiles(), epi, storeProduct);
             },
             work};
   }
@@ -301,7 +304,8 @@ struct CompiledExecutor::Impl {
           const MatMulDims d = matmulDims(shapeOf(op.operands[0]), shapeOf(op.operands[1]), shapeOf(op.result()));
           const DType adt = op.operands[0]->type.dtype, bdt = op.operands[1]->type.dtype;
           if (gemvWanted(op, d)) {
-            requests.push_back(gemvProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second));
+            const sched::Step *epi = d.av || d.bv ? nullptr : st.epilogue.get();
+            requests.push_back(gemvProgram(op, key, d, adt, bdt, stepWork(st, shapeOf).second, epi, st.outputs.size() > 1));
             break;
           }
           const sched::SplitK split = splitOf(op, d, adt, bdt);

@@ -1,6 +1,7 @@
 // GEMV programs for matrix products of a few rows (LowerGemv.h says what they are and when the
 // executor takes them).
 #include "ir/schedule/LowerGemv.h"
+#include "ir/schedule/Fusion.h"
 #include "ir/schedule/TileBuilder.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tsr::ir::schedule {
@@ -131,7 +133,7 @@ GemvLayout gemvLayoutOf(const Op &op) {
 }
 
 Kernel lowerGemv(const Op &op, size_t batchRank, DType adt, DType bdt, const Type &result, const std::array<int64_t, 3> &mnk,
-                 GemvLayout layout, const std::string &name, const TileTarget &target) {
+                 GemvLayout layout, const std::string &name, const TileTarget &target, const Step *epi, bool storeProduct) {
   const DType T = result.dtype;
   if (!isFloat(T)) throw tile::TileError{"a GEMV program of a non-float result"};
   if (mnk[0] < 0 || mnk[1] < 0 || mnk[2] < 0) throw tile::TileError{"a GEMV program of a negative extent"};
@@ -152,9 +154,12 @@ Kernel lowerGemv(const Op &op, size_t batchRank, DType adt, DType bdt, const Typ
     tile::Function &f = *k.fn;
     f.loc = op.loc;
     const size_t n = batchRank + 2;
-    TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), T));
+    TV *out = f.addParam("out", tile::Type::tensor(uint32_t(n), epi ? epi->outputs.at(0)->type.dtype : T));
+    TV *mm = epi && storeProduct ? f.addParam("mm", tile::Type::tensor(uint32_t(n), T)) : nullptr;
     TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
     TV *B = f.addParam(kMajor ? "bt" : "b", tile::Type::tensor(uint32_t(n), bdt));
+    std::unordered_map<const Value *, TV *> params;
+    if (epi) params = addEpilogueParams(f, *epi, op.result(), n);
     k.tiles = "GEMV BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK) +
               (kMajor ? " k-major" : " n-major");
 
@@ -233,7 +238,13 @@ Kernel lowerGemv(const Op &op, size_t batchRank, DType adt, DType bdt, const Typ
       oc.start[n - 2] = rows[size_t(r)];
       oc.start[n - 1] = n0;
       oc.block[n - 1] = BN;
-      storeBox(b, out, oc, sum);
+      if (!epi) {
+        storeBox(b, out, oc, sum);
+        continue;
+      }
+      if (mm) storeBox(b, mm, oc, sum);
+      storeBox(b, out, oc, epilogueTile(b, *epi, op.result(), sum, oc, params));
+      b.loc = op.loc;
     }
     return k;
   });

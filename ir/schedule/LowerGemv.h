@@ -66,7 +66,11 @@ GemvLayout gemvLayoutOf(const Op &op);
 /// largest power of two dividing K (as C's rule). CPU: C up to 64, R x C = 512. TSR_GEMV_TILES=RxC replaces R and C, for measuring. K = 0 gives zeros (the loop
 /// runs no step). tile::TileError for a non-float result or a negative extent, and as
 /// lowerElementwise's.
+/// `epilogue` (a matmul step's Step::epilogue): each output row goes through the epilogue's cone
+/// before its store, as lowerMatMul's (parameters: out (the root), [mm when `storeProduct`], A,
+/// B, the epilogue's other inputs).
 Kernel lowerGemv(const Op &op, size_t batchRank, DType a, DType b, const Type &result, const std::array<int64_t, 3> &mnk,
-                 GemvLayout layout, const std::string &name, const TileTarget &target = {});
+                 GemvLayout layout, const std::string &name, const TileTarget &target = {}, const Step *epilogue = nullptr,
+                 bool storeProduct = false);
 
 } // namespace tsr::ir::schedule

@@ -538,6 +538,47 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
 
 namespace {
 
+} // namespace
+
+namespace build {
+
+TV *epilogueTile(Builder &b, const Step &epi, const Value *product, TV *tile, const Coords &c,
+                 const std::unordered_map<const Value *, TV *> &params) {
+  const Value *root = epi.outputs.at(0);
+  const DType T = product->type.dtype;
+  // The epilogue's inputs are views of the product's [batch.., M, N] shape: the iteration shape
+  // its broadcasting reads against has the product's dims (their sizes do not enter the text).
+  const size_t n = root->type.rank();
+  std::vector<int64_t> iter(n, 0);
+  for (size_t d = 0; d < n; ++d)
+    if (auto e = root->type.dims[d].constantValue()) iter[d] = *e;
+  ConeLowering cone(b, c, [&](const Value *v) -> TV * {
+    if (v == product) return b.cast(tile, reprOf(T));
+    auto it = params.find(v);
+    if (it == params.end()) throw tile::TileError{"an epilogue operand that is neither computed nor an input"};
+    return b.cast(loadBroadcast(b, it->second, c, broadcastAxes(v, iter)), reprOf(v->type.dtype));
+  });
+  cone.run(epi.cone);
+  // TSR_EPILOGUE_TEST_BREAK=1 (the negative control of tests/schedule/epilogue_check.py only):
+  // the product stored where the epilogue's root belongs.
+  const char *brk = std::getenv("TSR_EPILOGUE_TEST_BREAK");
+  TV *res = brk && std::string(brk) == "1" ? convert(b, b.cast(tile, reprOf(T)), T, root->type.dtype) : cone.get(root);
+  return b.cast(res, root->type.dtype);
+}
+
+std::unordered_map<const Value *, TV *> addEpilogueParams(tile::Function &f, const Step &epi, const Value *product,
+                                                          size_t rank) {
+  std::unordered_map<const Value *, TV *> params;
+  for (const Value *v : epi.inputs)
+    if (v != product && !params.count(v))
+      params[v] = f.addParam("in" + std::to_string(params.size()), tile::Type::tensor(uint32_t(rank), v->type.dtype));
+  return params;
+}
+
+} // namespace build
+
+namespace {
+
 // Rows of tiles a GPU matmul's program order groups (lowerMatMulTiled).
 constexpr int64_t kMatMulGroupM = 8;
 
@@ -569,9 +610,7 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
   TV *A = f.addParam("a", tile::Type::tensor(uint32_t(n), adt));
   TV *B = f.addParam("b", tile::Type::tensor(uint32_t(n), bdt));
   std::unordered_map<const Value *, TV *> params;
-  if (epi)
-    for (const Value *v : epi->inputs)
-      if (v != op.result()) params[v] = f.addParam("in" + std::to_string(params.size()), tile::Type::tensor(uint32_t(n), v->type.dtype));
+  if (epi) params = addEpilogueParams(f, *epi, op.result(), n);
   k.tiles = "BM=" + std::to_string(BM) + " BN=" + std::to_string(BN) + " BK=" + std::to_string(BK) +
             (split ? " KC=" + std::to_string(chunk) : std::string());
 
@@ -652,24 +691,8 @@ Kernel lowerMatMulTiled(const Op &op, size_t batchRank, DType adt, DType bdt, co
     return k;
   }
   if (mm) storeBox(b, mm, oc, r);
-  // The epilogue's inputs are views of the product's [batch.., M, N] shape: the iteration shape
-  // its broadcasting reads against has the product's dims (their sizes do not enter the text).
-  std::vector<int64_t> iter(n, 0);
-  for (size_t d = 0; d < n; ++d)
-    if (auto c = root->type.dims[d].constantValue()) iter[d] = *c;
-  ConeLowering cone(b, oc, [&](const Value *v) -> TV * {
-    if (v == op.result()) return b.cast(r, reprOf(T));
-    auto it = params.find(v);
-    if (it == params.end()) throw tile::TileError{"an epilogue operand that is neither computed nor an input"};
-    return b.cast(loadBroadcast(b, it->second, oc, broadcastAxes(v, iter)), reprOf(v->type.dtype));
-  });
-  cone.run(epi->cone);
+  storeBox(b, out, oc, epilogueTile(b, *epi, op.result(), r, oc, params));
   b.loc = op.loc;
-  // TSR_EPILOGUE_TEST_BREAK=1 (the negative control of tests/schedule/epilogue_check.py only):
-  // the product stored where the epilogue's root belongs.
-  const char *brk = std::getenv("TSR_EPILOGUE_TEST_BREAK");
-  TV *res = brk && std::string(brk) == "1" ? convert(b, b.cast(r, reprOf(T)), T, root->type.dtype) : cone.get(root);
-  storeBox(b, out, oc, b.cast(res, root->type.dtype));
   return k;
 }
 
@@ -938,8 +961,9 @@ std::vector<StepProgram> lowerStep(const Step &st, const std::function<std::vect
       if (st.epilogue) out.push_back({lowerElementwise(*st.epilogue, R, name + ".epilogue", target), "epilogue"});
     };
     if (gemvWanted(mnk[0], rt)) {
-      out.push_back({lowerGemv(op, batch, adt, bdt, rt, mnk, gemvLayoutOf(op), name, target), ""});
-      epilogueAlone();
+      const Step *epi = av || bv ? nullptr : st.epilogue.get();
+      out.push_back({lowerGemv(op, batch, adt, bdt, rt, mnk, gemvLayoutOf(op), name, target, epi, st.outputs.size() > 1), ""});
+      if (!epi) epilogueAlone();
       break;
     }
     int64_t count = 1;

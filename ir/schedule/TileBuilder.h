@@ -11,8 +11,13 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
+
+namespace tsr::ir::schedule {
+struct Step;
+}
 
 namespace tsr::ir::schedule::build {
 
@@ -188,5 +193,16 @@ std::string outputTilesText(size_t rank, int64_t BR, int64_t BC);
 // Sets the function's grid.
 Coords tileOverOutput(Builder &b, Kernel &k, tile::Function &f, const std::vector<int64_t> &shape, TV *out,
                       int64_t BR, int64_t BC);
+
+// A product's epilogue (Step::epilogue) on its output tile `tile` (the product's dtype) at
+// coordinates `c`: the cone lowered with `product` read as the tile and the epilogue's other
+// inputs loaded from `params` (addEpilogueParams) as broadcasting views of the product's shape;
+// returns the root's tile in the root's dtype. lowerMatMul's and lowerGemv's (LowerGroups.cpp).
+TV *epilogueTile(Builder &b, const Step &epi, const Value *product, TV *tile, const Coords &c,
+                 const std::unordered_map<const Value *, TV *> &params);
+// The parameters of an epilogue's inputs other than the product, `in0`.., of rank `rank`, added
+// to `f` in the order of the epilogue's inputs.
+std::unordered_map<const Value *, TV *> addEpilogueParams(tile::Function &f, const Step &epi, const Value *product,
+                                                          size_t rank);
 
 } // namespace tsr::ir::schedule::build
