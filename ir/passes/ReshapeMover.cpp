@@ -96,6 +96,26 @@ bool moveClosure(Graph &g, Op *r) {
       return false;
     }
   }
+  // Each closure op must type at S0 as it did at S (shape inference, before anything changes:
+  // a failure half way would leave the graph broken).
+  std::unordered_map<const Value *, Type> movedType;
+  for (const Op *op : g.ops) {
+    if (!in.count(op)) continue;
+    std::vector<Type> tys;
+    for (const Value *o : op->operands) {
+      if (auto m = movedType.find(o); m != movedType.end()) tys.push_back(m->second);
+      else if (fromS0(o)) tys.push_back(o->def->operands[0]->type);
+      else if (broadcastsIntoTail(o, S, tail)) tys.push_back(o->type);
+      else tys.push_back(Type::tensor(S0, o->type.dtype, o->type.policies));
+    }
+    std::vector<const Type *> ptrs;
+    for (const Type &t : tys) ptrs.push_back(&t);
+    auto r = inferTypes(op->kind, ptrs, op->attrs);
+    const auto *types = std::get_if<std::vector<Type>>(&r);
+    const Type &was = op->result()->type;
+    if (!types || types->size() != 1 || (*types)[0] != Type::tensor(S0, was.dtype, was.policies)) return false;
+    movedType[op->result()] = (*types)[0];
+  }
   // The rewrite: each closure op again at S0 where it was, a reshape back to S for readers outside.
   std::unordered_map<const Value *, Value *> moved, back;
   std::vector<Op *> order = std::move(g.ops);
