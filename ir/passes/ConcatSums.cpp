@@ -106,14 +106,23 @@ bool foldConcatSums(Graph &g) {
       const Type want = Type::tensor(dims, rt.dtype, rt.policies);
       auto whole = [&](const Piece *p) { return p->v->type == want ? p->v : nullptr; };
       Value *part = nullptr;
-      if (x->zero && y->zero) part = g.add(OpKind::BroadcastTo, {x->zero}, {{"shape", dims}}, op->loc);
-      else if (x->zero) part = whole(y);
-      else if (y->zero) part = whole(x);
-      else part = g.add(OpKind::Add, {x->v, y->v}, {}, op->loc);
+      try {
+        if (x->zero && y->zero) part = g.add(OpKind::BroadcastTo, {x->zero}, {{"shape", dims}}, op->loc);
+        else if (x->zero) part = whole(y);
+        else if (y->zero) part = whole(x);
+        else part = g.add(OpKind::Add, {x->v, y->v}, {}, op->loc);
+      } catch (const IRError &) {
+        part = nullptr; // pieces that do not add (shape inference's refusal): the add stays
+      }
       if (!part || part->type != want) { ok = false; break; }
       parts.push_back(part);
     }
-    Value *joined = !ok ? nullptr : parts.size() == 1 ? parts[0] : g.add(OpKind::Concat, parts, {{"axis", int64_t(axis)}}, op->loc);
+    Value *joined = nullptr;
+    try {
+      joined = !ok ? nullptr : parts.size() == 1 ? parts[0] : g.add(OpKind::Concat, parts, {{"axis", int64_t(axis)}}, op->loc);
+    } catch (const IRError &) {
+      joined = nullptr;
+    }
     // The new ops go where the add was (g.add appended them); a failed attempt leaves them dead.
     std::vector<Op *> made(g.ops.begin() + long(before), g.ops.end());
     g.ops.erase(g.ops.begin() + long(before), g.ops.end());
