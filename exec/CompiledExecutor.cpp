@@ -286,6 +286,67 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
     views[root] = whole(out);
   };
 
+  // A kernel_call with operands that are strided views (the heads' transposed views of a
+  // projection that the attention kernels take): the kernel reads them in place through
+  // ir::KernelRunner::runViews, where interpret() would copy each into a tensor of its own.
+  // Operands the kernel writes are materialized as interpret() does. False, with nothing run,
+  // when no operand is such a view or the runner takes none.
+  auto kernelInPlace = [&](const Op &op, const std::string &key) -> bool {
+    // TSR_KERNEL_VIEWS=0 copies every view as interpret() does (ctest negative_kernel_views).
+    static const bool off = [] {
+      const char *e = std::getenv("TSR_KERNEL_VIEWS");
+      return e && std::string(e) == "0";
+    }();
+    if (!kernels || off) return false;
+    const std::vector<size_t> written = kernels->writtenOperands(op);
+    auto writes = [&](size_t i) { return std::find(written.begin(), written.end(), i) != written.end(); };
+    // A view the kernels take as it is: no broadcast or reversed axis, the last axis unit-stride
+    // (their vector and tensor-map copies read rows).
+    auto strided = [&](size_t i, const View &v) {
+      if (writes(i) || op.operands[i]->type.isKey() || v.shape.empty() || v.strides.back() != 1) return false;
+      if (v.offset == 0 && contiguous(v) && numelOf(v.shape) == v.buf.numel()) return false;
+      return std::all_of(v.strides.begin(), v.strides.end(), [](int64_t st) { return st > 0; });
+    };
+    bool any = false;
+    for (size_t i = 0; i < op.operands.size(); ++i) any |= strided(i, viewOf(op.operands[i]));
+    if (!any) return false;
+    std::vector<Tensor> args;
+    std::vector<std::optional<ir::KernelRunner::StridedView>> in(op.operands.size());
+    for (size_t i = 0; i < op.operands.size(); ++i) {
+      const View &v = viewOf(op.operands[i]);
+      if (strided(i, v)) {
+        args.push_back(v.buf);
+        in[i] = ir::KernelRunner::StridedView{v.offset, v.shape, v.strides};
+        continue;
+      }
+      args.push_back(op.operands[i]->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));
+      // As the evaluator: a kernel writes a graph value's own buffer only through a copy.
+      if (writes(i) && args.back().sharesStorageWith(v.buf)) args.back() = args.back().clone();
+    }
+    std::vector<int64_t> grid;
+    if (const auto *gd = op.attrAs<std::vector<Dim>>("grid"))
+      for (const Dim &d : *gd) grid.push_back(ir::evaluateDim(d, sizes));
+    std::vector<std::vector<int64_t>> grids;
+    if (const auto *space = op.attrAs<std::vector<Dim>>("grid_space"); space && !grid.empty() && space->size() % grid.size() == 0)
+      for (size_t at = 0; at < space->size(); at += grid.size()) {
+        grids.emplace_back();
+        for (size_t i = 0; i < grid.size(); ++i) grids.back().push_back(ir::evaluateDim((*space)[at + i], sizes));
+      }
+    std::optional<std::vector<Tensor>> res;
+    try {
+      res = kernels->runViews(op, args, in, grid, grids);
+    } catch (const EvalError &) {
+      throw;
+    } catch (const ir::ProgramCheckError &) {
+      throw;
+    } catch (const std::exception &e) {
+      throw EvalError(whereOf(m, g, op), describe(op) + ": " + e.what());
+    }
+    if (!res) return false;
+    for (size_t r = 0; r < res->size() && r < op.results.size(); ++r) views[op.results[r]] = whole((*res)[r]);
+    return true;
+  };
+
   auto interpret = [&](const Op &anchor, const std::vector<const Op *> &ops, const std::vector<const Value *> &ins,
                        const std::vector<const Value *> &outs, const std::string &key) {
     ir::Graph sub(g.name);
@@ -820,6 +881,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           }
         }
         ++I.stats.librarySteps;
+        if (op.kind == OpKind::KernelCall && kernelInPlace(op, key)) break;
         if (ir::isCollective(op.kind) && op.operands.size() == 1) {
           // A collective: the backend's own library where it has one (NCCL on GPUs), else Gloo
           // on host tensors through the evaluator's rule (docs/distributed.md).

@@ -22,6 +22,25 @@ using namespace tsr::ast;
 
 namespace {
 
+// The static shape of a type whose dims are all constants (argTypes' types).
+std::vector<int64_t> shapeOf(const ir::Type &t) {
+  std::vector<int64_t> s;
+  for (const Dim &d : t.dims) s.push_back(d.constantValue().value_or(-1));
+  return s;
+}
+
+// The type each argument has for the kernel: its view's shape where it has one.
+std::vector<ir::Type> argTypes(const std::vector<rt::Tensor> &args, const KernelLauncher::Views *views) {
+  std::vector<ir::Type> types;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool viewed = views && i < views->size() && (*views)[i];
+    std::vector<Dim> dims;
+    for (int64_t d : viewed ? (*views)[i]->shape : args[i].shape()) dims.push_back(Dim::constant(d));
+    types.push_back(ir::Type::tensor(std::move(dims), args[i].dtype()));
+  }
+  return types;
+}
+
 // One index check of a kernel lowered in debug mode (ir/lower/kernel/DebugChecks.cpp): its
 // `debug_sites` entry, ACCESS|TENSOR|AXIS, and the place of its atomic_add into the record
 // (FILE:LINE:COL from the module's file table).
@@ -126,15 +145,10 @@ std::vector<size_t> KernelLauncher::writtenOperands(const sema::FunctionInfo &k)
 }
 
 const KernelLauncher::Entry &KernelLauncher::entry(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
-                                                   const std::vector<rt::Tensor> &args) const {
-  std::vector<ir::Type> types;
+                                                   const std::vector<rt::Tensor> &args, const Views *views) const {
+  std::vector<ir::Type> types = argTypes(args, views);
   std::string key = k.module->name + "." + k.name + "|";
-  for (const rt::Tensor &t : args) {
-    std::vector<Dim> dims;
-    for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
-    types.push_back(ir::Type::tensor(std::move(dims), t.dtype()));
-    key += types.back().str() + ";";
-  }
+  for (const ir::Type &t : types) key += t.str() + ";";
   std::vector<ir::Attr> config;
   for (const ir::Attr &a : attrs) {
     if (a.name == "callee") continue;
@@ -187,14 +201,14 @@ const tile::Function &KernelLauncher::lowered(const sema::FunctionInfo &k, const
 }
 
 void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, std::vector<rt::Tensor> &args,
-                            const std::vector<int64_t> &grid) const {
+                            const std::vector<int64_t> &grid, const Views *views) const {
   if (grid.empty() || grid.size() > 3) throw LaunchError("kernel `" + k.name + "`: a grid has 1 to 3 axes, not " + std::to_string(grid.size()), {}, "");
   std::array<int64_t, 3> g{1, 1, 1};
   for (size_t i = 0; i < grid.size(); ++i) {
     if (grid[i] < 0) throw LaunchError("kernel `" + k.name + "`: grid axis " + std::to_string(i) + " has the negative size " + std::to_string(grid[i]), {}, "");
     g[i] = grid[i];
   }
-  const Entry &e = entry(k, attrs, args);
+  const Entry &e = entry(k, attrs, args, views);
   const tile::Function &f = *e.fn;
   DebugSites sites;
   {
@@ -209,16 +223,19 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
   for (size_t i = 0; i < args.size(); ++i) {
     const tile::Type &t = f.params[i]->type;
     rt::Tensor &a = args[i];
+    const ir::KernelRunner::StridedView *view = views && i < views->size() && (*views)[i] ? &*(*views)[i] : nullptr;
     if (t.isTensor()) {
-      if (a.ndim() != static_cast<int64_t>(t.rank) || a.dtype() != t.dtype)
+      const std::vector<int64_t> shape = view ? view->shape : a.shape();
+      if (int64_t(shape.size()) != static_cast<int64_t>(t.rank) || a.dtype() != t.dtype)
         throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is a " + std::string(dtypeName(a.dtype())) + " tensor of shape " +
-                              rt::formatShape(a.shape()) + ", not of rank " + std::to_string(t.rank) + " and dtype " + std::string(dtypeName(t.dtype)), {}, "");
-      if (a.ndim() > rt::kMaxRank) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(rt::kMaxRank), {}, "");
+                              rt::formatShape(shape) + ", not of rank " + std::to_string(t.rank) + " and dtype " + std::string(dtypeName(t.dtype)), {}, "");
+      if (shape.size() > size_t(rt::kMaxRank)) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(rt::kMaxRank), {}, "");
       const bool writes = std::find(written.begin(), written.end(), i) != written.end();
-      kargs[i].data = backend_->address(a, writes, k.name.c_str());
-      auto strides = a.strides();
-      for (int64_t d = 0; d < a.ndim(); ++d) {
-        kargs[i].shape[d] = a.shape()[d];
+      if (view && writes) throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is written and cannot be a view", {}, "");
+      kargs[i].data = backend_->address(a, writes, k.name.c_str()) + (view ? view->offset * int64_t(a.itemsize()) : 0);
+      const std::vector<int64_t> strides = view ? view->strides : a.strides();
+      for (size_t d = 0; d < shape.size(); ++d) {
+        kargs[i].shape[d] = shape[d];
         kargs[i].strides[d] = strides[d];
       }
     } else {
@@ -265,7 +282,7 @@ std::string attrText(const ir::AttrValue &v) {
 
 // The autotuner's key of a launch of `k` (exec/Autotune.h).
 autotune::Key tuningKey(const sema::Program &P, const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
-                        const std::vector<rt::Tensor> &args, const StepBackend &backend) {
+                        const std::vector<ir::Type> &args, const StepBackend &backend) {
   autotune::Key key;
   key.kernel = (k.module->name.empty() ? "" : k.module->name + ".") + k.name;
   // The kernel's source text (its def; decorators apart) and its space and key.
@@ -288,7 +305,7 @@ autotune::Key tuningKey(const sema::Program &P, const sema::FunctionInfo &k, con
     return false;
   };
   if (k.autotuneKey.empty()) {
-    for (const rt::Tensor &t : args) key.shape += (key.shape.empty() ? "" : " ") + rt::formatShape(t.shape());
+    for (const ir::Type &t : args) key.shape += (key.shape.empty() ? "" : " ") + rt::formatShape(shapeOf(t));
   } else {
     for (const std::string &n : k.autotuneKey) {
       std::optional<int64_t> value;
@@ -304,16 +321,16 @@ autotune::Key tuningKey(const sema::Program &P, const sema::FunctionInfo &k, con
         const size_t at = pos++;
         if (value || !prm.annotated || !prm.annotated->is(sema::TypeKind::Tensor) || at >= args.size()) continue;
         const auto &dims = prm.annotated->dims;
-        for (size_t d = 0; d < dims.size() && d < size_t(args[at].ndim()); ++d)
+        for (size_t d = 0; d < dims.size() && d < args[at].dims.size(); ++d)
           if (dims[d].isSymbol() && dims[d].str() == n) {
-            value = args[at].shape()[d];
+            value = shapeOf(args[at])[d];
             break;
           }
       }
       key.shape += (key.shape.empty() ? "" : " ") + n + "=" + (value ? std::to_string(*value) : std::string("?"));
     }
   }
-  for (const rt::Tensor &t : args) key.dtypes += (key.dtypes.empty() ? "" : " ") + std::string(dtypeName(t.dtype()));
+  for (const ir::Type &t : args) key.dtypes += (key.dtypes.empty() ? "" : " ") + std::string(dtypeName(t.dtype));
   for (const ir::Attr &a : attrs) {
     if (a.name == "callee" || inSpace(a.name)) continue;
     std::string v = a.name == "grid" ? (std::get_if<std::vector<Dim>>(&a.value) ? std::to_string(std::get<std::vector<Dim>>(a.value).size()) : "?")
@@ -327,7 +344,7 @@ autotune::Key tuningKey(const sema::Program &P, const sema::FunctionInfo &k, con
 } // namespace
 
 std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs,
-                                             const std::vector<rt::Tensor> &args, const GridFor &gridFor) const {
+                                             const std::vector<rt::Tensor> &args, const GridFor &gridFor, const Views *views) const {
   namespace at = autotune;
   if (!k.autotune) return attrs;
   const std::vector<at::Config> space = at::configurations(k);
@@ -364,7 +381,8 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
     }
     keyed.push_back({"grid", std::vector<Dim>(rank, Dim::unknown())});
   }
-  at::Key key = tuningKey(P_, k, keyed, args, *backend_);
+  const std::vector<ir::Type> types = argTypes(args, views);
+  at::Key key = tuningKey(P_, k, keyed, types, *backend_);
   if (broken == "key") key.shape.clear();
   const bool report = at::verbose();
   at::Source from = at::Source::First;
@@ -396,12 +414,6 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
   {
     tile::Module batch;
     std::vector<CompileRequest> requests;
-    std::vector<ir::Type> types;
-    for (const rt::Tensor &t : args) {
-      std::vector<Dim> dims;
-      for (int64_t d : t.shape()) dims.push_back(Dim::constant(d));
-      types.push_back(ir::Type::tensor(std::move(dims), t.dtype()));
-    }
     for (const at::Config &c : space) {
       std::vector<ir::Attr> config;
       for (const ir::Attr &a : withConfig(c))
@@ -427,11 +439,11 @@ std::vector<ir::Attr> KernelLauncher::choose(const sema::FunctionInfo &k, const 
     double median = 0;
     try {
       std::vector<int64_t> grid = gridFor(a);
-      entry(k, a, args); // lowering and compilation, apart from the timed launches
+      entry(k, a, args, views); // lowering and compilation, apart from the timed launches
       std::vector<rt::Tensor> scratch = args;
       for (size_t w : written)
         if (w < scratch.size() && broken != "scratch") scratch[w] = args[w].clone();
-      median = at::medianMs(*backend_, [&] { launch(k, a, scratch, grid); });
+      median = at::medianMs(*backend_, [&] { launch(k, a, scratch, grid, views); });
     } catch (const std::exception &e) {
       if (broken == "skip") throw;
       failed = oneLine(e.what());
@@ -471,44 +483,53 @@ std::vector<size_t> KernelLauncher::writtenOperands(const ir::Op &op) const {
 
 std::vector<rt::Tensor> KernelLauncher::runTuned(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
                                                  const std::vector<std::vector<int64_t>> &gridSpace) const {
-  const std::string *callee = op.attrAs<std::string>("callee");
-  const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr;
-  const std::vector<autotune::Config> space = k ? autotune::configurations(*k) : std::vector<autotune::Config>{};
-  const char *brokenEnv = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); // `graph`: as if the op had no grid_space
-  if (!k || space.size() != gridSpace.size() || (brokenEnv && std::string(brokenEnv) == "graph")) return run(op, operands, grid);
-  std::vector<ir::Attr> attrs;
-  for (const ir::Attr &a : op.attrs)
-    if (a.name != "grid_space") attrs.push_back(a);
-  attrs = choose(*k, attrs, operands, [&](const std::vector<ir::Attr> &a) {
-    for (size_t i = 0; i < space.size(); ++i) {
-      bool same = true;
-      for (auto &[n, v] : space[i])
-        for (const ir::Attr &x : a)
-          if (x.name == n) same &= std::get_if<int64_t>(&x.value) && *std::get_if<int64_t>(&x.value) == v;
-      if (same) return gridSpace[i];
-    }
-    throw std::runtime_error("its grid is not known");
-  });
-  std::vector<int64_t> g = grid;
-  for (size_t i = 0; i < space.size(); ++i) {
-    bool same = true;
-    for (auto &[n, v] : space[i])
-      for (const ir::Attr &x : attrs)
-        if (x.name == n) same &= std::get_if<int64_t>(&x.value) && *std::get_if<int64_t>(&x.value) == v;
-    if (same) g = gridSpace[i];
-  }
-  launch(*k, attrs, operands, g);
-  std::vector<rt::Tensor> out;
-  for (size_t w : writtenOperands(*k))
-    if (w < operands.size()) out.push_back(operands[w]);
-  return out;
+  return runWith(op, operands, grid, gridSpace, nullptr);
+}
+
+std::optional<std::vector<rt::Tensor>> KernelLauncher::runViews(const ir::Op &op, std::vector<rt::Tensor> &operands, const Views &views,
+                                                                const std::vector<int64_t> &grid,
+                                                                const std::vector<std::vector<int64_t>> &gridSpace) const {
+  return runWith(op, operands, grid, gridSpace, &views);
 }
 
 std::vector<rt::Tensor> KernelLauncher::run(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid) const {
+  return runWith(op, operands, grid, {}, nullptr);
+}
+
+std::vector<rt::Tensor> KernelLauncher::runWith(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
+                                                const std::vector<std::vector<int64_t>> &gridSpace, const Views *views) const {
   const std::string *callee = op.attrAs<std::string>("callee");
   const sema::FunctionInfo *k = callee ? ir::findKernel(P_, *callee) : nullptr;
   if (!k) throw LaunchError("kernel_call of an unknown kernel `" + (callee ? *callee : std::string("?")) + "`", {}, "");
-  launch(*k, op.attrs, operands, grid);
+  const std::vector<autotune::Config> space = gridSpace.empty() ? std::vector<autotune::Config>{} : autotune::configurations(*k);
+  const char *brokenEnv = std::getenv("TSR_AUTOTUNE_TEST_BREAK"); // `graph`: as if the op had no grid_space
+  std::vector<ir::Attr> attrs = op.attrs;
+  std::vector<int64_t> g = grid;
+  if (!space.empty() && space.size() == gridSpace.size() && !(brokenEnv && std::string(brokenEnv) == "graph")) {
+    attrs.clear();
+    for (const ir::Attr &a : op.attrs)
+      if (a.name != "grid_space") attrs.push_back(a);
+    // The grid of the configuration whose space entries `a` has.
+    auto gridOf = [&](const std::vector<ir::Attr> &a) -> const std::vector<int64_t> * {
+      for (size_t i = 0; i < space.size(); ++i) {
+        bool same = true;
+        for (auto &[n, v] : space[i])
+          for (const ir::Attr &x : a)
+            if (x.name == n) same &= std::get_if<int64_t>(&x.value) && *std::get_if<int64_t>(&x.value) == v;
+        if (same) return &gridSpace[i];
+      }
+      return nullptr;
+    };
+    attrs = choose(
+        *k, attrs, operands,
+        [&](const std::vector<ir::Attr> &a) {
+          if (const std::vector<int64_t> *gs = gridOf(a)) return *gs;
+          throw std::runtime_error("its grid is not known");
+        },
+        views);
+    if (const std::vector<int64_t> *gs = gridOf(attrs)) g = *gs;
+  }
+  launch(*k, attrs, operands, g, views);
   std::vector<rt::Tensor> out;
   for (size_t w : writtenOperands(*k))
     if (w < operands.size()) out.push_back(operands[w]);

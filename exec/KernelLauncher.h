@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ public:
 
 class KernelLauncher : public ir::KernelRunner {
 public:
+  /// Per run-time argument, the strided view through which the kernel reads it (empty: the
+  /// tensor as it is). ir::KernelRunner::runViews.
+  using Views = std::vector<std::optional<ir::KernelRunner::StridedView>>;
+
   /// `backend`: where kernels run (exec/cpu/CpuBackend.h's cpuBackend() for the host CPU's JIT;
   /// null throws std::invalid_argument).
   KernelLauncher(const sema::Program &p, std::shared_ptr<StepBackend> backend);
@@ -61,14 +66,19 @@ public:
   /// configuration's grid, in ir::autotuneConfigurations' order).
   std::vector<rt::Tensor> runTuned(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
                                    const std::vector<std::vector<int64_t>> &gridSpace) const override;
+  /// ir::KernelRunner: runTuned() with the operands `views` names read in place through them.
+  std::optional<std::vector<rt::Tensor>> runViews(const ir::Op &op, std::vector<rt::Tensor> &operands, const Views &views,
+                                                  const std::vector<int64_t> &grid,
+                                                  const std::vector<std::vector<int64_t>> &gridSpace) const override;
   /// ir::KernelRunner: writtenOperands(k) of `op`'s kernel (all operands for an unknown callee).
   std::vector<size_t> writtenOperands(const ir::Op &op) const override;
 
   /// Launches `k` over `grid` (1 to 3 sizes, each >= 0) with `attrs` (ir::launchConfig(k) plus
   /// compile-time arguments by name) on `args`, one per run-time parameter in order, written in
-  /// place. Throws LaunchError, codegen::CodegenError.
+  /// place; an argument with a view in `views` (may be null) is read through it. Throws
+  /// LaunchError, codegen::CodegenError.
   void launch(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, std::vector<rt::Tensor> &args,
-              const std::vector<int64_t> &grid) const;
+              const std::vector<int64_t> &grid, const Views *views = nullptr) const;
 
   /// The grid of a launch for a configuration (its attributes): the launch's grid lambda called
   /// with it. Throws (any std::exception) when it cannot be computed.
@@ -80,7 +90,7 @@ public:
   /// one that fails to lower, compile, compute its grid or launch is skipped with a note. A kernel
   /// without a space of several configurations returns `attrs`.
   std::vector<ir::Attr> choose(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, const std::vector<rt::Tensor> &args,
-                               const GridFor &gridFor) const;
+                               const GridFor &gridFor, const Views *views = nullptr) const;
 
   /// The tile function a launch of `k` with these attributes and arguments runs (lowered and
   /// cached as launch() would). Throws LaunchError.
@@ -93,7 +103,10 @@ public:
 
 private:
   struct Entry;
-  const Entry &entry(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, const std::vector<rt::Tensor> &args) const;
+  const Entry &entry(const sema::FunctionInfo &k, const std::vector<ir::Attr> &attrs, const std::vector<rt::Tensor> &args,
+                     const Views *views = nullptr) const;
+  std::vector<rt::Tensor> runWith(const ir::Op &op, std::vector<rt::Tensor> &operands, const std::vector<int64_t> &grid,
+                                  const std::vector<std::vector<int64_t>> &gridSpace, const Views *views) const;
 
   const sema::Program &P_;
   std::shared_ptr<StepBackend> backend_;

@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -116,6 +117,23 @@ public:
                                            const std::vector<std::vector<int64_t>> &gridSpace) const {
     (void)gridSpace;
     return run(op, operands, grid);
+  }
+  /// An operand read in place through a view of its tensor's storage: `offset` elements into it,
+  /// with this shape and these strides (in elements; a stride may be 0).
+  struct StridedView {
+    int64_t offset = 0;
+    std::vector<int64_t> shape, strides;
+  };
+  /// runTuned() (run() for an empty `gridSpace`) with operand i read through `views[i]` where it
+  /// is set, so that a caller holding strided views (the heads' transposed view of a projection)
+  /// passes them without a copy. Only operands the kernel does not write take views. A runner
+  /// that cannot read views returns nothing, and the caller copies them into tensors of their own.
+  virtual std::optional<std::vector<rt::Tensor>> runViews(const Op &op, std::vector<rt::Tensor> &operands,
+                                                          const std::vector<std::optional<StridedView>> &views,
+                                                          const std::vector<int64_t> &grid,
+                                                          const std::vector<std::vector<int64_t>> &gridSpace) const {
+    (void)op, (void)operands, (void)views, (void)grid, (void)gridSpace;
+    return std::nullopt;
   }
   /// The positions among `op`'s operands of those its kernel may write: only they are copied
   /// before run (the others are passed as the graph holds them). All of them when unknown.

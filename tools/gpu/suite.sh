@@ -43,6 +43,9 @@
 #   graph_eval_gpu    the 592 PyTorch cases of graph_eval, each graph compiled for the GPU
 #   compiled_vs_ref   every test graph at odd, unit and power-of-two sizes and every dtype on the GPU
 #                     against the reference evaluator
+#   kernel_views_gpu  the flash kernels read the heads' strided views of a fused projection in place
+#                     (tests/nn/kernel_views.py: only written operands copied at their launches; values and
+#                     gradients against the f32 attention); negative_kernel_views_gpu: TSR_KERNEL_VIEWS=0 must fail
 #   epilogue_gpu      products with epilogues (bias, residual, GELU; on the tensor cores and as GEMV) under each
 #                     TSR_EPILOGUE rule against the evaluator; negative_epilogue_gpu: the product stored in their place
 #   split_k_gpu       split-K products (forced into 3 parts: tensor-core and CUDA-core ones) on the GPU
@@ -149,6 +152,8 @@ step bundle_cpu_refused "cd '$B' && python3 '$PWD/tests/expect.py' --exit 3 --ha
 step hgmma_sass "set -e; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch sm_90 > '$OUT/mma90.ptx'; ptxas -arch=sm_90a '$OUT/mma90.ptx' -o '$OUT/mma90.cubin'; n=\$(cuobjdump -sass '$OUT/mma90.cubin' | grep -c HGMMA); echo \"HGMMA instructions: \$n\"; test \$n -gt 0; '$BIN/tsrc' tests/gpu/mma_matmul.tsr --emit=ptx --arch sm_80 > '$OUT/mma80.ptx'; ptxas -arch=sm_80 '$OUT/mma80.ptx' -o '$OUT/mma80.cubin'; m=\$(cuobjdump -sass '$OUT/mma80.cubin' | grep -c HGMMA || true); echo \"sm_80 HGMMA: \$m\"; test \$m -eq 0"
 step graph_eval_gpu "TSR_EXECUTOR=compiled TSR_DEVICE=cuda python3 tests/ir/test_eval.py '$BIN/tsr-eval' '$BIN/tsrc'"
 step compiled_vs_ref "python3 tests/schedule/run_schedule_tests.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda --min-graphs 49"
+step kernel_views_gpu "python3 tests/nn/kernel_views.py '$BIN/tsr' --device cuda"
+step negative_kernel_views_gpu "python3 tests/expect.py --has 'FAIL: flash_attention_fwd: 5 copies per launch' --has 'kernel_views: FAILED' -- python3 tests/nn/kernel_views.py '$BIN/tsr' --device cuda --negative"
 step epilogue_gpu "python3 tests/schedule/epilogue_check.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda"
 step negative_epilogue_gpu "TSR_EPILOGUE_TEST_BREAK=1 python3 tests/expect.py --exit 1 --has 'compiled results differ from the evaluator' -- python3 tests/schedule/epilogue_check.py '$BIN/tsrc' '$BIN/schedule_check' '$PWD' --device cuda"
 step split_k_gpu "python3 tests/schedule/split_k.py '$BIN/schedule_check' '$PWD' --device cuda"
