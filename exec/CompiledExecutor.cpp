@@ -307,8 +307,19 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       if (v.offset == 0 && contiguous(v) && numelOf(v.shape) == v.buf.numel()) return false;
       return std::all_of(v.strides.begin(), v.strides.end(), [](int64_t st) { return st > 0; });
     };
+    // A written operand made by zeros(...) (a broadcast zero constant): a buffer of its own set
+    // by the backend's memset, where materializing the broadcast would run a copy program.
+    auto zeros = [&](size_t i) {
+      const Value *x = op.operands[i];
+      if (!writes(i) || !x->def) return false;
+      if (x->def->kind == OpKind::BroadcastTo) x = x->def->operands[0];
+      if (!x->def || x->def->kind != OpKind::Constant) return false;
+      if (const double *d = x->def->attrAs<double>("value")) return *d == 0.0 && !std::signbit(*d);
+      if (const int64_t *n = x->def->attrAs<int64_t>("value")) return *n == 0;
+      return false;
+    };
     bool any = false;
-    for (size_t i = 0; i < op.operands.size(); ++i) any |= strided(i, viewOf(op.operands[i]));
+    for (size_t i = 0; i < op.operands.size(); ++i) any |= strided(i, viewOf(op.operands[i])) || zeros(i);
     if (!any) return false;
     std::vector<Tensor> args;
     std::vector<std::optional<ir::KernelRunner::StridedView>> in(op.operands.size());
@@ -317,6 +328,12 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       if (strided(i, v)) {
         args.push_back(v.buf);
         in[i] = ir::KernelRunner::StridedView{v.offset, v.shape, v.strides};
+        continue;
+      }
+      if (zeros(i)) {
+        args.push_back(I.allocate(v.shape, v.buf.dtype()));
+        if (const int64_t n = numelOf(v.shape); n > 0)
+          I.backend->zeroBytes(I.backend->address(args.back(), true, I.site.c_str()), size_t(n) * args.back().itemsize());
         continue;
       }
       args.push_back(op.operands[i]->type.isKey() ? v.buf : I.materialize(v, v.buf.dtype(), {}, key + std::to_string(i)));

@@ -784,13 +784,23 @@ Kernel lowerRowTiled(const Step &st, const std::vector<int64_t> &shape, const st
 // ms with 1024-element tiles against 3.35 ms with kTileElems (softmax 1.91 against 2.78 ms).
 constexpr int64_t kRowTileElems = 1024;
 
+// Elements per thread of a row program's tile on a GPU (TSR_ROW_TILE_ELEMS, default 8).
+int64_t gpuRowTileElemsPerThread() {
+  static const int64_t n = [] {
+    const char *e = std::getenv("TSR_ROW_TILE_ELEMS");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v > 0 ? v : int64_t(8);
+  }();
+  return n;
+}
+
 // The rows of a row program: as many as fill a tile of about kRowTileElems elements on the CPU
-// and 8 per thread on a GPU (whole rows, at least one), a power of two, at most 64, and one when
-// there is a single row.
+// and gpuRowTileElemsPerThread() per thread on a GPU (whole rows, at least one), a power of two,
+// at most 64, and one when there is a single row.
 int64_t rowTileRows(const std::vector<int64_t> &shape, const TileTarget &t) {
   const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
   if (rows <= 1) return 1;
-  const int64_t budget = (t.gpuTarget() ? gpuTileElems(t) : kRowTileElems) / std::max<int64_t>(1, shape.back());
+  const int64_t budget = (t.gpuTarget() ? gpuRowTileElemsPerThread() * t.threads() : kRowTileElems) / std::max<int64_t>(1, shape.back());
   int64_t br = 1;
   while (br * 2 <= std::min<int64_t>(budget, 64) && br < rows) br *= 2;
   return br;
