@@ -186,7 +186,8 @@ struct Planner {
       // that leaves fewer register slots idle wins: a 768-wide bf16 row (96 vectors) takes 32
       // threads of 3 vectors, a warp per row whose reductions are shuffles only, where 64
       // threads would hold 128 vector slots, a quarter of them idle.
-      auto slots = [&](int64_t p) { return (threads / p) * ((BR + threads / p - 1) / (threads / p)) * ((nv + p - 1) / p); };
+      // Vector slots of the whole CTA: threads x rows per thread x vectors per row.
+      auto slots = [&](int64_t p) { return threads * ((BR + threads / p - 1) / (threads / p)) * ((nv + p - 1) / p); };
       int64_t best = std::min<int64_t>(threads, std::max(floorPow2(nv), threads / std::min<int64_t>(threads, ceilPow2(BR))));
       for (int64_t p = 1; p <= threads; p *= 2)
         if (slots(p) < slots(best)) best = p;
