@@ -5,6 +5,7 @@ A test file holds ordinary Tessera code and comment lines that say what must com
 
     # expect: 3:12: error[E0302]: matmul inner dimensions differ: "D" vs "H"
     # expect: other.tsr:1:1: error[...]: ...      (another file; [...] accepts any code)
+    # expect: nn.tsr:*:9: error[E0315]: ...       (any line of another file: the stdlib's move)
     # expect: error[E0018]: ...                   (a diagnostic without a location)
     # args: --emit=types                          (instead of the default --check)
     # exit: 1                                     (default: 1 if any error is expected, else 0)
@@ -21,7 +22,7 @@ import subprocess
 import sys
 
 DIAG = re.compile(r"^(?:(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): )?(?P<sev>error|warning|internal error)\[(?P<code>[A-Z0-9]+)\]: (?P<msg>.*)$")
-EXPECT = re.compile(r"^#\s*expect:\s*(?:(?:(?P<file>[^\s:]+\.tsr):)?(?P<line>\d+):(?P<col>\d+):)?\s*(?P<sev>error|warning)\[(?P<code>[^\]]+)\]:\s*(?P<msg>.*?)\s*$")
+EXPECT = re.compile(r"^#\s*expect:\s*(?:(?:(?P<file>[^\s:]+\.tsr):)?(?P<line>\d+|\*):(?P<col>\d+):)?\s*(?P<sev>error|warning)\[(?P<code>[^\]]+)\]:\s*(?P<msg>.*?)\s*$")
 
 
 def parse_test(path):
@@ -58,7 +59,13 @@ def matches(e, d, test_path):
         want_file = e["file"] or os.path.basename(test_path)
         if os.path.basename(d["file"]) != want_file:
             return False
-        if int(e["line"]) != int(d["line"]) or int(e["col"]) != int(d["col"]):
+        # `*` accepts any line of another file (in the test's own file it matches nothing).
+        if e["line"] == "*":
+            if not e["file"]:
+                return False
+        elif int(e["line"]) != int(d["line"]):
+            return False
+        if int(e["col"]) != int(d["col"]):
             return False
     if e["sev"] != d["sev"]:
         return False
