@@ -340,18 +340,10 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
       // As the evaluator: a kernel writes a graph value's own buffer only through a copy.
       if (writes(i) && args.back().sharesStorageWith(v.buf)) args.back() = args.back().clone();
     }
-    std::vector<int64_t> grid;
-    if (const auto *gd = op.attrAs<std::vector<Dim>>("grid"))
-      for (const Dim &d : *gd) grid.push_back(ir::evaluateDim(d, sizes));
-    std::vector<std::vector<int64_t>> grids;
-    if (const auto *space = op.attrAs<std::vector<Dim>>("grid_space"); space && !grid.empty() && space->size() % grid.size() == 0)
-      for (size_t at = 0; at < space->size(); at += grid.size()) {
-        grids.emplace_back();
-        for (size_t i = 0; i < grid.size(); ++i) grids.back().push_back(ir::evaluateDim((*space)[at + i], sizes));
-      }
     std::optional<std::vector<Tensor>> res;
     try {
-      res = kernels->runViews(op, args, in, grid, grids);
+      const ir::KernelCallGrids grids = ir::kernelCallGrids(op, [&](const Dim &d) { return ir::evaluateDim(d, sizes); });
+      res = kernels->runViews(op, args, in, grids.grid, grids.space);
     } catch (const EvalError &) {
       throw;
     } catch (const ir::ProgramCheckError &) {

@@ -231,7 +231,20 @@ void KernelLauncher::launch(const sema::FunctionInfo &k, const std::vector<ir::A
                               rt::formatShape(shape) + ", not of rank " + std::to_string(t.rank) + " and dtype " + std::string(dtypeName(t.dtype)), {}, "");
       if (shape.size() > size_t(rt::kMaxRank)) throw LaunchError("kernel `" + k.name + "`: a tensor of rank above " + std::to_string(rt::kMaxRank), {}, "");
       const bool writes = std::find(written.begin(), written.end(), i) != written.end();
-      if (view && writes) throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is written and cannot be a view", {}, "");
+      if (view) {
+        if (writes) throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is written and cannot be a view", {}, "");
+        // The view's elements lie inside its tensor's storage (a kernel checks indices against
+        // the view's shape only).
+        int64_t lo = view->offset, hi = view->offset;
+        bool empty = view->strides.size() != shape.size();
+        for (size_t d = 0; d < shape.size() && !empty; ++d) {
+          if (shape[d] == 0) empty = true;
+          else (view->strides[d] < 0 ? lo : hi) += (shape[d] - 1) * view->strides[d];
+        }
+        if (view->strides.size() != shape.size() || (!empty && (lo < 0 || hi >= a.numel())))
+          throw LaunchError("kernel `" + k.name + "`: argument `" + f.params[i]->name + "` is a view outside its tensor's " +
+                                std::to_string(a.numel()) + " elements", {}, "");
+      }
       kargs[i].data = backend_->address(a, writes, k.name.c_str()) + (view ? view->offset * int64_t(a.itemsize()) : 0);
       const std::vector<int64_t> strides = view ? view->strides : a.strides();
       for (size_t d = 0; d < shape.size(); ++d) {

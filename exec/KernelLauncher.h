@@ -8,10 +8,11 @@
 //
 // Arguments: tensors are rt::Tensors (contiguous row-major: strides come from the shape) that
 // the kernel reads and writes in place, or, for an operand it only reads, a strided view of one's
-// storage (Views: offset, shape and strides, as the graph executor holds views); scalar parameters
-// are 0-d tensors whose value is passed as the parameter's number. Lowered and compiled kernels are cached per callee, configuration
-// and argument shapes and dtypes (tile extents may be a tensor's size, so shapes are part of a
-// kernel's identity), for the life of the launcher.
+// storage (Views: offset, shape and strides, as the graph executor holds views); scalar
+// parameters are 0-d tensors whose value is passed as the parameter's number. Lowered and
+// compiled kernels are cached per callee, configuration and argument shapes and dtypes (tile
+// extents may be a tensor's size, so shapes are part of a kernel's identity), for the life of
+// the launcher.
 #pragma once
 
 #include "ir/IR.h"

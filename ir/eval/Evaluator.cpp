@@ -1236,8 +1236,7 @@ private:
     const std::string *callee = op.attrAs<std::string>("callee");
     const std::string name = callee ? *callee : "?";
     if (!kernels_) fail("kernel `" + name + "` cannot run: no kernel runner");
-    std::vector<int64_t> grid;
-    for (const Dim &d : dimsAttr(op, "grid")) grid.push_back(dim(d));
+    const KernelCallGrids grids = kernelCallGrids(op, [&](const Dim &d) { return dim(d); });
     // Copies of the operands the kernel writes, so that the graph's values stay unchanged (on
     // the device where only the device holds them: Tensor::clone).
     // A donated parameter read last here and nowhere else in the operands is written in place.
@@ -1250,15 +1249,8 @@ private:
       const bool last = lu != lastUse_.end() && lu->second < g_.ops.size() && g_.ops[lu->second] == &op;
       if (!(donated_.count(v) && once && last)) operands[i] = in[i].clone();
     }
-    if (const auto *space = op.attrAs<std::vector<Dim>>("grid_space"); space && !grid.empty() && space->size() % grid.size() == 0) {
-      std::vector<std::vector<int64_t>> grids;
-      for (size_t at = 0; at < space->size(); at += grid.size()) {
-        grids.emplace_back();
-        for (size_t i = 0; i < grid.size(); ++i) grids.back().push_back(dim((*space)[at + i]));
-      }
-      return kernels_->runTuned(op, operands, grid, grids);
-    }
-    return kernels_->run(op, operands, grid);
+    if (!grids.space.empty()) return kernels_->runTuned(op, operands, grids.grid, grids.space);
+    return kernels_->run(op, operands, grids.grid);
   }
 
   const Module &m_;
@@ -1293,6 +1285,19 @@ rt::Key keyOf(const rt::Tensor &t) {
 }
 
 int64_t evaluateDim(const Dim &d, const SymbolSizes &sizes) { return floorQ(evaluateDimQ(d, sizes)); }
+
+KernelCallGrids kernelCallGrids(const Op &op, const std::function<int64_t(const Dim &)> &dim) {
+  KernelCallGrids out;
+  if (const auto *grid = op.attrAs<std::vector<Dim>>("grid"))
+    for (const Dim &d : *grid) out.grid.push_back(dim(d));
+  const size_t rank = out.grid.size();
+  if (const auto *space = op.attrAs<std::vector<Dim>>("grid_space"); space && rank && space->size() % rank == 0)
+    for (size_t at = 0; at < space->size(); at += rank) {
+      out.space.emplace_back();
+      for (size_t i = 0; i < rank; ++i) out.space.back().push_back(dim((*space)[at + i]));
+    }
+  return out;
+}
 
 SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<Tensor> &inputs, const SymbolSizes &given) {
   const std::string where = "graph @" + g.name;

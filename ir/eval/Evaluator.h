@@ -50,6 +50,7 @@
 #include "runtime/Tensor.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -175,6 +176,16 @@ SymbolSizes bindSymbols(const Module &m, const Graph &g, const std::vector<rt::T
 std::vector<rt::Tensor> evaluate(const Module &m, const Graph &g, const std::vector<rt::Tensor> &inputs,
                                  const KernelRunner *kernels = nullptr, const SymbolSizes &given = {},
                                  const std::vector<bool> &donated = {});
+
+/// A kernel_call's launch grid (its `grid` attribute) and, for an autotuned kernel, each
+/// configuration's grid (`grid_space`, in ir::autotuneConfigurations' order; empty otherwise),
+/// their dims evaluated by `dim`. Shared by the evaluator and the compiled executor, which launch
+/// kernel_calls the same way.
+struct KernelCallGrids {
+  std::vector<int64_t> grid;
+  std::vector<std::vector<int64_t>> space;
+};
+KernelCallGrids kernelCallGrids(const Op &op, const std::function<int64_t(const Dim &)> &dim);
 
 /// A collective op (all_reduce, all_gather, reduce_scatter, dist_broadcast, dist_reduce,
 /// all_to_all; ir/Ops.def) on a host tensor, through runtime/dist (Gloo between ranks). Throws
