@@ -183,10 +183,10 @@ struct Planner {
       L.threadsPerRow = threads;
     } else {
       // By default the row's vectors in one sweep of as many threads as fit. A narrower group
-      // that leaves fewer register slots idle wins: a 768-wide bf16 row (96 vectors) takes 32
-      // threads of 3 vectors, a warp per row whose reductions are shuffles only, where 64
-      // threads would hold 128 vector slots, a quarter of them idle.
-      // Vector slots of the whole CTA: threads x rows per thread x vectors per row.
+      // that leaves fewer of the CTA's vector slots (threads x rows per thread x vectors per
+      // row) idle wins: a 768-wide bf16 row (96 vectors) takes 32 threads of 3 vectors, a warp
+      // per row whose reductions are shuffles only, where 64 threads would hold 128 vector
+      // slots, a quarter of them idle.
       auto slots = [&](int64_t p) { return threads * ((BR + threads / p - 1) / (threads / p)) * ((nv + p - 1) / p); };
       int64_t best = std::min<int64_t>(threads, std::max(floorPow2(nv), threads / std::min<int64_t>(threads, ceilPow2(BR))));
       for (int64_t p = 1; p <= threads; p *= 2)

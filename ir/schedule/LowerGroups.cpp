@@ -787,8 +787,9 @@ constexpr int64_t kRowTileElems = 1024;
 // Elements per thread of a row program's tile on a GPU (TSR_ROW_TILE_ELEMS, default 32). Short
 // rows then share a program: a [256 * 197, 768] bf16 layer_norm takes 4 rows per program of 4
 // warps, a warp per row (RegisterPlan.cpp), where 8 elements per thread gave a program per row
-// whose reductions crossed warps through shared memory. On an H200 (ViT-B/16 step,
-// docs/performance.md) its forward went from 142 to 108 us, its backward from 103 to 64 us, with 16 in between.
+// whose reductions crossed warps through shared memory. On an H200 (the ViT-B/16 step,
+// docs/performance.md) its forward took 108 us against 142 at 8, its backward 64 against 103;
+// 16 elements per thread fell between them.
 int64_t gpuRowTileElemsPerThread() {
   static const int64_t n = [] {
     const char *e = std::getenv("TSR_ROW_TILE_ELEMS");
