@@ -63,11 +63,6 @@ public:
   /// keeps its result's error bound (tanhF32).
   virtual llvm::Value *approxExp2(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
   virtual llvm::Value *approxRcp(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
-  /// Whether f32 erf (and gelu's exact form) is computed inline by a rational approximation
-  /// (Lowering::erfF32: branch-free, so loops over it vectorize; absolute error 4.2e-7) rather
-  /// than by the math library. The CPU's libm erff is a call per element; the GPU's libdevice
-  /// __nv_erff is inline, within 2 ulp, and as fast, so the GPU keeps it.
-  virtual bool inlineErf() const { return true; }
   /// Whether f32 -> bf16 rounding is one instruction (`fptrunc float to bfloat`: PTX
   /// cvt.rn.bf16.f32 from sm_80, PTX ISA 9.7.9.21), which the lowering then uses for the
   /// nearest-even rounding instead of integer bit operations; NaN is still made Numeric.h's

@@ -71,7 +71,6 @@ public:
   Value *approxRcp(IRBuilderBase &b, Value *x) const override {
     return x->getType()->isFloatTy() ? b.CreateIntrinsic(Intrinsic::nvvm_rcp_approx_ftz_f, {}, {x}) : nullptr;
   }
-  bool inlineErf() const override { return false; }
   bool nativeBf16Round() const override { return true; }
   /// The host's runtime helpers as IR of the module (Conversions.h).
   Value *helperCall(IRBuilderBase &b, const std::string &name, Type *ret, ArrayRef<Value *> args) const override {

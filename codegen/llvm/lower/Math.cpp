@@ -67,9 +67,12 @@ Value *Lowering::tanhF32(Value *x) {
 /// beyond), the rational minimax approximation of Eigen's generic_fast_erf_float (also XLA's f32
 /// erf). Absolute error at most 4.2e-7 (measured in f32 against erf in f64 over [-6, 6]; near
 /// |x| = 3.3, where erf is within 7 ulp of 1), so gelu's at most 2.1e-7 |x|. Inline and
-/// branch-free, so that the CPU's loops over it vectorize (a libm call per element would not).
-/// Targets whose math library is inline keep it (TargetDesc::inlineErf). The clamp's
-/// minnum/maxnum would turn NaN into 4: it is selected back.
+/// branch-free, so that the CPU's loops over it vectorize (a libm call per element would not),
+/// and about 16 instructions on a GPU against libdevice's __nv_erff's 33 and a branch (the
+/// ViT-B's GELU programs were issue-bound on it: docs/performance.md). Where the target has a
+/// one-instruction reciprocal (NVPTX's rcp.approx, within 1 ulp; q lies in [-2.4, -0.0142], never
+/// subnormal) the quotient is p * rcp(q) instead of an IEEE division. The clamp's minnum/maxnum
+/// would turn NaN into 4: it is selected back.
 Value *Lowering::erfF32(Value *x) {
   Type *t = f32();
   Value *c = intr(Intrinsic::maxnum, {intr(Intrinsic::minnum, {x, cf(t, 4.0)}), cf(t, -4.0)});
@@ -82,7 +85,8 @@ Value *Lowering::erfF32(Value *x) {
   Value *q = cf(t, -1.45660718464996e-05);
   for (double b : {-2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02})
     q = fma(q, z, cf(t, b));
-  return B.CreateSelect(isNan(x), x, B.CreateFDiv(p, q));
+  Value *r = T.approxRcp(B, q);
+  return B.CreateSelect(isNan(x), x, r ? B.CreateFMul(p, r) : B.CreateFDiv(p, q));
 }
 
 // ---- conversions ----
@@ -267,14 +271,14 @@ Value *Lowering::unary(const TOp &op, DType d, Value *x) {
       r = B.CreateFMul(half, B.CreateFAdd(one, tanhV(in)));
     } else {
       Value *u = B.CreateFMul(x, cf(t, 0.7071067811865476));
-      r = B.CreateFMul(half, B.CreateFAdd(one, t->isFloatTy() && T.inlineErf() ? erfF32(u) : libm("erf", u)));
+      r = B.CreateFMul(half, B.CreateFAdd(one, t->isFloatTy() ? erfF32(u) : libm("erf", u)));
     }
     break;
   }
   case OpKind::Silu: r = B.CreateFDiv(x, B.CreateFAdd(one, expV(B.CreateFNeg(x)))); break;
   case OpKind::Sin: r = intr(Intrinsic::sin, {x}); break;
   case OpKind::Cos: r = intr(Intrinsic::cos, {x}); break;
-  case OpKind::Erf: r = t->isFloatTy() && T.inlineErf() ? erfF32(x) : libm("erf", x); break;
+  case OpKind::Erf: r = t->isFloatTy() ? erfF32(x) : libm("erf", x); break;
   case OpKind::Floor: r = intr(Intrinsic::floor, {x}); break;
   case OpKind::Ceil: r = intr(Intrinsic::ceil, {x}); break;
   case OpKind::Round: r = intr(Intrinsic::roundeven, {x}); break;
