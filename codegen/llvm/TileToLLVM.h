@@ -69,6 +69,12 @@ public:
   /// quiet NaN with x's sign. x86 without AVX512-BF16 would make it a library call: the CPU
   /// keeps the bit operations.
   virtual bool nativeBf16Round() const { return false; }
+  /// An i32 of all ones where the f32 `x` is NaN and zero elsewhere, computed without a predicate
+  /// (PTX `set.nan.u32.f32`), or nullptr where the target has no such instruction. Rounding uses
+  /// it to make NaN canonical by bit operations: a select there becomes, in ptxas, a predicated
+  /// write to a register that it then keeps live around loops (a persistent product's epilogue
+  /// spilled 300 bytes of them).
+  virtual llvm::Value *nanMask(llvm::IRBuilderBase &b, llvm::Value *x) const { (void)b; (void)x; return nullptr; }
   /// A runtime helper for the rare conversions with no instruction (fp8 <-> f32, narrowing
   /// from f64): `name` is one of the tsr_cg_* functions of runtime/CodegenHelpers.h.
   virtual llvm::Value *helperCall(llvm::IRBuilderBase &b, const std::string &name, llvm::Type *ret,

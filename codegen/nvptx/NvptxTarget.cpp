@@ -72,6 +72,10 @@ public:
     return x->getType()->isFloatTy() ? b.CreateIntrinsic(Intrinsic::nvvm_rcp_approx_ftz_f, {}, {x}) : nullptr;
   }
   bool nativeBf16Round() const override { return true; }
+  Value *nanMask(IRBuilderBase &b, Value *x) const override {
+    auto *ty = FunctionType::get(b.getInt32Ty(), {b.getFloatTy()}, false);
+    return b.CreateCall(InlineAsm::get(ty, "set.nan.u32.f32 $0, $1, $1;", "=r,f", false), {x});
+  }
   /// The host's runtime helpers as IR of the module (Conversions.h).
   Value *helperCall(IRBuilderBase &b, const std::string &name, Type *ret, ArrayRef<Value *> args) const override {
     return conversionHelperCall(b, name, ret, args);

@@ -1,6 +1,8 @@
 // The shared building blocks of the step lowerings (TileBuilder.h).
 #include "ir/schedule/TileBuilder.h"
 
+#include <cstdlib>
+
 namespace tsr::ir::schedule::build {
 
 int64_t bucket(int64_t x, std::initializer_list<int64_t> levels) {
@@ -19,8 +21,17 @@ std::pair<int64_t, int64_t> gpuTile2d(int64_t rows, int64_t cols, const TileTarg
   return {br, bc};
 }
 
+int64_t gpuWideTileElems(const TileTarget &t) {
+  static const int64_t n = [] {
+    const char *e = std::getenv("TSR_WIDE_TILE_ELEMS");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v > 0 ? v : int64_t(16);
+  }();
+  return n * int64_t(t.threads());
+}
+
 std::pair<int64_t, int64_t> gpuTileWide(int64_t rows, int64_t cols, const TileTarget &t) {
-  const int64_t E = gpuTileElems(t);
+  const int64_t E = gpuWideTileElems(t);
   int64_t bc = 0;
   for (int64_t c = E; c >= 128; c /= 2)
     if (cols % c == 0) {

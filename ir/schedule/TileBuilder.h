@@ -47,6 +47,15 @@ constexpr int64_t kGpuMultiprocessors = 132;
 // shared-memory slice each while live) small.
 inline int64_t gpuTileElems(const TileTarget &t) { return 8 * int64_t(t.threads()); }
 
+// The elements of a register tile (elementwise steps, copies and reductions along the contiguous
+// axis; RegisterPlan.h): TSR_WIDE_TILE_ELEMS per thread, default 16. Each thread's prologue (its
+// parameters, offsets and bounds, about 60 instructions) is shared by that many elements. On an
+// H100 (the ViT-B/16 step, docs/performance.md) GELU's forward over [50432, 3072] bf16 took 238
+// us against 288 at 8, its backward 445 against 470; at 32 its backward needs 155 registers.
+// Column sums keep gpuTileElems: 32 rows of them per iteration doubled the LayerNorm-weight
+// gradient's time.
+int64_t gpuWideTileElems(const TileTarget &t);
+
 // A 1-d tile: one element per thread for short extents, else 8.
 inline int64_t gpuTile1d(int64_t extent, const TileTarget &t) { return bucket(extent, {t.threads(), gpuTileElems(t)}); }
 

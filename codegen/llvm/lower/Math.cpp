@@ -104,9 +104,16 @@ Value *Lowering::roundTo(DType d, Value *x, bool sat) {
   case DType::F32: return sat ? saturateInf(x, x, std::numeric_limits<float>::max()) : x;
   case DType::BF16:
     if (T.nativeBf16Round()) {
-      Value *r = B.CreateFPExt(B.CreateFPTrunc(x, B.getBFloatTy()), f32());
-      Value *nan = B.CreateOr(B.CreateAnd(B.CreateBitCast(x, i32()), B.getInt32(0x80000000u)), B.getInt32(0x7FC00000u));
-      Value *res = B.CreateSelect(isNan(x), B.CreateBitCast(nan, f32()), r);
+      // NaN made S.11111111.1000000 whatever the instruction gives for it (r | 0x7FC0, its sign
+      // and low bits cleared, then x's sign), by masks rather than a select; other values keep r,
+      // whose sign is x's.
+      Value *r = B.CreateZExt(B.CreateBitCast(B.CreateFPTrunc(x, B.getBFloatTy()), B.getInt16Ty()), i32());
+      Value *xb = B.CreateBitCast(x, i32());
+      Value *m = T.nanMask(B, x);
+      if (!m) m = B.CreateSExt(isNan(x), i32());
+      Value *q = B.CreateAnd(B.CreateOr(r, B.CreateAnd(m, B.getInt32(0x7FC0))), B.CreateNot(B.CreateAnd(m, B.getInt32(0x803F))));
+      Value *bits = B.CreateOr(q, B.CreateAnd(B.CreateLShr(xb, 16), B.getInt32(0x8000)));
+      Value *res = B.CreateBitCast(B.CreateShl(bits, 16), f32());
       return sat ? saturateInf(res, x, rt::dtypeMax(d)) : res;
     }
     [[fallthrough]];
