@@ -625,9 +625,15 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         if (d.bv) { b.shape.push_back(1); b.strides.push_back(0); }
         const Shape &batch = d.batch, &full = d.full;
         // With an epilogue, the product's result is a buffer of its own only where later steps
-        // read it or the product runs without its epilogue.
+        // read it or the product runs without its epilogue (a GEMV or matmul program off the
+        // tensors' layouts, or split-K's sum); otherwise it is never allocated, which would
+        // hold [M, N] of the allocator's pool for nothing (310 MB for a ViT-B's fc1).
         const sched::Step *epi = st.epilogue.get();
-        Tensor out = I.allocate(R, res->type.dtype);
+        const bool gemv = I.gemvWanted(op, d);
+        const sched::SplitK split = gemv ? sched::SplitK{} : I.splitOf(op, d, a.buf.dtype(), b.buf.dtype());
+        const bool fused = epi && !d.av && !d.bv;
+        const bool storeProduct = st.outputs.size() > 1;
+        Tensor out = !fused || storeProduct || split ? I.allocate(R, res->type.dtype) : Tensor();
         View ov{out, 0, full, Shape(full.size(), 0)};
         {
           Shape rs = rowMajor(R);
@@ -641,7 +647,6 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         bsh.push_back(d.K); bsh.push_back(d.N);
         // A GEMV program (ir/schedule/LowerGemv.h) of the k-major layout reads B as [batch.., N, K].
         View bv = broadcastView(b, bsh);
-        const bool gemv = I.gemvWanted(op, d);
         if (gemv && sched::gemvLayoutOf(op) == sched::GemvLayout::KMajor) {
           std::swap(bv.shape[bv.shape.size() - 2], bv.shape.back());
           std::swap(bv.strides[bv.strides.size() - 2], bv.strides.back());
@@ -649,8 +654,6 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
         const std::vector<rt::KernelArg> inputs{I.arg(broadcastView(a, ash)), I.arg(bv)};
         // The product and its epilogue in one program: out (the epilogue's root), [mm,] a, b,
         // the epilogue's inputs (LowerGroups.h lowerMatMul, LowerGemv.h lowerGemv).
-        const bool fused = epi && !d.av && !d.bv;
-        const bool storeProduct = st.outputs.size() > 1;
         Tensor rootOut;
         auto fusedArgs = [&] {
           rootOut = allocateFor(st.outputs[0], R);
@@ -677,7 +680,7 @@ std::vector<Tensor> CompiledExecutor::run(const ir::Module &m, const ir::Graph &
           if (epi) runElementwise(*epi, key + "epilogue/", work);
           break;
         }
-        if (const sched::SplitK split = I.splitOf(op, d, a.buf.dtype(), b.buf.dtype())) {
+        if (split) {
           // Split-K: the parts' partial products into a workspace, then their sum into the result.
           Shape ps = full;
           ps.insert(ps.begin(), split.parts);

@@ -173,12 +173,10 @@ struct CompiledExecutor::Impl {
   // autotune::chooseMatMulTiles took at the step's first call with these sizes.
   std::unordered_map<std::string, Compiled> matmuls;
 
-  // The program of a matmul step into `out` (its view of the result, shaped `full`) from the
-  // KernelArgs `inputs` (a and b); under --autotune=full a first call may time the candidates
-  // into a scratch output shaped `R`.
   // The tiles of a matmul step (nullopt: the heuristic's), chosen at its first call with these
-  // sizes: under --autotune=full by timing the candidates into a scratch output shaped `R`,
-  // else from the record or the heuristic, compiling nothing.
+  // sizes: under --autotune=full by timing the candidates into a scratch output shaped `R` (laid
+  // out as `out`, whose buffer may be empty), else from the record or the heuristic, compiling
+  // nothing.
   std::optional<sched::MatMulTiles> matmulTiles(const Op &op, const std::string &key, const MatMulDims &d, DType adt, DType bdt,
                                                 int64_t work, const View &out, const std::vector<rt::KernelArg> &inputs,
                                                 const Shape &R) {
