@@ -68,7 +68,7 @@ Value *Lowering::tanhF32(Value *x) {
 /// erf). Absolute error at most 4.2e-7 (measured in f32 against erf in f64 over [-6, 6]; near
 /// |x| = 3.3, where erf is within 7 ulp of 1), so gelu's at most 2.1e-7 |x|. Inline and
 /// branch-free, so that the CPU's loops over it vectorize (a libm call per element would not),
-/// and about 16 instructions on a GPU against libdevice's __nv_erff's 33 and a branch (the
+/// and about 19 instructions on a GPU against libdevice's __nv_erff's 33 and a branch (the
 /// ViT-B's GELU programs were issue-bound on it: docs/performance.md). Where the target has a
 /// one-instruction reciprocal (NVPTX's rcp.approx, within 1 ulp; q lies in [-2.4, -0.0142], never
 /// subnormal) the quotient is p * rcp(q) instead of an IEEE division. The clamp's minnum/maxnum
