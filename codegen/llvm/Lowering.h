@@ -404,6 +404,10 @@ private:
   Value *unary(const TOp &op, DType d, Value *x);
   Value *binary(OpKind k, DType d, Value *a, Value *b);
   Value *compare(OpKind k, DType d, Value *a, Value *b);
+  /// An elementwise op's value at one element (a unary, binary, comparison or select op, or a
+  /// cast: tile::opClass), from its operands' values there; nullptr for any other op. The register
+  /// lowerings (RegisterTiles, a product's epilogue, the attention loop) all compute through it.
+  Value *elementValue(const TOp &op, const std::vector<Value *> &x);
   Value *floatFloorDivMod(Value *a, Value *b, bool wantMod);
   Value *intDivMod(OpKind k, Value *a, Value *b);
 

@@ -251,24 +251,13 @@ bool Lowering::lowerFlashLoop(const TOp &op) {
   // operands' registers `xs`; `fastExp`, where given, makes register r of an exp.
   auto elementwise = [&](const TOp &o, const std::vector<const Regs *> &xs, Frag rk, int64_t w,
                          const std::function<Value *(int64_t)> &fastExp) {
-    const DType d = o.operands[0]->type.dtype;
-    const auto *dt = o.kind == OpKind::Cast ? o.attrAs<ir::DTypeAttr>("dtype") : nullptr;
     Regs out;
     out.kind = rk;
     for (int64_t r = 0; r < regCount(rk, w); ++r) {
       std::vector<Value *> a;
       for (const Regs *x : xs) a.push_back(need(at(*x, rk, r)));
-      Value *y;
-      switch (tile::opClass(o.kind)) {
-      case tile::OpClass::Unary: y = fastExp ? fastExp(r) : unary(o, d, a[0]); break;
-      case tile::OpClass::Binary: y = binary(o.kind, d, a[0], a[1]); break;
-      case tile::OpClass::Compare: y = compare(o.kind, d, a[0], a[1]); break;
-      case tile::OpClass::Select: y = B.CreateSelect(a[0], a[1], a[2]); break;
-      default:
-        if (!dt) fail(F, "an op of an attention loop without a register lowering");
-        y = convert(a[0], d, dt->dtype, dt->policies.saturate);
-        break;
-      }
+      Value *y = fastExp && tile::opClass(o.kind) == tile::OpClass::Unary ? fastExp(r) : elementValue(o, a);
+      if (!y) fail(F, "an op of an attention loop without a register lowering");
       out.r.push_back(y);
     }
     return out;

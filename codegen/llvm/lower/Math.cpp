@@ -299,6 +299,21 @@ Value *Lowering::unary(const TOp &op, DType d, Value *x) {
   return narrowFloat(d) ? roundTo(d, r, false) : r;
 }
 
+Value *Lowering::elementValue(const TOp &op, const std::vector<Value *> &x) {
+  if (op.operands.empty()) return nullptr;
+  const DType d = op.operands[0]->type.dtype;
+  switch (tile::opClass(op.kind)) {
+  case tile::OpClass::Unary: return unary(op, d, x[0]);
+  case tile::OpClass::Binary: return binary(op.kind, d, x[0], x[1]);
+  case tile::OpClass::Compare: return compare(op.kind, d, x[0], x[1]);
+  case tile::OpClass::Select: return B.CreateSelect(x[0], x[1], x[2]);
+  default: break;
+  }
+  if (op.kind != OpKind::Cast) return nullptr;
+  const auto *dt = op.attrAs<ir::DTypeAttr>("dtype");
+  return convert(x[0], d, dt->dtype, dt->policies.saturate);
+}
+
 // Python's float floor division and modulo (CPython's float_divmod): mod takes the sign of the
 // divisor, the quotient is floor((a - mod) / b) corrected to the nearest integer.
 Value *Lowering::floatFloorDivMod(Value *a, Value *b, bool wantMod) {

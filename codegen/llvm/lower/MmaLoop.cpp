@@ -562,27 +562,14 @@ void Lowering::lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std:
             y[size_t(e)] = fromMem(d, B.CreateLoad(mt, B.CreateInBoundsGEP(mt, ti.data, off)));
             break;
           }
-          case OpKind::Cast: {
-            const auto *dt = o->attrAs<ir::DTypeAttr>("dtype");
-            y[size_t(e)] = convert(val(o->operands[0], e), o->operands[0]->type.dtype, dt->dtype, dt->policies.saturate);
-            break;
-          }
           case OpKind::Constant: y[size_t(e)] = constantOf(d, *o->attr("value")); break;
           case OpKind::Broadcast: y[size_t(e)] = val(o->operands[0], e); break;
-          default:
-            switch (tile::opClass(o->kind)) {
-            case tile::OpClass::Unary: y[size_t(e)] = unary(*o, o->operands[0]->type.dtype, val(o->operands[0], e)); break;
-            case tile::OpClass::Binary:
-              y[size_t(e)] = binary(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
-              break;
-            case tile::OpClass::Compare:
-              y[size_t(e)] = compare(o->kind, o->operands[0]->type.dtype, val(o->operands[0], e), val(o->operands[1], e));
-              break;
-            case tile::OpClass::Select:
-              y[size_t(e)] = B.CreateSelect(val(o->operands[0], e), val(o->operands[1], e), val(o->operands[2], e));
-              break;
-            default: fail(F, "an epilogue op the registers cannot compute");
-            }
+          default: {
+            std::vector<Value *> xs;
+            for (const TValue *v : o->operands) xs.push_back(val(v, e));
+            y[size_t(e)] = elementValue(*o, xs);
+            if (!y[size_t(e)]) fail(F, "an epilogue op the registers cannot compute");
+          }
           }
         }
         x[res] = y;

@@ -103,29 +103,15 @@ private:
     if (op.kind == OpKind::Yield || op.kind == OpKind::Barrier) return;
     if (!touchesTiles(op)) return L.dispatch(op);
     switch (tile::opClass(op.kind)) {
-    case tile::OpClass::Unary: {
-      const DType d = op.operands[0]->type.dtype;
-      return elementwise(op, [&](const std::vector<Value *> &x) { return L.unary(op, d, x[0]); });
-    }
-    case tile::OpClass::Binary: {
-      const DType d = op.operands[0]->type.dtype;
-      return elementwise(op, [&](const std::vector<Value *> &x) { return L.binary(op.kind, d, x[0], x[1]); });
-    }
-    case tile::OpClass::Compare: {
-      const DType d = op.operands[0]->type.dtype;
-      return elementwise(op, [&](const std::vector<Value *> &x) { return L.compare(op.kind, d, x[0], x[1]); });
-    }
-    case tile::OpClass::Select:
-      return elementwise(op, [&](const std::vector<Value *> &x) { return B.CreateSelect(x[0], x[1], x[2]); });
+    case tile::OpClass::Unary:
+    case tile::OpClass::Binary:
+    case tile::OpClass::Compare:
+    case tile::OpClass::Select: return elementwise(op, [&](const std::vector<Value *> &x) { return L.elementValue(op, x); });
     case tile::OpClass::Reduce: return reduce(op);
     case tile::OpClass::Special: break;
     }
     switch (op.kind) {
-    case OpKind::Cast: {
-      const auto *dt = op.attrAs<ir::DTypeAttr>("dtype");
-      const DType from = op.operands[0]->type.dtype;
-      return elementwise(op, [&](const std::vector<Value *> &x) { return L.convert(x[0], from, dt->dtype, dt->policies.saturate); });
-    }
+    case OpKind::Cast: return elementwise(op, [&](const std::vector<Value *> &x) { return L.elementValue(op, x); });
     case OpKind::Constant: {
       const TType &rt = op.result()->type;
       frags[op.result()] = std::vector<Value *>(size_t(P.slots(fragOf(op.result()))), L.constantOf(rt.dtype, *op.attr("value")));
