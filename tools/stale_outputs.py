@@ -15,7 +15,10 @@ which in exec/cuda/CudaBackend.cpp's vtable is tuningTarget().
 An output is reported when one of its depfile inputs (`ninja -t deps`: the source and every header
 the compiler read) has an mtime after the command started (the log's mtime less the command's
 duration) and not after the logged mtime (later ones ninja rebuilds by itself). Only outputs with
-a depfile are checked (compiles); a link reads objects that ninja itself orders before it.
+a depfile are checked (compiles); a link reads objects that ninja itself orders before it. Inputs
+that the build itself writes (outputs in .ninja_log, such as the build-id header that every build
+regenerates) are not edits: ninja runs their command before the compiles that depend on them, and
+the start estimated from millisecond times can fall a moment before their write.
 
 Usage: tools/stale_outputs.py [-C BUILD_DIR] [--fix] [--quiet]
 Exit 0: none (or all removed with --fix); 1: some found without --fix; 2: the build directory has
@@ -46,6 +49,19 @@ def last_log_entries(build_dir):
     return entries
 
 
+def generated_files(build_dir):
+    """Absolute paths of every output in .ninja_log (whatever its logged mtime)."""
+    paths = set()
+    with open(os.path.join(build_dir, ".ninja_log")) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if line.startswith("#") or len(parts) < 5:
+                continue
+            p = parts[3]
+            paths.add(os.path.normpath(p if os.path.isabs(p) else os.path.join(os.path.abspath(build_dir), p)))
+    return paths
+
+
 def deps_of(build_dir):
     """output path -> its depfile inputs (absolute or relative to build_dir), VALID entries only."""
     out = subprocess.run(["ninja", "-C", build_dir, "-t", "deps"], capture_output=True, text=True)
@@ -68,6 +84,7 @@ def deps_of(build_dir):
 def find_stale(build_dir):
     """[(output, input, start_ns, input_mtime_ns, logged_mtime_ns)], the first raced input of each."""
     log = last_log_entries(build_dir)
+    generated = generated_files(build_dir)
     found = []
     for target, inputs in deps_of(build_dir).items():
         if target not in log:
@@ -75,6 +92,8 @@ def find_stale(build_dir):
         start, logged = log[target]
         for inp in inputs:
             path = inp if os.path.isabs(inp) else os.path.join(build_dir, inp)
+            if os.path.normpath(os.path.abspath(path)) in generated:
+                continue
             try:
                 m = os.stat(path).st_mtime_ns
             except OSError:
