@@ -8,13 +8,8 @@
 # the control that they can fail.
 # Usage: flash_overlap.sh TSRC PTXAS SOURCE_DIR
 set -uo pipefail
-tsrc=$1 ptxas=$2 src=$3
-if [[ -z "$ptxas" || "$ptxas" == *NOTFOUND* || ! -x "$ptxas" ]]; then
-  if [[ "${TSR_REQUIRE_PREREQS:-}" == 1 ]]; then echo "FAIL flash_overlap_ptx: ptxas not found"; exit 1; fi
-  echo "SKIP flash_overlap_ptx: the CUDA toolkit's ptxas was not found"; exit 77
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/flash_overlap.XXXXXX") || exit 1
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
+ptx_setup flash_overlap_ptx "$@"
 file="$src/tests/ptx/flash_overlap.tsr"
 if [[ "${NEGATE:-0}" == 1 ]]; then
   sed 's/stages=\[3\]/stages=[2]/' "$file" >"$work/flash_overlap.tsr"

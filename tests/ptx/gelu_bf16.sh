@@ -8,13 +8,8 @@
 # (TSR_WIDE_TILE_ELEMS=8): the tile, erf-per-element and mask checks must fail.
 # Usage: gelu_bf16.sh TSRC PTXAS SOURCE_DIR
 set -uo pipefail
-tsrc=$1 ptxas=$2 src=$3
-if [[ -z "$ptxas" || "$ptxas" == *NOTFOUND* || ! -x "$ptxas" ]]; then
-  if [[ "${TSR_REQUIRE_PREREQS:-}" == 1 ]]; then echo "FAIL gelu_bf16_ptx: ptxas not found"; exit 1; fi
-  echo "SKIP gelu_bf16_ptx: the CUDA toolkit's ptxas was not found"; exit 77
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/gelu_bf16.XXXXXX") || exit 1
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
+ptx_setup gelu_bf16_ptx "$@"
 elems=16; [[ "${NEGATE:-0}" == 1 ]] && elems=8
 TSR_WIDE_TILE_ELEMS=$elems "$tsrc" --emit=ptx --arch sm_90 "$src/tests/ptx/gelu_bf16.tsr" >"$work/k.ptx" 2>"$work/err" ||
   { echo "FAIL: tsrc: $(head -3 "$work/err")"; exit 1; }
@@ -24,7 +19,7 @@ header=$(grep -m1 "^// kernel ${fn}_step" "$work/k.ptx")
 [[ -n "$header" ]] || { echo "FAIL: no kernel of $fn"; exit 1; }
 echo "$header"
 k=$(sed 's|^// kernel \([^:]*\):.*|\1|' <<<"$header")
-awk -v e="$k(" 'index($0, ".entry " e) {p=1} p && /^}/ {exit} p' "$work/k.ptx" >"$work/body.ptx"
+ptx_body "$k" "$work/k.ptx" >"$work/body.ptx"
 fail=0
 grep -q 'tiles BR=2 BC=1024' <<<"$header" || { echo "FAIL: the tile is not 16 elements per thread (BR=2 BC=1024)"; fail=1; }
 grep -q '__nv_erf' "$work/k.ptx" && { echo "FAIL: libdevice's erf is called"; fail=1; }
@@ -35,7 +30,7 @@ echo "rcp.approx: $rcp, set.nan.u32.f32: $masks, selects of 0x7FC00000: $selects
 [[ $rcp -ge 16 ]] || { echo "FAIL: erf is not inline for each of 16 elements"; fail=1; }
 [[ $masks -ge 16 ]] || { echo "FAIL: bf16 rounding's NaN is not made by masks"; fail=1; }
 [[ $selects -eq 0 ]] || { echo "FAIL: bf16 rounding selects 0x7FC00000"; fail=1; }
-spill=$(grep -A4 "Function properties for $k\$" "$work/ptxas.txt" | grep -o '[0-9]* bytes spill stores' | cut -d' ' -f1)
+spill=$(ptx_spills "$k" "$work/ptxas.txt")
 echo "spill stores: ${spill:-?}"
 [[ "${spill:-1}" == 0 ]] || { echo "FAIL: spills"; fail=1; }
 [[ $fail -eq 0 ]] && echo "gelu_bf16_ptx: ok"

@@ -8,13 +8,8 @@
 # (TSR_GEMV=0) and the checks must fail: the control that they can.
 # Usage: gemv.sh TSRC PTXAS SOURCE_DIR
 set -uo pipefail
-tsrc=$1 ptxas=$2 src=$3
-if [[ -z "$ptxas" || "$ptxas" == *NOTFOUND* || ! -x "$ptxas" ]]; then
-  if [[ "${TSR_REQUIRE_PREREQS:-}" == 1 ]]; then echo "FAIL gemv_ptx: ptxas not found"; exit 1; fi
-  echo "SKIP gemv_ptx: the CUDA toolkit's ptxas was not found"; exit 77
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/gemv_ptx.XXXXXX") || exit 1
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
+ptx_setup gemv_ptx "$@"
 on=1; [[ "${NEGATE:-0}" == 1 ]] && on=0
 TSR_GEMV=$on "$tsrc" --emit=ptx --arch sm_90 "$src/tests/ptx/gemv.tsr" >"$work/k.ptx" 2>"$work/err" || { echo "FAIL: tsrc: $(head -3 "$work/err")"; exit 1; }
 "$ptxas" -v -arch=sm_90a "$work/k.ptx" -o "$work/k.cubin" 2>"$work/ptxas.txt" || { echo "FAIL: ptxas: $(head -5 "$work/ptxas.txt")"; exit 1; }
@@ -23,7 +18,7 @@ fail=0
 mapfile -t names < <(sed -n 's|^// kernel \([^:]*\): .*tiles GEMV .*|\1|p' "$work/k.ptx")
 echo "${#names[@]} GEMV kernels"
 [[ ${#names[@]} -ge 5 ]] || { echo "FAIL: fewer than 5 GEMV kernels (matmul steps lowered otherwise)"; fail=1; }
-body() { awk -v e="$1(" 'index($0, ".entry " e) {p=1} p && /^}/ {exit} p' "$work/k.ptx"; }
+body() { ptx_body "$1" "$work/k.ptx"; }
 for k in "${names[@]}"; do
   b=$(body "$k")
   [[ -n "$b" ]] || { echo "FAIL $k: no .entry"; fail=1; continue; }
@@ -32,7 +27,7 @@ for k in "${names[@]}"; do
   if grep -q "^// kernel $k: .*k-major" "$work/k.ptx"; then
     grep -q 'shfl\.sync' <<<"$b" || { echo "FAIL $k: no warp shuffles (the reduction is not in registers)"; fail=1; }
   fi
-  spill=$(grep -A4 "Function properties for $k\$" "$work/ptxas.txt" | grep -o '[0-9]* bytes spill stores' | cut -d' ' -f1)
+  spill=$(ptx_spills "$k" "$work/ptxas.txt")
   regs=$(grep -A6 "Compiling entry function '$k'" "$work/ptxas.txt" | grep -o 'Used [0-9]* registers' | head -1)
   smem=$(grep -A6 "Compiling entry function '$k'" "$work/ptxas.txt" | grep -o '[0-9]* bytes smem' | head -1 | cut -d' ' -f1)
   echo "$k: ${regs:-registers ?}, spill stores ${spill:-?}, static smem ${smem:-0}; $(grep -m1 "^// kernel $k:" "$work/k.ptx" | sed 's/^[^:]*: //')"

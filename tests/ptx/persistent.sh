@@ -7,26 +7,19 @@
 # control that the checks can fail.
 # Usage: persistent.sh TSRC PTXAS SOURCE_DIR
 set -uo pipefail
-tsrc=$1 ptxas=$2 src=$3
-if [[ -z "$ptxas" || "$ptxas" == *NOTFOUND* || ! -x "$ptxas" ]]; then
-  if [[ "${TSR_REQUIRE_PREREQS:-}" == 1 ]]; then echo "FAIL persistent_ptx: ptxas not found"; exit 1; fi
-  echo "SKIP persistent_ptx: the CUDA toolkit's ptxas was not found"; exit 77
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/persistent.XXXXXX") || exit 1
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
+ptx_setup persistent_ptx "$@"
 on=1; [[ "${NEGATE:-0}" == 1 ]] && on=0
 TSR_PERSISTENT=$on "$tsrc" --emit=ptx --arch sm_90 "$src/tests/golden/ok/types_mlp.tsr" >"$work/k.ptx" || { echo "FAIL: tsrc"; exit 1; }
 TSR_PERSISTENT=0 "$tsrc" --emit=ptx --arch sm_90 "$src/tests/golden/ok/types_mlp.tsr" >"$work/base.ptx" || { echo "FAIL: tsrc"; exit 1; }
 "$ptxas" -arch=sm_90a "$work/k.ptx" -o "$work/k.cubin" || { echo "FAIL: ptxas"; exit 1; }
 entry=mlp_step0_matmul
 size() { grep -A1 "\.entry $entry(" "$1" | sed -n 's/.*param_0\[\([0-9]*\)\].*/\1/p'; }
-body() { awk -v e="$entry(" 'index($0, ".entry " e) {p=1} p && /^}/ {exit} p' "$1"; }
+body() { ptx_body "$entry" "$1"; }
 fail=0
 s1=$(size "$work/k.ptx") s0=$(size "$work/base.ptx")
 echo "parameter block: $s1 bytes (not persistent: $s0)"
 [[ -n "$s1" && -n "$s0" && $((s1 - s0)) -eq 64 ]] || { echo "FAIL: the parameter block does not hold the grid"; fail=1; }
-# The entry's body in a file first: `body | grep -q` under pipefail failed whenever grep's early
-# exit ended awk with SIGPIPE (a match reported as none, now and then under load).
 body "$work/k.ptx" >"$work/body.ptx"
 grep -q "%nctaid.x" "$work/body.ptx" || { echo "FAIL: no loop over programs (%nctaid.x)"; fail=1; }
 grep -q "barrier.sync.*0, 384" "$work/body.ptx" || { echo "FAIL: no first-program barrier with the CTA's count"; fail=1; }

@@ -8,13 +8,8 @@
 # a program per row, 128 threads across warps) and the checks must fail: the control that they can.
 # Usage: row_layout.sh TSRC PTXAS SOURCE_DIR
 set -uo pipefail
-tsrc=$1 ptxas=$2 src=$3
-if [[ -z "$ptxas" || "$ptxas" == *NOTFOUND* || ! -x "$ptxas" ]]; then
-  if [[ "${TSR_REQUIRE_PREREQS:-}" == 1 ]]; then echo "FAIL row_layout_ptx: ptxas not found"; exit 1; fi
-  echo "SKIP row_layout_ptx: the CUDA toolkit's ptxas was not found"; exit 77
-fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/row_layout.XXXXXX") || exit 1
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib.sh"
+ptx_setup row_layout_ptx "$@"
 elems=32; [[ "${NEGATE:-0}" == 1 ]] && elems=8
 TSR_ROW_TILE_ELEMS=$elems "$tsrc" --emit=ptx --arch sm_90 "$src/tests/ptx/row_layout.tsr" >"$work/k.ptx" 2>"$work/err" ||
   { echo "FAIL: tsrc: $(head -3 "$work/err")"; exit 1; }
@@ -23,7 +18,7 @@ header=$(grep -m1 '^// kernel .*(row)' "$work/k.ptx")
 [[ -n "$header" ]] || { echo "FAIL: no row step's kernel"; exit 1; }
 echo "$header"
 k=$(sed 's|^// kernel \([^:]*\):.*|\1|' <<<"$header")
-awk -v e="$k(" 'index($0, ".entry " e) {p=1} p && /^}/ {exit} p' "$work/k.ptx" >"$work/body.ptx"
+ptx_body "$k" "$work/k.ptx" >"$work/body.ptx"
 fail=0
 grep -q 'tiles BR=4 N=768' <<<"$header" || { echo "FAIL: the row tile is not 4 rows of 768"; fail=1; }
 grep -q ', 0 bytes of dynamic shared memory' <<<"$header" || { echo "FAIL: dynamic shared memory (a reduction across warps)"; fail=1; }
@@ -32,7 +27,7 @@ shfl=$(grep -c 'shfl\.sync' "$work/body.ptx")
 echo "bar.sync: $bars, shfl.sync: $shfl"
 [[ $bars -eq 0 ]] || { echo "FAIL: $bars bar.sync (a row spans several warps)"; fail=1; }
 [[ $shfl -gt 0 ]] || { echo "FAIL: no warp shuffles (the reductions are not in registers)"; fail=1; }
-spill=$(grep -A4 "Function properties for $k\$" "$work/ptxas.txt" | grep -o '[0-9]* bytes spill stores' | cut -d' ' -f1)
+spill=$(ptx_spills "$k" "$work/ptxas.txt")
 echo "spill stores: ${spill:-?}"
 [[ "${spill:-1}" == 0 ]] || { echo "FAIL: spills"; fail=1; }
 [[ $fail -eq 0 ]] && echo "row_layout_ptx: ok"

@@ -1,0 +1,24 @@
+# Shared by the PTX checks of tests/ptx/*.sh (sourced): their arguments, the skip without ptxas,
+# a work folder, and the pieces of a kernel they read.
+
+# ptx_setup NAME TSRC PTXAS SOURCE_DIR: sets tsrc, ptxas and src; exits 77 (ctest's skip) where
+# the CUDA toolkit's ptxas was not found, or 1 under TSR_REQUIRE_PREREQS=1; makes $work, a folder
+# removed at exit.
+ptx_setup() {
+  local name=$1
+  tsrc=$2 ptxas=$3 src=$4
+  if [[ -z "$ptxas" || "$ptxas" == *NOTFOUND* || ! -x "$ptxas" ]]; then
+    if [[ "${TSR_REQUIRE_PREREQS:-}" == 1 ]]; then echo "FAIL $name: ptxas not found"; exit 1; fi
+    echo "SKIP $name: the CUDA toolkit's ptxas was not found"; exit 77
+  fi
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$name.XXXXXX") || exit 1
+  trap 'rm -rf "$work"' EXIT
+}
+
+# ptx_body KERNEL FILE: the body of KERNEL's .entry in the PTX FILE. Write it to a file before
+# grepping it: `ptx_body | grep -q` under pipefail fails when grep's early exit ends awk with
+# SIGPIPE.
+ptx_body() { awk -v e="$1(" 'index($0, ".entry " e) {p=1} p && /^}/ {exit} p' "$2"; }
+
+# ptx_spills KERNEL FILE: the spill stores ptxas -v reported for KERNEL in FILE (its stderr).
+ptx_spills() { grep -A4 "Function properties for $1\$" "$2" | grep -o '[0-9]* bytes spill stores' | cut -d' ' -f1; }
