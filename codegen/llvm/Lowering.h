@@ -488,7 +488,9 @@ private:
   const TOp *persistentLoop();
   /// Lowers the kernel as persistent: the producer and the consumer warpgroups each loop over
   /// the CTA's programs, lowering the body once per role (wsRole) with the program's coordinates
-  /// in place of %ctaid (pidOverride) and the ring's count of k tiles carried across programs.
+  /// in place of %ctaid (pidOverride) and its place in the CTA's sequence of programs (wsSlot).
+  /// A program of one warpgroup (a 64-row tile) runs ping-pong: two consumer warpgroups take
+  /// alternate programs, so that one's epilogue runs while the other's products do.
   void lowerPersistent(const TOp &loop);
   /// Whether the launcher made the tensor maps of both operand boxes of `p` (KernelArg::i).
   Value *mapsMade(const MmaPlan &p);
@@ -496,7 +498,12 @@ private:
   WsRole wsRole = WsRole::None;
   Value *pidOverride[3] = {}, *gridOverride[3] = {};
   Value *wsFirst = nullptr; // i1: the CTA's first program (barriers are initialized then)
-  Value *wsBase = nullptr;  // i64 alloca: k tiles through the ring in the CTA's earlier programs
+  /// i64: the program's index in its CTA's sequence, which the producer fills the ring in; the
+  /// loop's k tiles are the same in every program, so the ring's earlier tiles are wsSlot * n.
+  Value *wsSlot = nullptr;
+  /// i64: the consumer warpgroup running the program (0 or 1 in a ping-pong kernel, else 0).
+  Value *wsGroup = nullptr;
+  int wsGroups = 1; // consumer warpgroups that run programs of their own: 2 in ping-pong
   int wsMapsPass = -1;      // the consumers' pass: 1 with tensor maps, 0 without, -1 both
   /// The loop with the producer warpgroup copying by TMA and the consumer warpgroups
   /// multiplying (`acc0`: the accumulators' first values); where the launcher made no maps, the

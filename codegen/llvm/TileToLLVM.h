@@ -126,6 +126,9 @@ public:
   /// indices from threadsPerProgram() on (a warp-specialized loop's producer: MmaWarpSpecialized.cpp),
   /// and at most `maxRegisters` registers per thread at launch (what setmaxnreg.inc asks for).
   virtual void addProducerWarpgroup(int maxRegisters) const { (void)maxRegisters; }
+  /// Launches `count` more warpgroups of consumers, before the producer's (a ping-pong kernel's
+  /// second, which runs programs of its own: MmaWarpSpecialized.cpp). Idempotent.
+  virtual void addConsumerWarpgroups(int count) const { (void)count; }
   /// Whether the target launches persistent kernels: as many CTAs as fit on the device at once,
   /// each looping over programs, whose grid it reads from the parameter block
   /// (rt::persistentGridOffset). makePersistent() marks the kernel being lowered as one; the

@@ -7,6 +7,7 @@
 #include "codegen/cpu/CpuKernel.h"
 #include "codegen/llvm/TileToLLVM.h"
 #include "codegen/nvptx/Conversions.h"
+#include "ir/schedule/LowerGroups.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Bitcode/BitcodeReader.h"
@@ -143,18 +144,15 @@ public:
     return int(maps_.size() - 1);
   }
   void addProducerWarpgroup(int maxRegisters) const override {
-    extraThreads_ = 128;
+    producerThreads_ = 128;
     maxRegisters_ = maxRegisters;
   }
-  // Hopper's warp-specialized products (MmaWarpSpecialized.cpp), with TSR_PERSISTENT=1 only
-  // (codegenSwitches keys it): on an H200 they ran at 0.82x the speed of one CTA per program
-  // (docs/performance.md, "Persistent products"), so they are not the default yet.
+  void addConsumerWarpgroups(int count) const override { consumerThreads_ = 128 * count; }
+  // Hopper's warp-specialized products (MmaWarpSpecialized.cpp), with TSR_PERSISTENT=1 or
+  // =pingpong only (ir/schedule/LowerGroups.h; codegenSwitches keys it): they are not the
+  // default yet (docs/performance.md, "Persistent products").
   bool persistentKernels() const override {
-    static const bool on = [] {
-      const char *e = std::getenv("TSR_PERSISTENT");
-      return e && std::string(e) == "1";
-    }();
-    return smArch_ >= 90 && on;
+    return smArch_ >= 90 && ir::schedule::persistentProducts() != ir::schedule::PersistentProducts::Off;
   }
   void makePersistent() const override { persistent_ = true; }
   bool persistent() const { return persistent_; }
@@ -176,13 +174,13 @@ public:
     b.CreateCall(InlineAsm::get(ty, "nanosleep.u32 64;", "~{memory}", true), {});
   }
   const std::vector<rt::TensorMapSpec> &tensorMaps() const { return maps_; }
-  int extraThreads() const { return extraThreads_; }
+  int extraThreads() const { return producerThreads_ + consumerThreads_; }
   int maxRegisters() const { return maxRegisters_; }
 
 private:
   int threads_;
   mutable std::vector<rt::TensorMapSpec> maps_;
-  mutable int extraThreads_ = 0, maxRegisters_ = 255;
+  mutable int producerThreads_ = 0, consumerThreads_ = 0, maxRegisters_ = 255;
   mutable bool persistent_ = false;
   GlobalVariable *smem_;
   int smArch_;

@@ -517,6 +517,8 @@ std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTa
       };
       if (cost(128, 1.0) < cost(256, 1.8)) BN = 128;
     }
+    // Ping-pong: a program is one warpgroup's 64 rows, two of which share a persistent CTA.
+    if (BM == 128 && persistentProducts() == PersistentProducts::PingPong) return {64, BN, BK};
     return {BM, BN, BK};
   }
   // A product of at most 16 rows (a decoded token's nn.linear) has one row of tiles: 16 columns
@@ -813,6 +815,15 @@ int64_t rowTileRows(const std::vector<int64_t> &shape, const TileTarget &t) {
 
 } // namespace
 
+PersistentProducts persistentProducts() {
+  static const PersistentProducts mode = [] {
+    const char *e = std::getenv("TSR_PERSISTENT");
+    const std::string v = e ? e : "";
+    return v == "1" ? PersistentProducts::Cooperative : v == "pingpong" ? PersistentProducts::PingPong : PersistentProducts::Off;
+  }();
+  return mode;
+}
+
 TileTarget TileTarget::gpu(std::function<int64_t(const tile::Function &)> measure, int warps, int64_t sharedBytes) {
   TileTarget t;
   t.kind = Kind::Gpu;
@@ -901,9 +912,11 @@ Kernel lowerMatMul(const Op &op, size_t batchRank, DType a, DType b, const Type 
                                      : matmulTiles(mnk, s.target, s.tensorCores, s.batch);
   return fitShared(s.target, first, [&](const std::vector<int64_t> &t) {
     // A tensor-core tile of 128 x 128 or more is split over 8 warps (two warpgroups for wgmma;
-    // 64 x 64 accumulators per warp for mma.sync at 128 x 256).
+    // 64 x 64 accumulators per warp for mma.sync at 128 x 256); a ping-pong tile of 64 rows is
+    // one warpgroup's.
     TileTarget kt = s.target;
-    if (s.tensorCores && t[0] * t[1] >= 128 * 128) kt.warps = std::max(kt.warps, 8);
+    const bool pingPong = t[0] == 64 && persistentProducts() == PersistentProducts::PingPong;
+    if (s.tensorCores && t[0] * t[1] >= 128 * 128 && !pingPong) kt.warps = std::max(kt.warps, 8);
     return lowerMatMulTiled(op, batchRank, a, b, result, name, kt, t[0], t[1], t[2], splitChunk, epilogue, storeProduct);
   });
 }

@@ -75,6 +75,15 @@ struct GridAxis {
 /// A matrix product's tiles {BM, BN, BK}.
 using MatMulTiles = std::array<int64_t, 3>;
 
+/// How Hopper runs its warp-specialized products (TSR_PERSISTENT, read once; the codegen's
+/// switches key compiled code by it): one CTA per program (unset, the default); persistent CTAs
+/// that loop over programs of two consumer warpgroups each (`1`: CUTLASS's cooperative kernel);
+/// persistent CTAs whose two consumer warpgroups take alternate programs of 64 rows
+/// (`pingpong`: CUTLASS's ping-pong kernel, so one's epilogue runs beside the other's products),
+/// for which matmulTiles takes 64-row tiles of one warpgroup.
+enum class PersistentProducts { Off, Cooperative, PingPong };
+PersistentProducts persistentProducts();
+
 struct Kernel {
   std::unique_ptr<tile::Function> fn;
   std::array<GridAxis, 3> grid;

@@ -15,10 +15,14 @@ ptx_setup() {
   trap 'rm -rf "$work"' EXIT
 }
 
-# ptx_body KERNEL FILE: the body of KERNEL's .entry in the PTX FILE. Write it to a file before
-# grepping it: `ptx_body | grep -q` under pipefail fails when grep's early exit ends awk with
-# SIGPIPE.
-ptx_body() { awk -v e="$1(" 'index($0, ".entry " e) {p=1} p && /^}/ {exit} p' "$2"; }
+# ptx_body KERNEL FILE: the body of KERNEL's .entry in the PTX FILE, to its closing brace (an
+# inline asm block's braces, between `// begin inline asm` and `// end inline asm`, are not it).
+# Write it to a file before grepping it: `ptx_body | grep -q` under pipefail fails when grep's
+# early exit ends awk with SIGPIPE.
+ptx_body() {
+  awk -v e="$1(" 'index($0, ".entry " e) {p=1} p && /begin inline asm/ {a=1} p && /end inline asm/ {a=0}
+                  p && !a && /^}/ {exit} p' "$2"
+}
 
 # ptx_spills KERNEL FILE: the spill stores ptxas -v reported for KERNEL in FILE (its stderr).
 ptx_spills() { grep -A4 "Function properties for $1\$" "$2" | grep -o '[0-9]* bytes spill stores' | cut -d' ' -f1; }

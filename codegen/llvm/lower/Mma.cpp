@@ -164,8 +164,14 @@ void mbarrierWait(IRBuilder<> &B, Value *bar, Value *parity) {
   B.SetInsertPoint(done);
 }
 
-void namedBarrier(IRBuilder<> &B, int id, int count) {
-  B.CreateIntrinsic(Intrinsic::nvvm_barrier_sync_cnt, {}, {B.getInt32(uint32_t(id)), B.getInt32(uint32_t(count))});
+void namedBarrier(IRBuilder<> &B, int id, int count) { namedBarrier(B, B.getInt32(uint32_t(id)), count); }
+
+void namedBarrier(IRBuilder<> &B, Value *id, int count) {
+  B.CreateIntrinsic(Intrinsic::nvvm_barrier_sync_cnt, {}, {B.CreateZExtOrTrunc(id, B.getInt32Ty()), B.getInt32(uint32_t(count))});
+}
+
+void namedBarrierArrive(IRBuilder<> &B, int id, int count) {
+  ptx(B, "barrier.arrive " + std::to_string(id) + ", " + std::to_string(count) + ";");
 }
 
 void tensorCopy(IRBuilder<> &B, Value *dst, Value *map, const std::vector<Value *> &coords, Value *bar) {

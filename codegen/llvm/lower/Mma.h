@@ -59,12 +59,17 @@ void mbarrierArrive(llvm::IRBuilder<> &B, llvm::Value *bar);
 void mbarrierArriveExpectTx(llvm::IRBuilder<> &B, llvm::Value *bar, int64_t bytes);
 void mbarrierWait(llvm::IRBuilder<> &B, llvm::Value *bar, llvm::Value *parity);
 
-/// The named barrier of a warp-specialized kernel's consumer threads (barrier 0 is bar.sync 0, every thread's).
+/// The named barrier of a warp-specialized kernel's consumer threads (barrier 0 is bar.sync 0,
+/// every thread's); a ping-pong kernel's second consumer warpgroup takes the next one.
 constexpr int kConsumerBarrier = 1;
 
-/// A named barrier of `count` threads (bar.sync id, count: PTX ISA §9.7.13.1), for the threads of a
-/// program that leave out a producer warpgroup.
+/// A named barrier of `count` threads (barrier.sync id, count: PTX ISA §9.7.13.1), for the threads
+/// of a program that leave out a producer warpgroup. `id` is an i32 or i64 value, or a constant.
 void namedBarrier(llvm::IRBuilder<> &B, int id, int count);
+void namedBarrier(llvm::IRBuilder<> &B, llvm::Value *id, int count);
+/// Arrives at named barrier `id` of `count` threads without waiting (barrier.arrive): for threads
+/// that must be counted but have nothing to wait for.
+void namedBarrierArrive(llvm::IRBuilder<> &B, int id, int count);
 
 /// A bulk tensor copy (cp.async.bulk.tensor, PTX ISA §9.7.9.25.5.2) of the box at `coords`
 /// (innermost first, i64, truncated to the instruction's s32) of the map at generic address

@@ -168,8 +168,13 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   int slots[2] = {-1, -1};
   const bool ws = planWarpSpecialized(op, p, epiStore, slots);
   if (wsRole != WsRole::None && !ws) fail(F, "internal: the loop of a persistent kernel is not warp-specialized");
-  // The threads' barrier: a warp-specialized kernel's leaves the producer warpgroup out.
-  auto sync = [&] { ws ? mma::namedBarrier(B, mma::kConsumerBarrier, threads) : T.barrier(B); };
+  // The threads' barrier: a warp-specialized kernel's leaves the producer warpgroup out, and a
+  // ping-pong kernel's consumer warpgroups have one each.
+  auto sync = [&] {
+    if (!ws) T.barrier(B);
+    else if (wsGroup) mma::namedBarrier(B, B.CreateAdd(wsGroup, c64(mma::kConsumerBarrier)), threads);
+    else mma::namedBarrier(B, mma::kConsumerBarrier, threads);
+  };
   Value *out = epiStore ? nullptr : alloc(ct);
   Value *ring;
   {

@@ -42,6 +42,15 @@ namespace {
 /// 128 * 40 + 256 * 232 = 64,512 of the SM's 65,536 with two consumer warpgroups).
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 
+/// Whether `v` has the same value in every program: computed without program_id.
+bool programInvariant(const tile::Value *v) {
+  if (!v->def) return true;
+  if (v->def->kind == tile::OpKind::ProgramId) return false;
+  for (const tile::Value *o : v->def->operands)
+    if (!programInvariant(o)) return false;
+  return true;
+}
+
 /// The box's two axes (those with an extent), as MmaLoop.cpp's operands read them.
 std::pair<int, int> boxAxes(const std::vector<int64_t> &box) {
   int row = -1, col = -1;
@@ -114,9 +123,10 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   const int64_t stageBytes[2] = {p.stageBytesA(), p.stageBytesB()};
   const int64_t ringOffset[2] = {0, S * p.stageBytesA()};
   // A persistent kernel lowers this loop once per role (lowerPersistent), and the ring's stages
-  // and barrier phases continue from the CTA's earlier programs: k tile j is the ring's base + j.
+  // and barrier phases continue from the CTA's earlier programs: k tile j is the ring's base + j,
+  // every program having n k tiles.
   const bool persistent = wsRole != WsRole::None;
-  Value *base = persistent ? B.CreateLoad(i64(), wsBase, "ws.base") : c64(0);
+  Value *base = persistent ? B.CreateMul(wsSlot, n, "ws.base") : c64(0);
 
   // The maps, and whether the launcher made both.
   Value *args = T.kernelArgs(B, fn);
@@ -142,7 +152,10 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   auto empty = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(B.CreateAdd(s, c64(S)), c64(8))); };
   const int consumerWarps = threads / 32;
   auto initBarriers = [&] {
-    ifThen(B.CreateICmpEQ(tid, c64(0)), [&] {
+    // One thread: a ping-pong kernel's first consumer warpgroup's first.
+    Value *first = B.CreateICmpEQ(tid, c64(0));
+    if (wsGroup) first = B.CreateAnd(first, B.CreateICmpEQ(wsGroup, c64(0)));
+    ifThen(first, [&] {
       for (int s = 0; s < S; ++s) {
         mma::mbarrierInit(B, full(c64(s)), 1);
         mma::mbarrierInit(B, empty(c64(s)), consumerWarps);
@@ -152,13 +165,12 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
     });
     // Every thread of the CTA, the producer warpgroup's too. A persistent kernel's roles reach
     // it from two places, which bar.sync (.aligned) does not allow: barrier.sync with the count.
-    if (persistent) mma::namedBarrier(B, 0, threads + 128);
+    if (persistent) mma::namedBarrier(B, 0, wsGroups * threads + 128);
     else T.barrier(B);
   };
   // A persistent kernel's roles each reach this barrier once, at their first program.
   if (persistent) ifThen(wsFirst, initBarriers);
   else initBarriers();
-  auto advanceBase = [&] { if (persistent) B.CreateStore(B.CreateAdd(base, n), wsBase); };
 
   // ---- the producer warpgroup ----
   BasicBlock *producerBB = nullptr, *consumerBB = nullptr;
@@ -213,10 +225,7 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   };
   if (!persistent || wsRole == WsRole::Producer) {
     ifThen(B.CreateAnd(present, B.CreateICmpEQ(tid, c64(threads))), [&] { byLayout("ws.produce", producerLoop); });
-    if (persistent) {
-      advanceBase();
-      return {};
-    }
+    if (persistent) return {};
     B.CreateRetVoid();
     // ---- the consumer warpgroups ----
     B.SetInsertPoint(consumerBB);
@@ -251,11 +260,7 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   };
   // A persistent kernel's consumers have a program loop with maps and one without
   // (lowerPersistent): the cp.async loop's registers would spill in the other's.
-  if (wsMapsPass == 0) {
-    std::vector<Value *> acc = multistage();
-    advanceBase();
-    return acc;
-  }
+  if (wsMapsPass == 0) return multistage();
   // Five ways out of the consumers' branch: a loop with maps per combination of the operands'
   // layouts, and the cp.async loop without maps; the accumulators meet in phis.
   BasicBlock *withMaps = BasicBlock::Create(C, "ws.maps", fn), *without = BasicBlock::Create(C, "ws.nomaps", fn),
@@ -277,17 +282,13 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   if (wsMapsPass == 1) {
     new UnreachableInst(C, without);
     B.SetInsertPoint(merged);
-    std::vector<Value *> acc = mergeValues(outs, ends);
-    advanceBase();
-    return acc;
+    return mergeValues(outs, ends);
   }
   outs.push_back(multistage());
   ends.push_back(B.GetInsertBlock());
   B.CreateBr(merged);
   B.SetInsertPoint(merged);
-  std::vector<Value *> acc = mergeValues(outs, ends);
-  advanceBase();
-  return acc;
+  return mergeValues(outs, ends);
 }
 
 const TOp *Lowering::persistentLoop() {
@@ -296,6 +297,9 @@ const TOp *Lowering::persistentLoop() {
     if (o->kind != OpKind::For) continue;
     std::optional<MmaPlan> p = planMmaLoop(*o, threads / 32, T.tensorCoreArch());
     if (!p) return nullptr;
+    // The ring's place of a program's k tiles is its slot times the tiles per program: bounds
+    // that vary with the program (a causal mask's) keep one CTA per program.
+    if (!programInvariant(o->operands[0]) || !programInvariant(o->operands[1])) return nullptr;
     return warpSpecializable(*F.body, *o, *p, mmaEpilogue(*F.body, *o, *p).last) ? o : nullptr;
   }
   return nullptr;
@@ -303,6 +307,13 @@ const TOp *Lowering::persistentLoop() {
 
 void Lowering::lowerPersistent(const TOp &loop) {
   T.makePersistent();
+  const MmaPlan plan = *planMmaLoop(loop, threads / 32, T.tensorCoreArch());
+  // Ping-pong (CUTLASS's KernelTmaWarpSpecializedPingpong): a program of one warpgroup has two,
+  // which take alternate programs of the CTA. The producer fills the ring in program order, so
+  // the second's main loop follows the first's, whose epilogue then runs beside it.
+  wsGroups = plan.wgmma && threads == 128 ? 2 : 1;
+  T.addConsumerWarpgroups(wsGroups - 1);
+  const int consumerThreads = wsGroups * threads;
   // The grid of programs, from the launcher; this CTA runs programs cta, cta + ctas, ... of it
   // in order (x fastest), so that the CTAs running at once take neighbouring programs, as a
   // grid launched whole would.
@@ -313,21 +324,18 @@ void Lowering::lowerPersistent(const TOp &loop) {
   Value *total = B.CreateMul(B.CreateMul(grid[0], grid[1]), grid[2]);
   Value *cta = T.programId(B, fn, 0), *ctas = T.numPrograms(B, fn, 0);
   Value *mine = B.CreateSelect(B.CreateICmpSGT(total, cta), B.CreateUDiv(B.CreateAdd(B.CreateSub(total, cta), B.CreateSub(ctas, c64(1))), ctas), c64(0));
-  {
-    IRBuilder<> ab(entry, entry->getFirstInsertionPt());
-    wsBase = ab.CreateAlloca(i64(), nullptr, "ws.base.slot");
-  }
-  B.CreateStore(c64(0), wsBase);
+  Value *const ctaTid = tid;
   BasicBlock *producer = BasicBlock::Create(C, "persist.producer", fn), *consumer = BasicBlock::Create(C, "persist.consumer", fn),
              *done = BasicBlock::Create(C, "persist.done", fn);
-  B.CreateCondBr(B.CreateICmpUGE(tid, c64(threads)), producer, consumer);
+  B.CreateCondBr(B.CreateICmpUGE(ctaTid, c64(consumerThreads)), producer, consumer);
   // Three program loops: the producer's, the consumers' with tensor maps, the consumers' without
   // (the launcher could not make the maps: cp.async).
   BasicBlock *withMaps = BasicBlock::Create(C, "persist.maps", fn), *without = BasicBlock::Create(C, "persist.nomaps", fn);
   B.SetInsertPoint(consumer);
   // The registers move once, before the first program (setmaxnreg, PTX ISA §9.7.17.1).
   B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32, {}, {B.getInt32(kConsumerRegisters)});
-  B.CreateCondBr(mapsMade(*planMmaLoop(loop, threads / 32, T.tensorCoreArch())), withMaps, without);
+  Value *group = wsGroups > 1 ? B.CreateUDiv(ctaTid, c64(threads), "persist.group") : nullptr;
+  B.CreateCondBr(mapsMade(plan), withMaps, without);
   B.SetInsertPoint(producer);
   B.CreateIntrinsic(Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32, {}, {B.getInt32(kProducerRegisters)});
   for (int pass = 0; pass < 3; ++pass) {
@@ -335,8 +343,23 @@ void Lowering::lowerPersistent(const TOp &loop) {
     if (pass > 0) B.SetInsertPoint(pass == 1 ? withMaps : without);
     wsRole = prod ? WsRole::Producer : WsRole::Consumer;
     wsMapsPass = prod ? -1 : pass == 1 ? 1 : 0;
-    countedLoop(mine, {}, prod ? "persist.p" : "persist.c", [&](Value *j, std::vector<Value *>) -> std::vector<Value *> {
-      Value *v = B.CreateAdd(cta, B.CreateMul(j, ctas));
+    wsGroup = prod ? nullptr : group;
+    // The programs of this role: all of the CTA's for the producer; in ping-pong, every second
+    // one for each consumer warpgroup with tensor maps, and without them (the cp.async loop has
+    // one ring, which two warpgroups cannot share) all for the first and none for the second.
+    Value *count = mine, *first = c64(0), *stride = c64(1);
+    if (wsGroup && pass == 1) {
+      count = B.CreateUDiv(B.CreateSub(B.CreateAdd(mine, c64(wsGroups - 1)), wsGroup), c64(wsGroups));
+      first = wsGroup;
+      stride = c64(wsGroups);
+    } else if (wsGroup) {
+      count = B.CreateSelect(B.CreateICmpEQ(wsGroup, c64(0)), mine, c64(0));
+    }
+    // The thread's index in its program: the producer's from `threads` on, as in a kernel of one program.
+    Value *progTid = prod ? B.CreateSub(ctaTid, c64(consumerThreads - threads)) : wsGroup ? B.CreateSub(ctaTid, B.CreateMul(wsGroup, c64(threads))) : ctaTid;
+    countedLoop(count, {}, prod ? "persist.p" : "persist.c", [&](Value *j, std::vector<Value *>) -> std::vector<Value *> {
+      wsSlot = B.CreateAdd(first, B.CreateMul(j, stride));
+      Value *v = B.CreateAdd(cta, B.CreateMul(wsSlot, ctas));
       wsFirst = B.CreateICmpEQ(j, c64(0));
       pidOverride[0] = B.CreateURem(v, grid[0]);
       pidOverride[1] = B.CreateURem(B.CreateUDiv(v, grid[0]), grid[1]);
@@ -345,16 +368,22 @@ void Lowering::lowerPersistent(const TOp &loop) {
       // The thread's index, opaque to LLVM in each program: what derives from it alone (the
       // epilogue's addresses of 128 accumulators, the copies' offsets) would otherwise be hoisted
       // out of the program loop and held in registers across the main loop, where they spill.
-      Value *const tidOutside = tid;
-      tid = B.CreateCall(InlineAsm::get(FunctionType::get(i64(), {i64()}, false), "mov.b64 $0, $1;", "=l,l", true), {tid});
+      tid = B.CreateCall(InlineAsm::get(FunctionType::get(i64(), {i64()}, false), "mov.b64 $0, $1;", "=l,l", true), {progTid});
       lowerBlock(*F.body);
-      tid = tidOutside;
+      tid = ctaTid;
       return {};
     }, /*keepRolled=*/true);
+    // A consumer warpgroup without programs still counts at the barriers' initialization,
+    // which the CTA's other roles wait for at their first program.
+    if (wsGroup)
+      ifThen(B.CreateAnd(B.CreateICmpEQ(count, c64(0)), B.CreateICmpNE(mine, c64(0))),
+             [&] { mma::namedBarrierArrive(B, 0, consumerThreads + 128); });
     B.CreateBr(done);
   }
   wsRole = WsRole::None;
   wsMapsPass = -1;
+  wsGroup = wsSlot = wsFirst = nullptr;
+  wsGroups = 1;
   for (int a = 0; a < 3; ++a) pidOverride[a] = gridOverride[a] = nullptr;
   B.SetInsertPoint(done);
 }
