@@ -179,7 +179,9 @@ bool Lowering::lowerMmaLoop(const TOp &op) {
   Value *ring;
   {
     IRBuilder<> ab(entry, entry->getFirstInsertionPt());
-    ring = T.tileBuffer(ab, uint64_t(p.sharedBytes() + (ws ? 16 * S : 0)));
+    // The mbarriers after the ring: full and empty per stage, and a ping-pong kernel's two of
+    // the warpgroups' turns (MmaWarpSpecialized.cpp).
+    ring = T.tileBuffer(ab, uint64_t(p.sharedBytes() + (ws ? 16 * S + (wsGroups > 1 ? 16 : 0) : 0)));
   }
   if (!ring) fail(F, "a tensor-core loop without shared memory");
   Value *ringS = B.CreateAddrSpaceCast(ring, sharedPtr);

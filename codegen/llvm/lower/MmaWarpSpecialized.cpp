@@ -146,10 +146,11 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   // (index 2 * mMajorA + kMajorB).
   Value *layout = B.CreateAdd(B.CreateMul(B.CreateZExt(aMMajor, i64()), c64(2)), B.CreateZExt(bKMajor, i64()));
 
-  // The barriers, after the ring: full[0..S), empty[0..S).
+  // The barriers, after the ring: full[0..S), empty[0..S), and in ping-pong turn[0..2).
   Value *bars = B.CreateInBoundsGEP(i8(), ringS, c64(S * (p.stageBytesA() + p.stageBytesB())));
   auto full = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(s, c64(8))); };
   auto empty = [&](Value *s) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(B.CreateAdd(s, c64(S)), c64(8))); };
+  auto turn = [&](Value *w) { return B.CreateInBoundsGEP(i8(), bars, B.CreateMul(B.CreateAdd(w, c64(2 * S)), c64(8))); };
   const int consumerWarps = threads / 32;
   auto initBarriers = [&] {
     // One thread: a ping-pong kernel's first consumer warpgroup's first.
@@ -160,6 +161,7 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
         mma::mbarrierInit(B, full(c64(s)), 1);
         mma::mbarrierInit(B, empty(c64(s)), consumerWarps);
       }
+      for (int w = 0; w < (wsGroups > 1 ? wsGroups : 0); ++w) mma::mbarrierInit(B, turn(c64(w)), threads);
       // The barriers' initialization, visible to the other threads and to the copies' complete_tx.
       mma::ptx(B, "fence.mbarrier_init.release.cluster;");
     });
@@ -233,7 +235,20 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
   }
   Value *warp = B.CreateLShr(tid, c64(5)), *lane = B.CreateAnd(tid, c64(31));
   auto release = [&](Value *j) { mma::mbarrierArrive(B, empty(B.CreateURem(B.CreateAdd(base, j), c64(S)))); };
+  // Ping-pong: the warpgroups' main loops take turns, in program order (CUTLASS's
+  // OrderedSequenceBarrier). Not only for speed: a warpgroup that waited for its k tiles while
+  // the other's were still coming could wait on a `full` barrier two phases ahead, whose parity
+  // test would pass at once. turn[w] completes a phase when the other warpgroup's main loop has
+  // passed its last `full` barrier: warpgroup 1 waits for phase i of turn[1] before its program
+  // i, warpgroup 0 for phase i - 1 of turn[0] (the first wait, for parity 1 of a fresh barrier,
+  // passes at once).
+  const bool pingPong = wsGroup && wsGroups > 1;
   auto consumerLoop = [&](bool mMajorA, bool kMajorB) {
+    if (pingPong) {
+      Value *i = B.CreateUDiv(wsSlot, c64(wsGroups));
+      Value *parity = B.CreateXor(B.CreateAnd(i, c64(1)), B.CreateZExt(B.CreateICmpEQ(wsGroup, c64(0)), i64()));
+      mma::mbarrierWait(B, turn(wsGroup), parity);
+    }
     std::vector<Value *> out = countedLoop(n, acc0, "ws.mma", [&](Value *j, std::vector<Value *> cur) {
       Value *g = B.CreateAdd(base, j);
       Value *s = B.CreateURem(g, c64(S)), *round = B.CreateUDiv(g, c64(S));
@@ -249,6 +264,7 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
       ifThen(B.CreateAnd(B.CreateICmpSGE(done, c64(0)), B.CreateICmpEQ(lane, c64(0))), [&] { release(done); });
       return cur;
     });
+    if (pingPong) mma::mbarrierArrive(B, turn(B.CreateSub(c64(1), wsGroup)));
     out = mma::ptxOnAccumulators(B, "wgmma.wait_group.sync.aligned 0;", out, {}, "");
     // The last inFlight tiles' stages, for the producer's next program.
     if (persistent)
