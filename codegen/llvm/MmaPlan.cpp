@@ -103,16 +103,20 @@ std::optional<MmaPlan> planMmaLoop(const tile::Op &f, int warps, int smArch) {
   if (p.BM % 16 || p.BN % 16 || p.BK % 16) return std::nullopt;
 
   // Hopper: whole warpgroups of 64 rows, each over the whole BN (wgmma's n is at most 256; the
-  // swizzle's chunks are 64 columns); four stages where they fit in 200 KiB (a warp-specialized
-  // loop, MmaWarpSpecialized.cpp, has its kernel's shared memory to itself).
+  // swizzle's chunks are 64 columns); four stages where they fit in 208 KiB (a warp-specialized
+  // loop, MmaWarpSpecialized.cpp, has its kernel's shared memory to itself). A tile of one
+  // warpgroup takes five: its k tile is multiplied in half the time of two warpgroups' (a
+  // ping-pong kernel's one warpgroup multiplies at a time), so the copies must start one tile
+  // earlier to arrive as soon.
   if (smArch >= 90 && p.BM % 64 == 0 && p.BN % 64 == 0 && p.BN <= 256 && p.BK % 64 == 0 && warps == 4 * (p.BM / 64)) {
     p.wgmma = true;
     p.warpsM = warps;
     p.warpsN = 1;
     p.warpM = 16;
     p.warpN = p.BN;
-    p.stages = int(std::clamp<int64_t>(f.intAttr("stages", 4), 3, 4));
-    while (p.stages > 3 && p.sharedBytes() > 200 * 1024) --p.stages;
+    const int most = p.BM == 64 ? 5 : 4;
+    p.stages = int(std::clamp<int64_t>(f.intAttr("stages", most), 3, most));
+    while (p.stages > 3 && p.sharedBytes() > 208 * 1024) --p.stages;
     // TSR_WGMMA_WAIT=0|1: the groups left in flight (MmaPlan::inFlight), for measuring.
     if (const char *e = std::getenv("TSR_WGMMA_WAIT"); e && (e[0] == '0' || e[0] == '1') && !e[1]) p.inFlight = e[0] - '0';
     return p;

@@ -483,11 +483,11 @@ namespace build {
 // in blocks of 4, so BM goes to 128 (32 threads busy), with BK 32; fitShared then halves them to
 // the budget (an f32 64x64x32 takes 48 KiB).
 // Shared memory a matrix product's program may take on a GPU (the most of its sm_80 and sm_90
-// layouts): a 128 x 256 x 64 bf16 tile's ring of 4 stages in wgmma's layout (193 KiB, within a
-// Hopper CTA's 227 KiB; sm_80's padded mma.sync layout keeps to 2 stages in 104 KiB, within an
-// A100's 163 KiB: codegen/llvm/MmaPlan.cpp). A k step of 64 halves the barriers per product
-// against 32.
-constexpr int64_t kMatMulSharedBytes = 200 * 1024;
+// layouts): a 128 x 256 x 64 bf16 tile's ring of 4 stages in wgmma's layout (193 KiB), or a
+// 64 x 256 x 64 one's of 5 (201 KiB), within a Hopper CTA's 227 KiB; sm_80's padded mma.sync
+// layout keeps to 2 stages in 104 KiB, within an A100's 163 KiB: codegen/llvm/MmaPlan.cpp. A k
+// step of 64 halves the barriers per product against 32.
+constexpr int64_t kMatMulSharedBytes = 208 * 1024;
 
 std::vector<int64_t> matmulTiles(const std::array<int64_t, 3> &mnk, const TileTarget &t, bool tensorCores,
                                  int64_t batch) {
