@@ -469,7 +469,7 @@ private:
   bool planWarpSpecialized(const TOp &op, const MmaPlan &p, const TOp *epiStore, int slots[2]);
   /// The conditions of planWarpSpecialized on `op` in block `b`, without asking the target.
   bool warpSpecializable(const tile::Block &b, const TOp &op, const MmaPlan &p, const TOp *epiStore) const;
-  /// MmaLoop.cpp. The ops after tensor-core loop `op` of `b` that store its whole result tile
+  /// MmaEpilogue.cpp. The ops after tensor-core loop `op` of `b` that store its whole result tile
   /// (an optional cast, then the store); {null, null} when its result goes elsewhere.
   /// The ops after a tensor-core loop that its registers compute and store element by element
   /// (MmaLoop.cpp): all ops to the end of the block, the last a store of the whole tile; empty
@@ -479,10 +479,20 @@ private:
     const TOp *last = nullptr;
   };
   MmaEpilogue mmaEpilogue(const tile::Block &b, const TOp &op, const MmaPlan &p);
-  /// Computes and stores an epilogue per accumulator pair: `at(i, jn, q)` is the pair's (row,
-  /// column) in the tile, `acc(i, jn, q)` accumulator q of block (i, jn); MT x NT blocks of 4.
+  /// Shared memory the epilogue may stage its tile in (a main loop's ring, free once it ends):
+  /// `bytes` at `buffer` (an address space 3 pointer), and the barrier of the threads that run
+  /// the epilogue. No buffer: stores straight from the registers.
+  struct EpilogueStaging {
+    Value *buffer = nullptr;
+    int64_t bytes = 0;
+    std::function<void()> sync;
+  };
+  /// MmaEpilogue.cpp. Computes and stores an epilogue per accumulator pair: `at(i, jn, q)` is the
+  /// pair's (row, column) in the tile, `acc(i, jn, q)` accumulator q of block (i, jn); MT x NT
+  /// blocks of 4.
   void lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std::array<Value *, 2>(int64_t, int64_t, int)> &at,
-                        const std::function<Value *(int64_t, int64_t, int)> &acc, int64_t MT, int64_t NT);
+                        const std::function<Value *(int64_t, int64_t, int)> &acc, int64_t MT, int64_t NT,
+                        const EpilogueStaging *staging = nullptr);
   /// A persistent kernel (MmaWarpSpecialized.cpp): the kernel's loop when the whole kernel is a
   /// warp-specialized product and the target launches persistent kernels, else null.
   const TOp *persistentLoop();

@@ -433,7 +433,7 @@ std::string ptxTarget(const std::string &arch) { return arch == "sm_90" ? "sm_90
 
 std::string codegenSwitches() {
   std::string s;
-  for (const char *name : {"TSR_WGMMA_WAIT", "TSR_WARP_SPECIALIZE", "TSR_PERSISTENT"}) {
+  for (const char *name : {"TSR_WGMMA_WAIT", "TSR_WARP_SPECIALIZE", "TSR_PERSISTENT", "TSR_EPILOGUE_STAGING"}) {
     const char *v = std::getenv(name);
     s += std::string(name) + "=" + (v ? v : "") + ";";
   }
