@@ -39,12 +39,6 @@ std::optional<Mode> envMode() {
   return m;
 }
 
-std::string hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 } // namespace
 
 std::optional<Mode> parseMode(std::string_view t) {

@@ -298,6 +298,18 @@ std::string Interpreter::Impl::display(const ValueRef &v) {
   case K::Module: return "<module " + v->module->name + ">";
   case K::Lambda: return "<lambda>";
   case K::Range: return "range(" + std::to_string(v->start) + ", " + std::to_string(v->stop) + (v->step != 1 ? ", " + std::to_string(v->step) : "") + ")";
+  case K::Transform: {
+    // As the checker names them (sema/Types.cpp typeStr).
+    const std::string of = v->inner ? display(v->inner) : "<function>";
+    switch (v->transform) {
+    case sema::Transform::Grad: return "<grad of " + of + ">";
+    case sema::Transform::ValueAndGrad: return "<value_and_grad of " + of + ">";
+    case sema::Transform::Checkpoint: return "<checkpointed " + of + ">";
+    case sema::Transform::Vmap: return "<vmap of " + of + ">";
+    case sema::Transform::Pullback: return "<pullback of " + of + ">";
+    default: return "<transform of " + of + ">";
+    }
+  }
   }
   return "?";
 }
