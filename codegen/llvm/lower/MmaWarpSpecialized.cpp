@@ -12,8 +12,10 @@
 //          cp.async.bulk.tensor A, B -> stage            arrive empty[(j-inFlight)%S]
 //
 // The producer warpgroup gives its registers to the consumers (setmaxnreg, PTX ISA §9.7.17.1):
-// 40 per thread against 232, so that 128 f32 accumulators per consumer thread fit beside 384
-// threads. The maps are made by the launcher (runtime/cuda/TensorMap.h); where it could not make
+// 40 per thread against 232. That moves the SM's registers, not ptxas's budget: ptxas allocates
+// the whole kernel within its .maxnreg (168 at 384 threads), the consumers' code too (with
+// .maxnreg 80 and setmaxnreg.inc 104 it refuses a wgmma of 64 accumulators: C7602, "try a
+// register target of 90"), so the consumers' 128 accumulators and addresses fit in 168. The maps are made by the launcher (runtime/cuda/TensorMap.h); where it could not make
 // them (an operand not 16-byte aligned, a stride not a multiple of 16 bytes), the consumers run
 // the cp.async loop of MmaLoop.cpp instead, synchronized by a named barrier that leaves the
 // producer warpgroup out, and the producer exits.
