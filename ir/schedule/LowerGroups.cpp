@@ -369,6 +369,27 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
     }
   TV *init = b.constant(tshape, acc, identity);
   TV *zero = b.i64(0), *step = b.i64(BK);
+  // Prefetch (TSR_REDUCE_PREFETCH=1, first stages; off until measured on a GPU): the inputs' boxes
+  // of the next chunk are loaded at the top of the loop's body, before this chunk's arithmetic,
+  // and carried to the next iteration, so that a thread has two chunks' loads in flight. A column
+  // sum's loop (a LayerNorm-weight gradient: 25 chunks of 8 rows per program) otherwise waits for
+  // each chunk's loads in turn: latency-bound at a third of the DRAM bandwidth. Triton's
+  // num_stages for loops without a dot. The last iteration's boxes lie past the extent, which
+  // the loads read as nothing.
+  static const bool prefetchOn = [] {
+    const char *e = std::getenv("TSR_REDUCE_PREFETCH");
+    return e && std::string(e) == "1";
+  }();
+  std::vector<const Value *> streamed;
+  std::vector<TV *> firstLoads;
+  if (prefetchOn && stage == 0)
+    for (const Value *v : st.inputs) {
+      if (hoisted.count(v)) continue;
+      Coords fc = c;
+      fc.start[size_t(axis)] = zero;
+      streamed.push_back(v);
+      firstLoads.push_back(loadBroadcast(b, params.at(v), fc, broadcastAxes(v, shape), /*widen=*/false));
+    }
   // argmax / argmin also carry each lane's index, kNoIndex until the lane takes its first element.
   constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::max();
   // TSR_ARGMAX_TEST_BREAK, for the tests' negative controls only (tests/CMakeLists.txt): "ties"
@@ -377,6 +398,7 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   const std::string breakRule = broken ? broken : "";
   std::vector<TV *> inits{zero, extent, step, init};
   if (arg) inits.push_back(b.constant(tshape, DType::I64, kNoIndex));
+  inits.insert(inits.end(), firstLoads.begin(), firstLoads.end());
   std::vector<tile::Type> carriedTypes;
   for (size_t q = 3; q < inits.size(); ++q) carriedTypes.push_back(inits[q]->type);
   tile::Op *loop = f.addWithTypes(f.body, TK::For, inits, {}, carriedTypes, red.loc);
@@ -385,6 +407,16 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
   TV *carried = f.addBlockArg(body, init->type);
   TV *carriedIndex = arg ? f.addBlockArg(body, tile::Type::tile(tshape, DType::I64)) : nullptr;
   Builder lb{f, body, red.loc};
+  std::unordered_map<const Value *, TV *> prefetched;
+  std::vector<TV *> nextLoads;
+  for (size_t q = 0; q < streamed.size(); ++q) prefetched[streamed[q]] = f.addBlockArg(body, firstLoads[q]->type);
+  if (!streamed.empty()) {
+    Coords nc = c;
+    // TSR_REDUCE_PREFETCH_TEST_BREAK=1, for the tests' negative control only: two chunks ahead.
+    static const bool broken = std::getenv("TSR_REDUCE_PREFETCH_TEST_BREAK") != nullptr;
+    nc.start[size_t(axis)] = lb.bin(TK::Add, iv, broken ? lb.bin(TK::Add, step, step) : step);
+    for (const Value *v : streamed) nextLoads.push_back(loadBroadcast(lb, params.at(v), nc, broadcastAxes(v, shape), /*widen=*/false));
+  }
   c.start[size_t(axis)] = iv;
 
   TV *val;
@@ -394,6 +426,12 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
       auto it = params.find(v);
       if (it == params.end()) throw tile::TileError{"an operand that is neither computed nor an input"};
       if (auto h = hoisted.find(v); h != hoisted.end()) return h->second;
+      if (auto p = prefetched.find(v); p != prefetched.end()) {
+        // Carried at the box's own shape (a row's scalar is one element, not a tile of them).
+        TV *t = p->second;
+        if (t->type.shape != c.tileShape()) t = lb.broadcast(t, c.tileShape());
+        return lb.cast(t, reprOf(v->type.dtype));
+      }
       return lb.cast(loadBroadcast(lb, it->second, c, broadcastAxes(v, shape)), reprOf(v->type.dtype));
     });
     cone.run(st.cone);
@@ -449,6 +487,7 @@ Kernel lowerReduceStageTiled(const Step &st, size_t stage, bool last, const std:
     next = {lb.bin(combine, carried, val)};
     if (!extreme && isFloat(acc) && reprOf(acc) != acc) next[0] = lb.cast(lb.cast(next[0], acc), reprOf(acc));
   }
+  next.insert(next.end(), nextLoads.begin(), nextLoads.end());
   f.addWithTypes(body, TK::Yield, next, {}, {}, red.loc);
 
   TK rk = red.kind == OpKind::ReduceSum ? TK::ReduceSum : red.kind == OpKind::ReduceProd ? TK::ReduceProd

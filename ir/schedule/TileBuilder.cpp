@@ -83,7 +83,7 @@ std::vector<bool> broadcastAxes(const Value *v, const std::vector<int64_t> &shap
   return r;
 }
 
-TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<bool> &bcast) {
+TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<bool> &bcast, bool widen) {
   Coords lc = c;
   bool shrunk = false;
   for (size_t d = 0; d < c.block.size(); ++d) {
@@ -92,7 +92,7 @@ TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<boo
     if (lc.block[d] > 1) { lc.block[d] = 1; shrunk = true; }
   }
   TV *t = loadBox(b, tensor, lc);
-  return shrunk ? b.broadcast(t, c.tileShape()) : t;
+  return shrunk && widen ? b.broadcast(t, c.tileShape()) : t;
 }
 
 void storeBox(Builder &b, TV *tensor, const Coords &c, TV *value) {

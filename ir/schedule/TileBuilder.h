@@ -143,7 +143,8 @@ std::vector<bool> broadcastAxes(const Value *v, const std::vector<int64_t> &shap
 
 // A box of a view that is broadcast along `bcast`: read once along those axes (start 0, extent
 // 1) and broadcast in the tile, rather than read again at every index with a stride of 0.
-TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<bool> &bcast);
+// `widen` false: the box at its own shape (1 along those axes), for the caller to broadcast.
+TV *loadBroadcast(Builder &b, TV *tensor, const Coords &c, const std::vector<bool> &bcast, bool widen = true);
 
 void storeBox(Builder &b, TV *tensor, const Coords &c, TV *value);
 
