@@ -185,94 +185,99 @@ void Lowering::lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std:
     Value *r, *c, *gr, *gc;
     std::vector<std::array<Value *, 2>> bits;
   };
+  // A pair's two elements as one vector store's value.
+  auto pairVector = [&](Type *mt, const std::array<Value *, 2> &m) {
+    Value *v = B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), m[0], uint64_t(0));
+    return B.CreateInsertElement(v, m[1], uint64_t(1));
+  };
   auto emitAll = [&](const std::function<void(const Done &, size_t)> &store) {
-  for (size_t first = 0; first < all.size(); first += kChunk) {
-    const size_t last = std::min(all.size(), first + kChunk);
-    std::vector<Done> done;
-    for (size_t k = first; k < last; ++k) {
-      const Pair &pp = all[k];
-      auto [r, c] = at(pp.i, pp.jn, pp.q);
-      Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
-      // Each op's value at the pair's two elements.
-      std::unordered_map<const TValue *, std::array<Value *, 2>> x;
-      if (accValue) x[accValue] = {acc(pp.i, pp.jn, pp.q), acc(pp.i, pp.jn, pp.q + 1)};
-      auto val = [&](const TValue *v, int e) -> Value * {
-        auto it = x.find(v);
-        if (it != x.end()) return it->second[size_t(e)];
-        return get(v); // a scalar
-      };
-      for (const TOp *o : epi.ops) {
-        if (o->kind == OpKind::StoreBox || o->results.size() != 1 || o->result()->type.isScalar()) continue;
-        const TValue *res = o->result();
-        const DType d = res->type.dtype;
-        std::array<Value *, 2> y{};
-        for (int e = 0; e < 2; ++e) {
-          switch (o->kind) {
-          case OpKind::LoadBox: {
-            // Inside the tensor, else its element (0, 0) (always there when any is): the stores
-            // skip elements outside the output.
-            const Place &pl = place(*o);
-            Value *ok = inside(*o, gr, B.CreateAdd(gc, c64(e)));
-            Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(B.CreateAdd(c, c64(e)), pl.cs)));
-            off = B.CreateSelect(ok, off, pl.base);
-            TensorInfo &ti = tensor(o->operands[0]);
-            Type *mt = mtype(d);
-            y[size_t(e)] = fromMem(d, B.CreateLoad(mt, B.CreateInBoundsGEP(mt, ti.data, off)));
-            break;
+    for (size_t first = 0; first < all.size(); first += kChunk) {
+      const size_t last = std::min(all.size(), first + kChunk);
+      std::vector<Done> done;
+      for (size_t k = first; k < last; ++k) {
+        const Pair &pp = all[k];
+        auto [r, c] = at(pp.i, pp.jn, pp.q);
+        Value *gr = B.CreateAdd(r0, r), *gc = B.CreateAdd(c0, c);
+        // Each op's value at the pair's two elements.
+        std::unordered_map<const TValue *, std::array<Value *, 2>> x;
+        if (accValue) x[accValue] = {acc(pp.i, pp.jn, pp.q), acc(pp.i, pp.jn, pp.q + 1)};
+        auto val = [&](const TValue *v, int e) -> Value * {
+          auto it = x.find(v);
+          if (it != x.end()) return it->second[size_t(e)];
+          return get(v); // a scalar
+        };
+        for (const TOp *o : epi.ops) {
+          if (o->kind == OpKind::StoreBox || o->results.size() != 1 || o->result()->type.isScalar()) continue;
+          const TValue *res = o->result();
+          const DType d = res->type.dtype;
+          std::array<Value *, 2> y{};
+          for (int e = 0; e < 2; ++e) {
+            switch (o->kind) {
+            case OpKind::LoadBox: {
+              // Inside the tensor, else its element (0, 0) (always there when any is): the stores
+              // skip elements outside the output.
+              const Place &pl = place(*o);
+              Value *ok = inside(*o, gr, B.CreateAdd(gc, c64(e)));
+              Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(r, pl.rs), B.CreateMul(B.CreateAdd(c, c64(e)), pl.cs)));
+              off = B.CreateSelect(ok, off, pl.base);
+              TensorInfo &ti = tensor(o->operands[0]);
+              Type *mt = mtype(d);
+              y[size_t(e)] = fromMem(d, B.CreateLoad(mt, B.CreateInBoundsGEP(mt, ti.data, off)));
+              break;
+            }
+            case OpKind::Constant: y[size_t(e)] = constantOf(d, *o->attr("value")); break;
+            case OpKind::Broadcast: y[size_t(e)] = val(o->operands[0], e); break;
+            default: {
+              std::vector<Value *> xs;
+              for (const TValue *v : o->operands) xs.push_back(val(v, e));
+              y[size_t(e)] = elementValue(*o, xs);
+              if (!y[size_t(e)]) fail(F, "an epilogue op the registers cannot compute");
+            }
+            }
           }
-          case OpKind::Constant: y[size_t(e)] = constantOf(d, *o->attr("value")); break;
-          case OpKind::Broadcast: y[size_t(e)] = val(o->operands[0], e); break;
-          default: {
-            std::vector<Value *> xs;
-            for (const TValue *v : o->operands) xs.push_back(val(v, e));
-            y[size_t(e)] = elementValue(*o, xs);
-            if (!y[size_t(e)]) fail(F, "an epilogue op the registers cannot compute");
-          }
-          }
+          x[res] = y;
         }
-        x[res] = y;
-      }
-      Done dn{r, c, gr, gc, {}};
-      for (const TOp *st : stores) {
-        const DType to = st->operands[0]->type.dtype;
-        const TValue *v = st->operands.back();
-        std::array<Value *, 2> m{};
-        for (int e = 0; e < 2; ++e) {
-          Value *y = val(v, e);
-          // The loop's f32 accumulators stored as they are into a narrower tensor round as a cast.
-          if (v == accValue && to != DType::F32) y = convert(y, DType::F32, to, false);
-          m[size_t(e)] = toMem(to, y);
+        Done dn{r, c, gr, gc, {}};
+        for (const TOp *st : stores) {
+          const DType to = st->operands[0]->type.dtype;
+          const TValue *v = st->operands.back();
+          std::array<Value *, 2> m{};
+          for (int e = 0; e < 2; ++e) {
+            Value *y = val(v, e);
+            // The loop's f32 accumulators stored as they are into a narrower tensor round as a cast.
+            if (v == accValue && to != DType::F32) y = convert(y, DType::F32, to, false);
+            m[size_t(e)] = toMem(to, y);
+          }
+          dn.bits.push_back(m);
         }
-        dn.bits.push_back(m);
+        done.push_back(std::move(dn));
       }
-      done.push_back(std::move(dn));
+      for (const Done &dn : done)
+        for (size_t si = 0; si < stores.size(); ++si) store(dn, si);
     }
-    for (const Done &dn : done)
-      for (size_t si = 0; si < stores.size(); ++si) store(dn, si);
-  }
   };
   // Each pair straight to the tensor: both elements at once where they are inside and aligned.
   auto direct = [&](const Done &dn, size_t si) {
-        const TOp *st = stores[si];
-        const Place &pl = place(*st);
-        TensorInfo &ti = tensor(st->operands[0]);
-        Type *mt = mtype(st->operands[0]->type.dtype);
-        const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
-        Value *ok[2] = {inside(*st, dn.gr, dn.gc), inside(*st, dn.gr, B.CreateAdd(dn.gc, c64(1)))};
-        const std::array<Value *, 2> &m = dn.bits[si];
-        Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(dn.r, pl.rs), B.CreateMul(dn.c, pl.cs)));
-        BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
-                   *doneBB = BasicBlock::Create(C, "epi.done", fn);
-        B.CreateCondBr(B.CreateAnd(pl.pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
-        B.SetInsertPoint(vecBB);
-        Value *vec = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), m[0], uint64_t(0)), m[1], uint64_t(1));
-        B.CreateAlignedStore(vec, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
-        B.CreateBr(doneBB);
-        B.SetInsertPoint(oneBB);
-        for (int e = 0; e < 2; ++e)
-          ifThen(ok[e], [&] { B.CreateStore(m[size_t(e)], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), pl.cs)))); });
-        B.CreateBr(doneBB);
-        B.SetInsertPoint(doneBB);
+    const TOp *st = stores[si];
+    const Place &pl = place(*st);
+    TensorInfo &ti = tensor(st->operands[0]);
+    Type *mt = mtype(st->operands[0]->type.dtype);
+    const int64_t elemBytes = int64_t(mt->getPrimitiveSizeInBits() / 8);
+    Value *ok[2] = {inside(*st, dn.gr, dn.gc), inside(*st, dn.gr, B.CreateAdd(dn.gc, c64(1)))};
+    const std::array<Value *, 2> &m = dn.bits[si];
+    Value *off = B.CreateAdd(pl.base, B.CreateAdd(B.CreateMul(dn.r, pl.rs), B.CreateMul(dn.c, pl.cs)));
+    BasicBlock *vecBB = BasicBlock::Create(C, "epi.pair", fn), *oneBB = BasicBlock::Create(C, "epi.one", fn),
+               *doneBB = BasicBlock::Create(C, "epi.done", fn);
+    B.CreateCondBr(B.CreateAnd(pl.pairs, B.CreateAnd(ok[0], ok[1])), vecBB, oneBB);
+    B.SetInsertPoint(vecBB);
+    Value *vec = pairVector(mt, m);
+    B.CreateAlignedStore(vec, B.CreateInBoundsGEP(mt, ti.data, off), Align(uint64_t(2 * elemBytes)));
+    B.CreateBr(doneBB);
+    B.SetInsertPoint(oneBB);
+    for (int e = 0; e < 2; ++e)
+      ifThen(ok[e], [&] { B.CreateStore(m[size_t(e)], B.CreateInBoundsGEP(mt, ti.data, B.CreateAdd(off, B.CreateMul(c64(e), pl.cs)))); });
+    B.CreateBr(doneBB);
+    B.SetInsertPoint(doneBB);
   };
   if (!staging || !staging->buffer || stores.size() != 1) {
     emitAll(direct);
@@ -307,7 +312,7 @@ void Lowering::lowerMmaEpilogue(const MmaEpilogue &epi, const std::function<std:
   B.SetInsertPoint(stagedBB);
   emitAll([&](const Done &dn, size_t) {
     const std::array<Value *, 2> &m = dn.bits[0];
-    Value *vec = B.CreateInsertElement(B.CreateInsertElement(PoisonValue::get(FixedVectorType::get(mt, 2)), m[0], uint64_t(0)), m[1], uint64_t(1));
+    Value *vec = pairVector(mt, m);
     Value *off = B.CreateAdd(B.CreateMul(dn.r, c64(pitch)), B.CreateMul(dn.c, c64(eb)));
     B.CreateAlignedStore(vec, B.CreateInBoundsGEP(i8(), staging->buffer, off), Align(uint64_t(2 * eb)));
   });
