@@ -26,3 +26,12 @@ ptx_body() {
 
 # ptx_spills KERNEL FILE: the spill stores ptxas -v reported for KERNEL in FILE (its stderr).
 ptx_spills() { grep -A4 "Function properties for $1\$" "$2" | grep -o '[0-9]* bytes spill stores' | cut -d' ' -f1; }
+
+# ptx_no_spills KERNEL FILE [LABEL]: prints KERNEL's spill stores from FILE and fails (status 1,
+# a FAIL line) unless ptxas reported 0 (no report at all fails too).
+ptx_no_spills() {
+  local n
+  n=$(ptx_spills "$1" "$2")
+  echo "${3:-$1} spill stores: ${n:-?}"
+  [[ "${n:-x}" == 0 ]] || { echo "FAIL: ${3:-$1} spills"; return 1; }
+}

@@ -35,9 +35,7 @@ ptx_body "$entry" "$work/k.ptx" >"$work/body.ptx"
 grep -q "%nctaid.x" "$work/body.ptx" || { echo "FAIL: no loop over programs (%nctaid.x)"; fail=1; }
 grep -q "barrier.sync.*0, 384" "$work/body.ptx" || { echo "FAIL: no first-program barrier with the CTA's count"; fail=1; }
 grep -q "bar.sync" "$work/body.ptx" && { echo "FAIL: an aligned bar.sync reached from two roles"; fail=1; }
-spills=$(ptx_spills "$entry" "$work/ptxas.txt")
-echo "spill stores: ${spills:-?}"
-[[ "${spills:-x}" == 0 ]] || { echo "FAIL: $entry spills"; fail=1; }
+ptx_no_spills "$entry" "$work/ptxas.txt" || fail=1
 if [[ $mode == pingpong ]]; then
   TSR_PERSISTENT=$on "$tsrc" --emit=tile --graph-kernels "$prog" >"$work/k.tile" || { echo "FAIL: tsrc --emit=tile"; exit 1; }
   grep -q "@mlp.step0.matmul(.*config {warps = 4}" "$work/k.tile" || { echo "FAIL: the product's program is not one warpgroup"; fail=1; }
