@@ -163,7 +163,8 @@ std::vector<Value *> Lowering::lowerWarpSpecialized(const TOp &op, const MmaPlan
         mma::mbarrierInit(B, full(c64(s)), 1);
         mma::mbarrierInit(B, empty(c64(s)), consumerWarps);
       }
-      for (int w = 0; w < (wsGroups > 1 ? wsGroups : 0); ++w) mma::mbarrierInit(B, turn(c64(w)), threads);
+      if (wsGroups > 1)
+        for (int w = 0; w < wsGroups; ++w) mma::mbarrierInit(B, turn(c64(w)), threads);
       // The barriers' initialization, visible to the other threads and to the copies' complete_tx.
       mma::ptx(B, "fence.mbarrier_init.release.cluster;");
     });
